@@ -1,0 +1,263 @@
+"""Group vectorisation: ``B`` task groups of ``G`` copies of one task, stepped in-process or in subprocesses.
+
+Group RL (GRPO, GiGPO, ProGPO, ...) compares ``G`` rollouts that start from the same task. :class:`GroupVectorEnv`
+holds ``num_envs = B·G`` copies of a text env; copy ``i`` belongs to group ``i // G``, and every copy of a group is
+reset with the same seed (hence the same task and the same randomisation):
+
+* ``reset(seed=s)`` gives copy ``i`` the seed ``s + i // G``;
+* ``reset(seed=None)`` draws one seed per group from the vector env's own generator (seeded by the last seeded reset);
+* ``reset(options={"task_indices": [t_0, ..., t_{B-1}]})`` plays task ``t_b`` in group ``b``;
+  ``options={"task_index": t}`` plays task ``t`` in every group; other option keys reach every copy.
+
+Autoreset is disabled (:attr:`gymnasium.vector.AutoresetMode.DISABLED`): a group rollout runs until every copy is
+done, and a copy whose episode ended keeps returning its final observation with ``terminated``/``truncated`` set and
+reward 0, without stepping its engine (that latch lives in :class:`~progpo_envs.core.text_env.TextEnv`). Call
+``reset`` to start the next batch of groups. ``info`` is Gymnasium's dict of arrays (with ``_key`` masks) and carries
+each copy's ``group_id`` and ``task_id`` besides the env's own entries.
+
+Gymnasium's ``make_vec(..., vectorization_mode="sync"|"async")`` always builds its own Sync/AsyncVectorEnv, whose
+copies are seeded ``s + i`` and autoreset by default, so it cannot form groups. Registered ``progpo/*`` envs
+therefore use this class as their ``vector_entry_point`` (the default of ``make_vec``) and take the backend as
+``vector_mode``:
+
+* ``"sync"``: every copy in this process;
+* ``"async"``: copies split into contiguous shards across ``num_workers`` subprocesses (default: one per CPU core,
+  at most one per copy), so several cores step at once. Each worker steps its whole shard per message.
+
+Example:
+    >>> import gymnasium as gym, progpo_envs
+    >>> envs = gym.make_vec("progpo/ALFWorld-v0", num_envs=4, group_size=2)  # doctest: +SKIP
+    >>> obs, info = envs.reset(seed=0)  # doctest: +SKIP
+    >>> info["group_id"].tolist()  # doctest: +SKIP
+    [0, 0, 1, 1]
+"""
+
+from __future__ import annotations
+
+import enum
+import multiprocessing as mp
+import os
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.registration import load_env_creator
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+
+class VectorMode(str, enum.Enum):
+    """Where the copies of a :class:`GroupVectorEnv` run."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+def _make_env(entry_point: str, env_kwargs: dict[str, Any]) -> gym.Env:
+    return load_env_creator(entry_point)(**env_kwargs)
+
+
+def _call(env: gym.Env, method: str, args: tuple) -> Any:
+    if method == "reset":
+        seed, options = args
+        return env.reset(seed=seed, options=options)
+    if method == "step":
+        return env.step(args[0])
+    if method == "call":
+        name, call_args, call_kwargs = args
+        attr = getattr(env.unwrapped, name)
+        return attr(*call_args, **call_kwargs) if callable(attr) else attr
+    raise ValueError(f"unknown method {method!r}")
+
+
+class _SyncBackend:
+    """All copies in this process."""
+
+    def __init__(self, entry_point: str, env_kwargs: dict[str, Any], num_envs: int):
+        self.envs = [_make_env(entry_point, env_kwargs) for _ in range(num_envs)]
+
+    def run(self, method: str, per_env_args: Sequence[tuple]) -> list[Any]:
+        return [_call(env, method, args) for env, args in zip(self.envs, per_env_args)]
+
+    def getattr(self, name: str) -> list[Any]:
+        return self.run("call", [(name, (), {})] * len(self.envs))
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _worker(conn, entry_point: str, env_kwargs: dict[str, Any], num_envs: int) -> None:
+    """Subprocess loop: build a shard of copies, then answer (method, per-env args) messages until ``close``."""
+    try:
+        envs = [_make_env(entry_point, env_kwargs) for _ in range(num_envs)]
+        conn.send(("ok", None))
+    except Exception:  # report construction errors to the parent instead of dying silently
+        conn.send(("error", traceback.format_exc()))
+        conn.close()
+        return
+    while True:
+        try:
+            method, per_env_args = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            break
+        if method == "close":
+            for env in envs:
+                env.close()
+            conn.send(("ok", None))
+            break
+        try:
+            conn.send(("ok", [_call(env, method, args) for env, args in zip(envs, per_env_args)]))
+        except Exception:
+            conn.send(("error", traceback.format_exc()))
+    conn.close()
+
+
+class _AsyncBackend:
+    """Copies split into contiguous shards, one subprocess per shard."""
+
+    def __init__(self, entry_point: str, env_kwargs: dict[str, Any], num_envs: int, num_workers: int,
+                 mp_context: str | None):
+        ctx = mp.get_context(mp_context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"))
+        bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
+        self.shards = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        self.conns, self.processes = [], []
+        for start, stop in self.shards:
+            parent, child = ctx.Pipe()
+            process = ctx.Process(target=_worker, args=(child, entry_point, env_kwargs, stop - start), daemon=True)
+            process.start()
+            child.close()
+            self.conns.append(parent)
+            self.processes.append(process)
+        self._gather()
+
+    def _gather(self) -> list[Any]:
+        results, errors = [], []
+        for shard, conn in enumerate(self.conns):
+            try:
+                status, payload = conn.recv()
+            except (EOFError, ConnectionError, OSError) as exc:
+                raise RuntimeError(f"vector env worker {shard} died ({exc!r}); close and rebuild the vector env") from exc
+            if status == "error":
+                errors.append(f"worker {shard}:\n{payload}")
+            else:
+                results.append(payload)
+        if errors:
+            raise RuntimeError("error in vector env worker(s):\n" + "\n".join(errors))
+        return results
+
+    def run(self, method: str, per_env_args: Sequence[tuple]) -> list[Any]:
+        for (start, stop), conn in zip(self.shards, self.conns):
+            conn.send((method, list(per_env_args[start:stop])))
+        return [item for shard in self._gather() for item in shard]
+
+    def getattr(self, name: str) -> list[Any]:
+        return self.run("call", [(name, (), {})] * self.shards[-1][1])
+
+    def close(self) -> None:
+        for conn in self.conns:
+            try:
+                conn.send(("close", None))
+                conn.recv()
+            except (EOFError, BrokenPipeError, ConnectionError, OSError):
+                pass
+        for process in self.processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()
+
+
+class GroupVectorEnv(VectorEnv):
+    """``num_envs = B·G`` copies of a text env in ``B`` groups of ``group_size`` (see the module docstring).
+
+    Args:
+        entry_point: ``"module:Class"`` of the single env.
+        num_envs: Total copies; a multiple of ``group_size``.
+        group_size: Copies per task group (``G``).
+        vector_mode: ``"sync"`` (in-process) or ``"async"`` (subprocesses).
+        num_workers: Subprocesses for ``"async"`` (default: CPU cores, at most ``num_envs``).
+        mp_context: Multiprocessing start method for ``"async"`` (default forkserver where available).
+        **env_kwargs: Passed to every copy.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.DISABLED}
+
+    def __init__(self, entry_point: str, num_envs: int, group_size: int = 1,
+                 vector_mode: VectorMode | str = VectorMode.SYNC, num_workers: int | None = None,
+                 mp_context: str | None = None, **env_kwargs: Any):
+        if group_size < 1 or num_envs < 1 or num_envs % group_size:
+            raise ValueError(f"num_envs ({num_envs}) must be a positive multiple of group_size ({group_size})")
+        self.num_envs = int(num_envs)
+        self.group_size = int(group_size)
+        self.num_groups = self.num_envs // self.group_size
+        self.vector_mode = VectorMode(vector_mode)
+        if self.vector_mode is VectorMode.SYNC:
+            self._backend: _SyncBackend | _AsyncBackend = _SyncBackend(entry_point, env_kwargs, self.num_envs)
+        else:
+            workers = min(self.num_envs, num_workers or os.cpu_count() or 1)
+            self._backend = _AsyncBackend(entry_point, env_kwargs, self.num_envs, workers, mp_context)
+        self.single_observation_space = self._backend.getattr("observation_space")[0]
+        self.single_action_space = self._backend.getattr("action_space")[0]
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.group_ids = np.arange(self.num_envs) // self.group_size
+        self._group_seeds = np.random.default_rng()
+        self.closed = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[tuple[str, ...], dict]:
+        """Reset every copy; all copies of a group get the same seed and task (see the module docstring)."""
+        options = dict(options or {})
+        task_indices = options.pop("task_indices", None)
+        if task_indices is not None and len(task_indices) != self.num_groups:
+            raise ValueError(f"task_indices needs one task per group ({self.num_groups}), got {len(task_indices)}")
+        if seed is not None:
+            self._group_seeds = np.random.default_rng(seed)
+            group_seeds = [seed + b for b in range(self.num_groups)]
+        else:
+            group_seeds = [int(s) for s in self._group_seeds.integers(0, 2**31 - 1, self.num_groups)]
+        per_env = []
+        for i in range(self.num_envs):
+            b = i // self.group_size
+            env_options = dict(options)
+            if task_indices is not None:
+                env_options["task_index"] = int(task_indices[b])
+            per_env.append((group_seeds[b], env_options))
+        results = self._backend.run("reset", per_env)
+        observations = tuple(obs for obs, _ in results)
+        return observations, self._merge_infos([info for _, info in results])
+
+    def step(self, actions: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, dict]:
+        """Step every copy; copies whose episode ended return their final observation again."""
+        if len(actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
+        results = self._backend.run("step", [(action,) for action in actions])
+        observations = tuple(r[0] for r in results)
+        rewards = np.array([r[1] for r in results], dtype=np.float64)
+        terminations = np.array([r[2] for r in results], dtype=bool)
+        truncations = np.array([r[3] for r in results], dtype=bool)
+        return observations, rewards, terminations, truncations, self._merge_infos([r[4] for r in results])
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of every copy (or read attribute ``name``); one result per copy."""
+        return tuple(self._backend.run("call", [(name, args, kwargs)] * self.num_envs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Attribute ``name`` of every copy."""
+        return self.call(name)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close every copy and stop the workers."""
+        self._backend.close()
+
+    def _merge_infos(self, infos: list[dict[str, Any]]) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for i, info in enumerate(infos):
+            merged = self._add_info(merged, {**info, "group_id": int(self.group_ids[i])}, i)
+        return merged
+
+
+def make_group_vector_env(entry_point: str, num_envs: int = 1, **kwargs: Any) -> GroupVectorEnv:
+    """The ``vector_entry_point`` of every registered text env (bound to its ``entry_point`` with ``partial``)."""
+    return GroupVectorEnv(entry_point, num_envs=num_envs, **kwargs)

