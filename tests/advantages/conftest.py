@@ -1,0 +1,32 @@
+"""Shared fixtures for the advantage-estimator tests.
+
+Helper modules of this folder (``advantages_batches``, ``advantages_reference``; names prefixed so they cannot
+clash with other test areas) are imported by name: pytest's default ``prepend`` import mode puts this folder
+(it has no ``__init__.py``) on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from advantages_batches import build_batch
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def loop_batch() -> dict[str, np.ndarray]:
+    """One task group: a succeeds through a self-loop (s0 s1 s1 s2 -> success), b fails (s0 s1 s3)."""
+    return build_batch(
+        [
+            {
+                "group": 0,
+                "obs": ["s0", "s1", "s1", "s2"],
+                "actions": ["go", "wait", "go", "take"],
+                "success": True,
+            },
+            {"group": 0, "obs": ["s0", "s1", "s3"], "actions": ["go", "jump", "look"]},
+        ]
+    )

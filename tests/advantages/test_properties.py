@@ -1,0 +1,199 @@
+"""Property tests (hypothesis) and cross-checks against the per-row Python reference implementations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from advantages_batches import random_walk_batch
+from advantages_reference import REFERENCES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from training.advantages import ESTIMATORS, compute_advantages
+
+NAMES = sorted(ESTIMATORS)
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def batches(draw, unique_obs: bool = False):
+    """Small batches with heavy state repeats, loops, invalid actions, successes and truncations."""
+    n_groups = draw(st.integers(1, 3))
+    cols = {k: [] for k in ("group_id", "traj_id", "step", "reward", "won", "valid", "obs_key", "action_key")}
+    traj = 0
+    fresh = iter(range(10**6))
+    for g in range(n_groups):
+        for _ in range(draw(st.integers(1, 4))):
+            length = draw(st.integers(1, 6))
+            success = draw(st.booleans())
+            for s in range(length):
+                won = success and s == length - 1
+                cols["group_id"].append(g * 10)
+                cols["traj_id"].append(traj)
+                cols["step"].append(s)
+                cols["reward"].append(10.0 if won else 0.0)
+                cols["won"].append(won)
+                cols["valid"].append(draw(st.booleans()) or draw(st.booleans()))
+                cols["obs_key"].append(next(fresh) if unique_obs else draw(st.integers(0, 3)))
+                cols["action_key"].append(draw(st.integers(0, 2)))
+            traj += 1
+    out = {k: np.array(v) for k, v in cols.items()}
+    out["obs_key"] = out["obs_key"].astype(np.uint64)
+    out["action_key"] = out["action_key"].astype(np.uint64)
+    return out
+
+
+def _permute(batch, perm):
+    return {k: v[perm] for k, v in batch.items()}
+
+
+@SETTINGS
+@given(batch=batches(), seed=st.integers(0, 2**31 - 1))
+def test_permuting_rows_permutes_output(batch, seed):
+    perm = np.random.default_rng(seed).permutation(batch["step"].size)
+    for name in NAMES:
+        np.testing.assert_allclose(
+            compute_advantages(name, _permute(batch, perm)),
+            compute_advantages(name, batch)[perm],
+            rtol=1e-9,
+            atol=1e-9,
+        )
+
+
+@SETTINGS
+@given(batch=batches(), seed=st.integers(0, 2**31 - 1))
+def test_relabelling_ids_and_keys_changes_nothing(batch, seed):
+    rng = np.random.default_rng(seed)
+    relabelled = dict(batch)
+    relabelled["group_id"] = batch["group_id"] * 7 - 1000
+    traj_map = rng.permutation(batch["traj_id"].max() + 1) * 3 + 5
+    relabelled["traj_id"] = traj_map[batch["traj_id"]]
+    relabelled["obs_key"] = np.array([f"state-{k}" for k in batch["obs_key"]], dtype=object)
+    relabelled["action_key"] = batch["action_key"] ^ np.uint64(0xDEADBEEFCAFE)
+    for name in NAMES:
+        np.testing.assert_allclose(
+            compute_advantages(name, relabelled), compute_advantages(name, batch), rtol=1e-9, atol=1e-9
+        )
+
+
+@SETTINGS
+@given(
+    batch=batches(),
+    norm=st.sampled_from(["mean_std", "mean"]),
+    scope=st.sampled_from(["cross_steps", "trajectory"]),
+)
+def test_output_finite_and_matches_reference(batch, norm, scope):
+    for name in NAMES:
+        kwargs = {"stats_scope": scope} if name == "rloo" else {"norm": norm, "stats_scope": scope}
+        adv = compute_advantages(name, batch, **kwargs)
+        assert np.isfinite(adv).all()
+        np.testing.assert_allclose(adv, REFERENCES[name](batch, **kwargs), rtol=1e-9, atol=1e-9, err_msg=name)
+
+
+@SETTINGS
+@given(batch=batches())
+def test_grpo_sums_to_zero_per_group_cross_steps(batch):
+    adv = compute_advantages("grpo", batch)
+    for g in np.unique(batch["group_id"]):
+        rows = batch["group_id"] == g
+        if rows.sum() > 1:
+            assert abs(adv[rows].sum()) < 1e-6
+    rloo = compute_advantages("rloo", batch)
+    for g in np.unique(batch["group_id"]):
+        rows = batch["group_id"] == g
+        if rows.sum() > 1:
+            assert abs(rloo[rows].sum()) < 1e-9
+
+
+@SETTINGS
+@given(batch=batches(unique_obs=True))
+def test_gigpo_is_grpo_without_repeated_states(batch):
+    np.testing.assert_array_equal(compute_advantages("gigpo", batch), compute_advantages("grpo", batch))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", NAMES)
+def test_matches_reference_on_random_walk_batches(name, seed):
+    batch = random_walk_batch(12, seed=seed, max_steps=30)
+    perm = np.random.default_rng(seed).permutation(batch["step"].size)
+    batch = _permute(batch, perm)
+    np.testing.assert_allclose(compute_advantages(name, batch), REFERENCES[name](batch), rtol=1e-9, atol=1e-9)
+
+
+def test_matches_reference_with_text_and_switches():
+    batch = random_walk_batch(6, seed=3, max_steps=25, with_text=True)
+    for kwargs in (
+        {},
+        {"transition_mode": "additive"},
+        {"reliability_gate": False},
+        {"depths": (0, "inf")},
+        {"min_samples": 3, "variance_floor": 0.5},
+        {"success_potential": 0.0},
+    ):
+        np.testing.assert_allclose(
+            compute_advantages("progpo", batch, **kwargs),
+            REFERENCES["progpo"](batch, **kwargs),
+            rtol=1e-9,
+            atol=1e-9,
+            err_msg=str(kwargs),
+        )
+    for kwargs in ({"reward_convention": "paper"}, {"omega": 0.5, "beta_g": 2.0}):
+        np.testing.assert_allclose(
+            compute_advantages("graphgpo", batch, **kwargs),
+            REFERENCES["graphgpo"](batch, **kwargs),
+            rtol=1e-9,
+            atol=1e-9,
+        )
+    np.testing.assert_allclose(
+        compute_advantages("progpo_coverage", batch, coverage="group"),
+        REFERENCES["progpo_coverage"](batch, coverage="group"),
+        rtol=1e-9,
+        atol=1e-9,
+    )
+
+
+def test_deterministic_across_calls():
+    batch = random_walk_batch(8, seed=11)
+    for name in NAMES:
+        assert np.array_equal(compute_advantages(name, batch), compute_advantages(name, batch))
+
+
+def test_same_output_in_a_fresh_process():
+    """No process-dependent state (Python's salted hash(), dict order) leaks into the advantages."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    code = (
+        "import sys, numpy as np; sys.path.insert(0, sys.argv[1]);"
+        "from advantages_batches import random_walk_batch;"
+        "from training.advantages import compute_advantages, ESTIMATORS;"
+        "b = random_walk_batch(8, seed=5, with_text=True);"
+        "b['obs_key'] = np.array([f'o{k}' for k in b['obs_key']], dtype=object);"
+        "print(repr([compute_advantages(n, b).tolist() for n in sorted(ESTIMATORS)]))"
+    )
+    env = {"PYTHONHASHSEED": "12345", "OMP_NUM_THREADS": "1", "PATH": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(here)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=here.parents[1],
+        env=env,
+    )
+    batch = random_walk_batch(8, seed=5, with_text=True)
+    batch["obs_key"] = np.array([f"o{k}" for k in batch["obs_key"]], dtype=object)
+    assert out.stdout.strip() == repr([compute_advantages(n, batch).tolist() for n in NAMES])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_chunked_hashing_matches_reference(name, monkeypatch):
+    """Tiny chunks force group-scoped hashing through many chunks (as at a million rows)."""
+    import training.advantages.batch as batch_module
+
+    monkeypatch.setattr(batch_module, "CHUNK_ROWS", 40)
+    batch = random_walk_batch(10, seed=4, max_steps=20)
+    batch = _permute(batch, np.random.default_rng(4).permutation(batch["step"].size))
+    assert batch_module.StepBatch.from_columns(batch).chunk_bounds.size > 3
+    np.testing.assert_allclose(compute_advantages(name, batch), REFERENCES[name](batch), rtol=1e-9, atol=1e-9)

@@ -1,0 +1,35 @@
+"""Step-level group advantage estimators for LLM-agent RL (pure numpy, registered by name).
+
+Public API::
+
+    from training.advantages import compute_advantages, ESTIMATORS
+    adv = compute_advantages("progpo", batch, gamma=0.95)   # -> float64 [N], caller's row order
+
+Estimators: ``grpo``, ``rloo``, ``dapo``, ``gigpo``, ``g2po``, ``graphgpo``, ``progpo``,
+``progpo_coverage`` (one module each). Formulas and sources: each module's docstring and
+``shared/docs/algorithms.md``. To add one: write a module with a function decorated by
+``@register_estimator("name")`` taking ``(batch: StepBatch, *, params...)`` and import it below.
+"""
+
+from training.advantages import (  # noqa: F401  (importing registers the estimators)
+    dapo,
+    g2po,
+    gigpo,
+    graphgpo,
+    grpo,
+    progpo,
+    progpo_coverage,
+    rloo,
+)
+from training.advantages.batch import StepBatch
+from training.advantages.progpo import ProGPOConfig, progpo_report
+from training.advantages.registry import ESTIMATORS, compute_advantages, register_estimator
+
+__all__ = [
+    "ESTIMATORS",
+    "ProGPOConfig",
+    "StepBatch",
+    "compute_advantages",
+    "progpo_report",
+    "register_estimator",
+]

@@ -1,0 +1,71 @@
+"""DAPO (Yu et al. 2025, arXiv 2503.14476) as configured in verl-agent's examples (algorithms.md §2.3).
+
+The advantage is GRPO's. DAPO's dynamic sampling drops every task group whose episode rewards (before the
+invalid penalty) are all identical; a trainer that re-samples should filter with
+:func:`dynamic_sampling_keep`. With ``drop_uniform_groups=True`` (default) the rows such a filter would
+drop get advantage 0, which is their gradient contribution once dropped. Clip-higher (eps_low 0.2,
+eps_high 0.28) belongs to the policy loss, not here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from training.advantages.batch import StepBatch
+from training.advantages.common import Norm, StatsScope, check_range, episode_advantage, parse_enum
+from training.advantages.registry import register_estimator
+
+
+def dynamic_sampling_keep(batch: StepBatch) -> np.ndarray:
+    """``[N]`` bool: the row's task group has at least two distinct episode rewards (DAPO's filter)."""
+    g, n = batch.traj_group, batch.n_groups
+    rmax = np.full(n, -np.inf)
+    rmin = np.full(n, np.inf)
+    np.maximum.at(rmax, g, batch.episode_return)
+    np.minimum.at(rmin, g, batch.episode_return)
+    return (rmax != rmin)[batch.group]
+
+
+@register_estimator("dapo")
+def dapo(
+    batch: StepBatch,
+    *,
+    norm: str = "mean_std",
+    stats_scope: str = "cross_steps",
+    eps: float = 1e-6,
+    invalid_penalty: float = 0.1,
+    drop_uniform_groups: bool = True,
+) -> np.ndarray:
+    """GRPO advantage with DAPO's dynamic-sampling filter folded in.
+
+    Args:
+        batch: canonical ``StepBatch`` with N rows.
+        norm: ``"mean_std"`` or ``"mean"``.
+        stats_scope: ``"cross_steps"`` or ``"trajectory"``.
+        eps: added to the group std.
+        invalid_penalty: subtracted from the score of each invalid row.
+        drop_uniform_groups: zero the rows of groups with identical episode rewards (default); False gives
+            plain GRPO (verl-agent's last, unfiltered generation batch).
+
+    Returns:
+        ``[N]`` float64.
+
+    Example:
+        >>> from training.advantages import compute_advantages
+        >>> b = {"group_id": np.array([0, 0, 1, 1]), "traj_id": np.arange(4), "step": np.zeros(4, int),
+        ...      "reward": np.array([10.0, 0.0, 0.0, 0.0]), "won": np.array([True, False, False, False]),
+        ...      "valid": np.array([True, True, True, False]), "obs_key": np.zeros(4, np.uint64),
+        ...      "action_key": np.arange(4, dtype=np.uint64)}
+        >>> compute_advantages("dapo", b, norm="mean").tolist()
+        [5.0, -5.0, 0.0, 0.0]
+    """
+    adv = episode_advantage(
+        batch,
+        norm=parse_enum(Norm, norm, "norm"),
+        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
+        eps=check_range(eps, "eps", 0.0, 1.0, low_open=True),
+        invalid_penalty=check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf),
+    )
+    if drop_uniform_groups:
+        adv = np.where(dynamic_sampling_keep(batch), adv, 0.0)
+    return adv

@@ -1,0 +1,97 @@
+"""G2PO — Group-Graph Policy Optimization (Wang et al., arXiv 2606.22995), §4 of the spec, following the
+official code (``github.com/Nala-YN/G2PO``, ``g2po/core_g2po.py``) as read for the spec.
+
+Per task group, nodes are distinct anchor observations; every row is an edge occurrence v -> v' (v' = the
+next row's node, or the SUCCESS / FAIL sink after a trajectory's last step).
+
+    Node value:     V(v) = mean_{rows (j,k) at v} gamma^(T_j - k) * R_j       (R_j episode reward, no penalty)
+                    V(SUCCESS) = success_reward, V(FAIL) = 0  (failure and truncation alike)
+    Same-source:    c1(e) = normalize_{e' in out(v)} [ V(v') - penalty * invalid(e) ]   (0 if |out(v)| = 1)
+    Global TD:      c2(e) = normalize_{e' in task group} [ V(v') - V(v) ]              (0 if one edge)
+    Combined:       A = A^E + w * (c1 + c2)
+Note the exponent T_j - k: the last step of a successful trajectory contributes gamma * R, not R.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from training.advantages.batch import StepBatch
+from training.advantages.common import (
+    Norm,
+    StatsScope,
+    check_range,
+    episode_advantage,
+    group_scoped_ids,
+    parse_enum,
+    segment_normalize,
+)
+from training.advantages.registry import register_estimator
+
+
+def node_values(batch: StepBatch, node: np.ndarray, n_nodes: int, gamma: float) -> np.ndarray:
+    """``[n_nodes]`` group-aggregated state value V(v) = mean of gamma^(T_j - k) * R_j over visits."""
+    contrib = gamma ** (batch.traj_len[batch.traj] - batch.step) * batch.episode_return[batch.traj]
+    return np.bincount(node, weights=contrib, minlength=n_nodes) / np.maximum(
+        np.bincount(node, minlength=n_nodes), 1
+    )
+
+
+@register_estimator("g2po")
+def g2po(
+    batch: StepBatch,
+    *,
+    gamma: float = 0.95,
+    step_advantage_w: float = 1.0,
+    norm: str = "mean_std",
+    stats_scope: str = "cross_steps",
+    eps: float = 1e-6,
+    invalid_penalty: float = 0.1,
+    success_reward: float = 10.0,
+) -> np.ndarray:
+    """G2PO edge-centric advantage on the group's state graph.
+
+    Args:
+        batch: canonical ``StepBatch`` with N rows.
+        gamma: discount in the node value (hard-coded 0.95 in the official code).
+        step_advantage_w: weight w of the step (edge) advantage c1 + c2.
+        norm: ``"mean_std"`` (ALFWorld) or ``"mean"`` (WebShop) for A^E, c1 and c2.
+        stats_scope: population of the episode statistics.
+        eps: added to the std.
+        invalid_penalty: enters the episode score and c1, not V.
+        success_reward: value of the SUCCESS sink (a trajectory succeeds when ``won`` is set at any step;
+            the code tests ``R == 10``, the same for ALFWorld/WebShop rewards).
+
+    Returns:
+        ``[N]`` float64.
+
+    Example:
+        >>> from training.advantages import compute_advantages
+        >>> b = {"group_id": np.zeros(2, int), "traj_id": np.array([0, 1]), "step": np.zeros(2, int),
+        ...      "reward": np.array([10.0, 0.0]), "won": np.array([True, False]),
+        ...      "valid": np.ones(2, bool), "obs_key": np.zeros(2, np.uint64),
+        ...      "action_key": np.arange(2, dtype=np.uint64)}
+        >>> compute_advantages("g2po", b, norm="mean").tolist()
+        [15.0, -15.0]
+    """
+    norm_mode = parse_enum(Norm, norm, "norm")
+    eps = check_range(eps, "eps", 0.0, 1.0, low_open=True)
+    penalty = check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf)
+    gamma = check_range(gamma, "gamma", 0.0, 1.0)
+    adv_e = episode_advantage(
+        batch,
+        norm=norm_mode,
+        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
+        eps=eps,
+        invalid_penalty=penalty,
+    )
+    node, n_nodes = group_scoped_ids(batch, batch.obs)
+    value = node_values(batch, node, n_nodes, gamma)
+    v_src = value[node]
+    v_dst = np.empty(batch.n_rows)
+    last = batch.is_last
+    v_dst[~last] = v_src[1:][~last[:-1]]  # next row of the same trajectory is the next canonical row
+    v_dst[last] = np.where(batch.traj_won[batch.traj[last]], float(success_reward), 0.0)
+    c1 = segment_normalize(v_dst - penalty * (~batch.valid), node, n_nodes, norm_mode, eps, singleton="zero")
+    c2 = segment_normalize(v_dst - v_src, batch.group, batch.n_groups, norm_mode, eps, singleton="zero")
+    return adv_e + float(step_advantage_w) * (c1 + c2)

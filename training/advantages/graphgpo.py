@@ -1,0 +1,149 @@
+"""GraphGPO — Graph-based Group Policy Optimization (Cheng et al., ICML 2026, arXiv 2605.26684), §5 of the
+spec: paper §4 equations, conventions of the reference recipe (``verl-agent/recipe/GraphGPO``) as documented
+by the Relax reproduction.
+
+Per task group, nodes are distinct states; every row is an edge occurrence (s, a, s') with unit cost; the
+last action of a successful trajectory points to the sink s_succ.
+
+    Distance:   d(s_succ) = 0,  d(s) = min_{(s, s')} [1 + d(s')]     (reverse BFS from the sink)
+                unreachable: d = d_max + 1 (d_max = largest finite distance in the group's graph)
+                a failed/truncated last step targets the unseen final observation: unreachable
+    Reward:     R^G = r_succ * omega^(d(s'))            reward_convention="reference" (default)
+                R^G = r_succ * omega^(d(s') + 1)        reward_convention="paper" (Eq. 4, c = 1)
+    Advantage:  A^G = normalize_{edges leaving s} R^G    (ddof 1; singleton or zero spread -> 0;
+                                                          no success in the group -> 0)
+    Final:      A = beta_g * A^G + beta_e * A^E
+Both conventions differ by the constant factor omega inside a same-source group, which the z-score removes
+(paper vs reference give equal advantages up to eps); ranking is by distance reduction (Prop. 4.1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from training.advantages.batch import StepBatch, expand_ranges
+from training.advantages.common import (
+    Norm,
+    StatsScope,
+    check_range,
+    dense_ids,
+    episode_advantage,
+    group_scoped_ids,
+    parse_enum,
+    segment_normalize,
+)
+from training.advantages.registry import register_estimator
+
+_CONVENTIONS = ("reference", "paper")
+
+
+def reverse_bfs(src: np.ndarray, dst: np.ndarray, sources: np.ndarray, n_nodes: int) -> np.ndarray:
+    """Unit-cost shortest distance from every node to the nearest of ``sources`` along edges src -> dst.
+
+    Args:
+        src, dst: ``[E]`` int64 edge endpoints (duplicates allowed).
+        sources: ``[K]`` int64 nodes at distance 0.
+        n_nodes: number of nodes.
+
+    Returns:
+        ``[n_nodes]`` int64 distance, -1 where no source is reachable. Cost O(E log E + n_nodes): each
+        reversed edge is scanned once, level by level.
+    """
+    edge = dst * np.int64(n_nodes) + src
+    ids, n_distinct = dense_ids(edge.view(np.uint64))
+    distinct = np.empty(n_distinct, dtype=np.int64)
+    distinct[ids] = edge
+    pairs = np.sort(distinct)  # deduplicated edges sorted by dst: CSR of the reverse graph
+    rdst, rsrc = pairs // n_nodes, pairs % n_nodes
+    ptr = np.searchsorted(rdst, np.arange(n_nodes + 1))
+    dist = np.full(n_nodes, -1, dtype=np.int64)
+    frontier = np.unique(sources)
+    dist[frontier] = 0
+    level = 0
+    while frontier.size:
+        cand = rsrc[expand_ranges(ptr[frontier], ptr[frontier + 1])]
+        cand = np.unique(cand[dist[cand] < 0])
+        level += 1
+        dist[cand] = level
+        frontier = cand
+    return dist
+
+
+@register_estimator("graphgpo")
+def graphgpo(
+    batch: StepBatch,
+    *,
+    omega: float = 0.1,
+    success_reward: float = 10.0,
+    reward_convention: str = "reference",
+    beta_g: float = 1.0,
+    beta_e: float = 1.0,
+    norm: str = "mean_std",
+    stats_scope: str = "cross_steps",
+    eps: float = 1e-6,
+    invalid_penalty: float = 0.1,
+) -> np.ndarray:
+    """GraphGPO advantage: same-source comparison of graph rewards from distance-to-success.
+
+    Args:
+        batch: canonical ``StepBatch`` with N rows.
+        omega: the paper's distance discount omega in (0, 1] (reference recipe ``OMEGA=0.1``).
+        success_reward: r_succ.
+        reward_convention: ``"reference"`` (omega^d(s')) or ``"paper"`` (omega^(d(s') + 1)).
+        beta_g, beta_e: weights of the graph and episode advantages.
+        norm: ``"mean_std"`` (the paper's z-score) or ``"mean"``, for A^G and A^E.
+        stats_scope: population of the episode statistics (reference implementation: cross-steps).
+        eps: added to the std.
+        invalid_penalty: subtracted from invalid rows' episode score.
+
+    Returns:
+        ``[N]`` float64.
+
+    Example:
+        >>> from training.advantages import compute_advantages
+        >>> b = {"group_id": np.zeros(2, int), "traj_id": np.array([0, 1]), "step": np.zeros(2, int),
+        ...      "reward": np.array([10.0, 0.0]), "won": np.array([True, False]),
+        ...      "valid": np.ones(2, bool), "obs_key": np.zeros(2, np.uint64),
+        ...      "action_key": np.arange(2, dtype=np.uint64)}
+        >>> np.round(compute_advantages("graphgpo", b, norm="mean"), 4).tolist()
+        [9.95, -9.95]
+    """
+    norm_mode = parse_enum(Norm, norm, "norm")
+    eps = check_range(eps, "eps", 0.0, 1.0, low_open=True)
+    omega = check_range(omega, "omega", 0.0, 1.0, low_open=True)
+    if reward_convention not in _CONVENTIONS:
+        raise ValueError(
+            f"parameter 'reward_convention': unknown value {reward_convention!r}; "
+            f"choose one of {list(_CONVENTIONS)}"
+        )
+    adv_e = episode_advantage(
+        batch,
+        norm=norm_mode,
+        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
+        eps=eps,
+        invalid_penalty=check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf),
+    )
+    node, n_nodes = group_scoped_ids(batch, batch.obs)
+    sink = n_nodes + batch.group  # one success sink per task group, after the state nodes
+    last = batch.is_last
+    won_last = last & batch.traj_won[batch.traj]
+    target = np.full(batch.n_rows, -1, dtype=np.int64)  # -1: the unseen final obs of a failed trajectory
+    target[:-1][~last[:-1]] = node[1:][~last[:-1]]
+    target[won_last] = sink[won_last]
+    has_edge = target >= 0
+    n_all = n_nodes + batch.n_groups
+    dist = reverse_bfs(node[has_edge], target[has_edge], np.unique(sink[won_last]), n_all)
+
+    node_group = np.empty(n_all, dtype=np.int64)
+    node_group[node] = batch.group
+    node_group[n_nodes:] = np.arange(batch.n_groups)
+    d_max = np.zeros(batch.n_groups, dtype=np.int64)
+    np.maximum.at(d_max, node_group, dist)
+    d_target = np.where(has_edge, dist[np.maximum(target, 0)], -1)
+    d_target = np.where(d_target < 0, d_max[batch.group] + 1, d_target).astype(np.float64)
+    exponent = d_target + (1.0 if reward_convention == "paper" else 0.0)
+    graph_reward = float(success_reward) * omega**exponent
+    adv_g = segment_normalize(graph_reward, node, n_nodes, norm_mode, eps, singleton="zero")
+    group_won = np.bincount(batch.traj_group, weights=batch.traj_won, minlength=batch.n_groups) > 0
+    adv_g = np.where(group_won[batch.group], adv_g, 0.0)
+    return float(beta_g) * adv_g + float(beta_e) * adv_e

@@ -1,0 +1,54 @@
+"""GRPO (Shao et al. 2024, arXiv 2402.03300) as used for agents in verl-agent (algorithms.md §2.1).
+
+S_i = R_traj(i) - penalty * invalid_i                   (row score, §1.2)
+A_i = (S_i - mean_g(S)) / (std_g(S) + eps)              norm="mean_std"
+A_i =  S_i - mean_g(S)                                  norm="mean"   (Dr.GRPO)
+singleton population: mean 0, std 1; all-equal group: 0
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from training.advantages.batch import StepBatch
+from training.advantages.common import Norm, StatsScope, check_range, episode_advantage, parse_enum
+from training.advantages.registry import register_estimator
+
+
+@register_estimator("grpo")
+def grpo(
+    batch: StepBatch,
+    *,
+    norm: str = "mean_std",
+    stats_scope: str = "cross_steps",
+    eps: float = 1e-6,
+    invalid_penalty: float = 0.1,
+) -> np.ndarray:
+    """Group Relative Policy Optimization advantage: the group-normalised episode score of each row.
+
+    Args:
+        batch: canonical ``StepBatch`` with N rows.
+        norm: ``"mean_std"`` (z-score, default) or ``"mean"`` (mean-centring only).
+        stats_scope: ``"cross_steps"`` (every row counts, verl-agent parity) or ``"trajectory"``.
+        eps: added to the group std.
+        invalid_penalty: subtracted from the score of each invalid row.
+
+    Returns:
+        ``[N]`` float64; under ``cross_steps`` the advantages of a group (of >= 2 rows) sum to 0.
+
+    Example:
+        >>> from training.advantages import compute_advantages
+        >>> b = {"group_id": np.zeros(3, int), "traj_id": np.array([0, 0, 1]), "step": np.array([0, 1, 0]),
+        ...      "reward": np.array([0.0, 10.0, 0.0]), "won": np.array([False, True, False]),
+        ...      "valid": np.ones(3, bool), "obs_key": np.arange(3, dtype=np.uint64),
+        ...      "action_key": np.arange(3, dtype=np.uint64)}
+        >>> np.round(compute_advantages("grpo", b, norm="mean"), 4).tolist()
+        [3.3333, 3.3333, -6.6667]
+    """
+    return episode_advantage(
+        batch,
+        norm=parse_enum(Norm, norm, "norm"),
+        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
+        eps=check_range(eps, "eps", 0.0, 1.0, low_open=True),
+        invalid_penalty=check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf),
+    )

@@ -1,0 +1,350 @@
+"""ProGPO — Progress- and Reliability-Oriented Group Policy Optimization (Fan & Liu, arXiv 2607.04242),
+§6.1 of the spec. **Reconstructed from the paper's abstract**: no code or method section was available.
+
+From the paper's text (abstract): critic-free, context-consistent step-level learning that keeps
+*exact-prefix action comparison*, complemented, where peer comparisons are sparse, by *transition credit*
+derived from *rollout-based state potentials*, which are estimated with *semantic expansion* and
+*inverse-variance fusion across history depths*; depth weights use sample size and return variance
+(secondary summary).
+
+Our reading (every item is a :class:`ProGPOConfig` field; defaults = the spec's proposals):
+
+1. Exact-prefix peers. key_inf(t) = (task group, o_0, a_0, ..., a_{t-1}, o_t). Rows sharing key_inf form a
+   peer group; A^peer = normalize(R_t) inside it (R_t as GiGPO: discounted return minus invalid penalty).
+   A row "has a peer" when its peer group has >= 2 members.
+2. Potentials at history depths k in ``depths`` (k = 0: current observation only, with semantic expansion;
+   ``"inf"``: the exact prefix). Per key: Phi_k = mean target, n_k = count, s_k^2 = sample variance.
+   Depth k is eligible when n_k >= ``min_samples``; weight w_k = n_k / (s_k^2 + lambda) (precision of the
+   mean, lambda = ``variance_floor``, default 1e-2 * success_reward^2).
+   Phi(s) = sum_k w_k Phi_k / sum_k w_k, reliability rho(s) = sum_k w_k (precision of Phi). With no
+   eligible depth, Phi = the task group's mean target and rho = 0.
+   Terminal: Phi(after success) = ``success_potential`` (default success_reward), Phi(after failure or
+   truncation) = 0, both with infinite reliability.
+3. Transition credit. delta_t = r_t - penalty * invalid_t + gamma * Phi(s_{t+1}) - Phi(s_t);
+   A^trans = normalize(delta) over ``transition_scope`` (the task group's rows, or its peerless rows).
+   Reliability gate c_rel = rho_delta / (rho_delta + kappa) with rho_delta = 1 / (1/rho(s_t) +
+   gamma^2/rho(s_{t+1})) (precision of delta); kappa = ``reliability_kappa`` (default 1/lambda).
+4. Step advantage. ``transition_mode="peerless"`` (default): A^step = A^peer where a peer exists, else
+   transition_weight * c_rel * A^trans. ``"additive"``: A^step = [A^peer or 0] + transition_weight * c_rel *
+   A^trans on every row.
+5. A = A^E + omega * A^step, A^E the GiGPO/GRPO episode advantage.
+
+The earlier "Progress-conditioned" version (first-visit coverage in all-failed groups) is the separate
+estimator ``progpo_coverage``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from enum import Enum
+
+import numpy as np
+
+from training.advantages.batch import StepBatch
+from training.advantages.common import (
+    Norm,
+    StatsScope,
+    check_range,
+    discounted_returns,
+    episode_advantage,
+    full_prefix_keys,
+    group_scoped_ids,
+    parse_enum,
+    segment_normalize,
+    segment_stats,
+    window_keys,
+)
+from training.advantages.registry import register_estimator
+from training.advantages.semantic import SemanticMode, state_keys
+
+
+class PotentialTarget(str, Enum):
+    """What a state potential estimates: the discounted step return R_t, or episode success * r_succ."""
+
+    STEP_RETURN = "step_return"
+    SUCCESS = "success"
+
+
+class TransitionMode(str, Enum):
+    """Where transition credit enters: only on peerless rows, or added to every row."""
+
+    PEERLESS = "peerless"
+    ADDITIVE = "additive"
+
+
+class TransitionScope(str, Enum):
+    """Population over which delta is normalised: the whole task group, or its peerless rows."""
+
+    GROUP = "group"
+    PEERLESS = "peerless"
+
+
+@dataclass(frozen=True)
+class ProGPOConfig:
+    """ProGPO parameters; every reconstructed choice of the spec (§6.1-6.2) is a field."""
+
+    gamma: float = 0.95
+    """Discount of step returns and of the next-state potential (GiGPO's 0.95)."""
+    omega: float = 1.0
+    """Weight of the step advantage against the episode advantage."""
+    norm: str = "mean_std"
+    """``mean_std`` or ``mean``: normaliser of A^E, A^peer and A^trans."""
+    stats_scope: str = "cross_steps"
+    """Population of the episode statistics: ``cross_steps`` or ``trajectory``."""
+    eps: float = 1e-6
+    """Added to every std."""
+    invalid_penalty: float = 0.1
+    """Subtracted from invalid rows' score, step return and transition reward."""
+    success_reward: float = 10.0
+    """Reward of a successful episode (r_succ; sets the default lambda and terminal potential)."""
+    depths: tuple = (0, 1, 2, "inf")
+    """History depths fused into the potential; ``"inf"`` = exact prefix (K in {0,1,2,inf}, history 2)."""
+    semantic: str = "normalized_text"
+    """Semantic expansion of the depth-0 key: exact, normalized_text, similarity or embedding."""
+    similarity_threshold: float = 0.95
+    """Indel-ratio threshold (0..1) for ``semantic="similarity"`` (GiGPO's 0.95)."""
+    embedding_threshold: float = 0.9
+    """Cosine threshold for ``semantic="embedding"``."""
+    min_samples: int = 2
+    """n_min: a depth's key needs this many rows to contribute to the potential."""
+    variance_floor: float | None = None
+    """lambda in w_k = n_k / (s_k^2 + lambda); None = 1e-2 * success_reward^2."""
+    potential_target: str = "step_return"
+    """``step_return`` (R_t, default) or ``success`` (success_reward if the episode succeeded, else 0)."""
+    success_potential: float | None = None
+    """Phi after a successful last step; None = success_reward (spec); 0 gives the plain TD-error reading."""
+    transition_mode: str = "peerless"
+    """``peerless`` (transition credit only where no exact-prefix peer exists) or ``additive``."""
+    transition_weight: float = 1.0
+    """omega_T: scale of the transition credit."""
+    transition_scope: str = "group"
+    """``group`` or ``peerless``: rows over which delta is normalised."""
+    reliability_gate: bool = True
+    """Scale transition credit by c_rel = rho_delta / (rho_delta + kappa)."""
+    reliability_kappa: float | None = None
+    """kappa of the gate; None = 1 / lambda."""
+
+    @classmethod
+    def from_params(cls, **params) -> ProGPOConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(params) - names)
+        if unknown:
+            raise ValueError(f"estimator 'progpo': unknown parameter(s) {unknown}; allowed: {sorted(names)}")
+        return cls(**params)
+
+
+@dataclass(frozen=True)
+class ProGPOComponents:
+    """All ``[N]`` canonical-order parts of a ProGPO advantage (for diagnostics and tests)."""
+
+    episode: np.ndarray
+    has_peer: np.ndarray
+    peer: np.ndarray
+    potential: np.ndarray
+    reliability: np.ndarray
+    delta: np.ndarray
+    gate: np.ndarray
+    transition: np.ndarray
+    """Transition credit actually used in the step advantage (after mode, gate and weight)."""
+    step: np.ndarray
+    total: np.ndarray
+
+
+def _parse_depths(depths) -> list[int | None]:
+    out: list[int | None] = []
+    for d in depths:
+        if d == "inf" or d is None:
+            out.append(None)
+        elif isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0:
+            out.append(int(d))
+        else:
+            raise ValueError(f"parameter 'depths': entries must be ints >= 0 or 'inf', got {d!r}")
+    if not out:
+        raise ValueError("parameter 'depths' must not be empty")
+    return sorted(set(out), key=lambda d: np.inf if d is None else d)
+
+
+def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
+    """Compute every ProGPO part on a canonical batch (see the module docstring for the formulas)."""
+    norm = parse_enum(Norm, cfg.norm, "norm")
+    scope = parse_enum(StatsScope, cfg.stats_scope, "stats_scope")
+    semantic = parse_enum(SemanticMode, cfg.semantic, "semantic")
+    target_kind = parse_enum(PotentialTarget, cfg.potential_target, "potential_target")
+    mode = parse_enum(TransitionMode, cfg.transition_mode, "transition_mode")
+    trans_scope = parse_enum(TransitionScope, cfg.transition_scope, "transition_scope")
+    gamma = check_range(cfg.gamma, "gamma", 0.0, 1.0)
+    eps = check_range(cfg.eps, "eps", 0.0, 1.0, low_open=True)
+    penalty = check_range(cfg.invalid_penalty, "invalid_penalty", 0.0, np.inf)
+    r_succ = check_range(cfg.success_reward, "success_reward", 0.0, np.inf, low_open=True)
+    lam = (
+        1e-2 * r_succ**2
+        if cfg.variance_floor is None
+        else check_range(cfg.variance_floor, "variance_floor", 0.0, np.inf, low_open=True)
+    )
+    kappa = (
+        1.0 / lam
+        if cfg.reliability_kappa is None
+        else check_range(cfg.reliability_kappa, "reliability_kappa", 0.0, np.inf, low_open=True)
+    )
+    if int(cfg.min_samples) < 1:
+        raise ValueError(f"parameter 'min_samples' must be >= 1, got {cfg.min_samples!r}")
+    depths = _parse_depths(cfg.depths)
+    invalid = (~batch.valid).astype(np.float64)
+
+    episode = episode_advantage(batch, norm=norm, stats_scope=scope, eps=eps, invalid_penalty=penalty)
+    step_return = discounted_returns(batch, gamma) - penalty * invalid
+
+    # (1) exact-prefix peer comparison
+    prefix_seg, n_prefix = group_scoped_ids(batch, full_prefix_keys(batch))
+    has_peer = np.bincount(prefix_seg, minlength=n_prefix)[prefix_seg] >= 2
+    peer = segment_normalize(step_return, prefix_seg, n_prefix, norm, eps, singleton="zero")
+
+    # (2) potentials fused across history depths by inverse variance
+    if target_kind is PotentialTarget.STEP_RETURN:
+        target = step_return
+    else:
+        target = r_succ * batch.traj_won[batch.traj].astype(np.float64)
+    weighted = np.zeros(batch.n_rows)
+    precision = np.zeros(batch.n_rows)
+    for depth in depths:
+        if depth is None:
+            seg, n_seg = prefix_seg, n_prefix
+        else:
+            current = None
+            if depth == 0:
+                current = state_keys(
+                    batch,
+                    semantic,
+                    similarity_threshold=cfg.similarity_threshold,
+                    embedding_threshold=cfg.embedding_threshold,
+                )
+            seg, n_seg = group_scoped_ids(batch, window_keys(batch, depth, current))
+        count, mean, std, _ = segment_stats(target, seg, n_seg, with_constant=False)
+        n_k = count[seg]
+        w = np.where(n_k >= int(cfg.min_samples), n_k / (std[seg] ** 2 + lam), 0.0)
+        weighted += w * mean[seg]
+        precision += w
+    group_mean = np.bincount(batch.group, weights=target, minlength=batch.n_groups) / np.bincount(
+        batch.group, minlength=batch.n_groups
+    )
+    potential = np.where(
+        precision > 0, weighted / np.where(precision > 0, precision, 1.0), group_mean[batch.group]
+    )
+
+    # (3) transition credit from the potential difference
+    last = batch.is_last
+    next_potential = np.empty(batch.n_rows)
+    next_precision = np.empty(batch.n_rows)
+    next_potential[:-1] = potential[1:]
+    next_precision[:-1] = precision[1:]
+    success_potential = r_succ if cfg.success_potential is None else float(cfg.success_potential)
+    next_potential[last] = np.where(batch.traj_won[batch.traj[last]], success_potential, 0.0)
+    next_precision[last] = np.inf
+    delta = batch.reward - penalty * invalid + gamma * next_potential - potential
+    with np.errstate(divide="ignore"):
+        inv_var = np.where(precision > 0, 1.0 / precision, np.inf) + gamma**2 * np.where(
+            next_precision > 0, 1.0 / next_precision, np.inf
+        )
+        rho_delta = np.where(np.isfinite(inv_var), 1.0 / inv_var, 0.0)
+    gate = rho_delta / (rho_delta + kappa) if cfg.reliability_gate else np.ones(batch.n_rows)
+    if trans_scope is TransitionScope.GROUP:
+        trans_seg, n_trans = batch.group, batch.n_groups
+    else:
+        trans_seg, n_trans = 2 * batch.group + has_peer, 2 * batch.n_groups
+    trans_norm = segment_normalize(delta, trans_seg, n_trans, norm, eps, singleton="zero")
+    transition = float(cfg.transition_weight) * gate * trans_norm
+
+    # (4) step advantage, (5) total
+    if mode is TransitionMode.PEERLESS:
+        transition = np.where(has_peer, 0.0, transition)
+    step = np.where(has_peer, peer, 0.0) + transition
+    total = episode + float(cfg.omega) * step
+    return ProGPOComponents(
+        episode=episode,
+        has_peer=has_peer,
+        peer=np.where(has_peer, peer, 0.0),
+        potential=potential,
+        reliability=precision,
+        delta=delta,
+        gate=gate,
+        transition=transition,
+        step=step,
+        total=total,
+    )
+
+
+@register_estimator("progpo")
+def progpo(
+    batch: StepBatch,
+    *,
+    gamma: float = ProGPOConfig.gamma,
+    omega: float = ProGPOConfig.omega,
+    norm: str = ProGPOConfig.norm,
+    stats_scope: str = ProGPOConfig.stats_scope,
+    eps: float = ProGPOConfig.eps,
+    invalid_penalty: float = ProGPOConfig.invalid_penalty,
+    success_reward: float = ProGPOConfig.success_reward,
+    depths: tuple = ProGPOConfig.depths,
+    semantic: str = ProGPOConfig.semantic,
+    similarity_threshold: float = ProGPOConfig.similarity_threshold,
+    embedding_threshold: float = ProGPOConfig.embedding_threshold,
+    min_samples: int = ProGPOConfig.min_samples,
+    variance_floor: float | None = ProGPOConfig.variance_floor,
+    potential_target: str = ProGPOConfig.potential_target,
+    success_potential: float | None = ProGPOConfig.success_potential,
+    transition_mode: str = ProGPOConfig.transition_mode,
+    transition_weight: float = ProGPOConfig.transition_weight,
+    transition_scope: str = ProGPOConfig.transition_scope,
+    reliability_gate: bool = ProGPOConfig.reliability_gate,
+    reliability_kappa: float | None = ProGPOConfig.reliability_kappa,
+) -> np.ndarray:
+    """ProGPO advantage: exact-prefix peer comparison plus reliability-gated transition credit.
+
+    Args:
+        batch: canonical ``StepBatch`` with N rows.
+        gamma, omega, ...: see :class:`ProGPOConfig` (each field documents itself and its default).
+
+    Returns:
+        ``[N]`` float64 = A^E + omega * A^step.
+
+    Example:
+        >>> from training.advantages import compute_advantages
+        >>> b = {"group_id": np.zeros(2, int), "traj_id": np.array([0, 1]), "step": np.zeros(2, int),
+        ...      "reward": np.array([10.0, 0.0]), "won": np.array([True, False]),
+        ...      "valid": np.ones(2, bool), "obs_key": np.zeros(2, np.uint64),
+        ...      "action_key": np.arange(2, dtype=np.uint64)}
+        >>> compute_advantages("progpo", b, norm="mean").tolist()   # one shared prefix: pure peer credit
+        [10.0, -10.0]
+    """
+    cfg = ProGPOConfig(**{k: v for k, v in locals().items() if k != "batch"})
+    return progpo_components(batch, cfg).total
+
+
+def progpo_report(batch, **params) -> dict:
+    """How much step signal comes from exact-prefix peers vs transition credit, on one batch.
+
+    Args:
+        batch: column mapping (as for ``compute_advantages``) or ``StepBatch``.
+        **params: :class:`ProGPOConfig` fields.
+
+    Returns:
+        dict with ``rows``, ``peer_fraction`` (rows with an exact-prefix peer), ``peerless_fraction``,
+        ``peerless_with_credit_fraction`` (peerless rows whose transition credit is non-zero),
+        ``transition_share`` (sum |transition credit| / sum |A^step|), ``mean_gate_peerless`` and the config.
+    """
+    steps = StepBatch.from_columns(batch)
+    cfg = ProGPOConfig.from_params(**params)
+    parts = progpo_components(steps, cfg)
+    peerless = ~parts.has_peer
+    step_mass = float(np.abs(parts.step).sum())
+    return {
+        "rows": steps.n_rows,
+        "peer_fraction": float(parts.has_peer.mean()),
+        "peerless_fraction": float(peerless.mean()),
+        "peerless_with_credit_fraction": float((parts.transition[peerless] != 0).mean())
+        if peerless.any()
+        else 0.0,
+        "transition_share": float(np.abs(parts.transition).sum()) / step_mass if step_mass > 0 else 0.0,
+        "mean_gate_peerless": float(parts.gate[peerless].mean()) if peerless.any() else 0.0,
+        "config": asdict(cfg),
+    }
