@@ -4,6 +4,7 @@ Importing the package registers the environments (nothing heavy is imported unti
 
 * ``progpo/ALFWorld-v0`` — :class:`progpo_envs.alfworld.env.ALFWorldEnv`
 * ``progpo/WebShop-v0`` — :class:`progpo_envs.webshop.env.WebShopEnv`
+* ``progpo/Remote-v0`` — :class:`progpo_envs.server.remote.RemoteEnv` (an env hosted by ``progpo serve``)
 
 Example:
     >>> import gymnasium as gym
@@ -12,9 +13,18 @@ Example:
     True
 """
 
+import gymnasium as gym
+
 from progpo_envs.core.registration import register_text_env
 
 register_text_env("progpo/ALFWorld-v0", "progpo_envs.alfworld.env:ALFWorldEnv")
 register_text_env("progpo/WebShop-v0", "progpo_envs.webshop.env:WebShopEnv")
+if "progpo/Remote-v0" not in gym.registry:
+    # The remote env batches a whole vector step into one request per server, so it has its own vector env.
+    gym.register(
+        id="progpo/Remote-v0",
+        entry_point="progpo_envs.server.remote:RemoteEnv",
+        vector_entry_point="progpo_envs.server.remote:RemoteGroupVectorEnv",
+    )
 
 __version__ = "0.1.0"

@@ -1,0 +1,56 @@
+"""Agent harness: agents, the prompts and projection shared with training, and evaluation.
+
+What the training loop imports (one implementation for evaluation and training):
+
+* :func:`agents.prompts.build_prompt`, :func:`agents.prompts.admissible_actions_from_info`,
+  :func:`agents.prompts.task_text_from_observation`, :class:`agents.prompts.EnvKind`,
+  :class:`agents.prompts.PromptTemplate`;
+* :func:`agents.projection.project_action` (``(action, valid)``), :func:`agents.projection.project_actions`
+  (batched), :func:`agents.projection.project_action_with_reason`;
+* :class:`agents.memory.History` (per-trajectory record of (observation, action) pairs).
+
+Agents (:mod:`agents.base` protocol): :class:`agents.openai_agent.OpenAIChatAgent`,
+:class:`agents.transformers_agent.TransformersAgent`, :mod:`agents.scripted` (random, expert, human).
+Evaluation:
+:func:`agents.evaluate.evaluate` and ``progpo eval`` (:mod:`agents.cli`). Heavy modules (openai, torch) are
+imported only by the agents that need them.
+"""
+
+from agents.base import Agent, AgentAction, PromptConfig, PromptedAgent, Task
+from agents.memory import History, Turn
+from agents.projection import (
+    InvalidReason,
+    Projection,
+    project_action,
+    project_action_with_reason,
+    project_actions,
+)
+from agents.prompts import (
+    EnvKind,
+    PromptTemplate,
+    admissible_actions_from_info,
+    build_prompt,
+    env_kind_from_id,
+    task_text_from_observation,
+)
+
+__all__ = [
+    "Agent",
+    "AgentAction",
+    "EnvKind",
+    "History",
+    "InvalidReason",
+    "Projection",
+    "PromptConfig",
+    "PromptTemplate",
+    "PromptedAgent",
+    "Task",
+    "Turn",
+    "admissible_actions_from_info",
+    "build_prompt",
+    "env_kind_from_id",
+    "project_action",
+    "project_action_with_reason",
+    "project_actions",
+    "task_text_from_observation",
+]

@@ -1,0 +1,219 @@
+"""The agent protocol: one agent drives a whole batch of env copies.
+
+An agent is told the task of every env slot when episodes start (:meth:`Agent.reset`) and then maps a batch of
+observations and infos to a batch of :class:`AgentAction` (:meth:`Agent.act`). Slots whose episode has ended
+are masked out with ``active``; the agent returns ``None`` for them and does not advance their memory.
+
+LLM agents share :class:`PromptedAgent`: per slot it keeps a :class:`~agents.memory.History`, builds the
+step's prompt with :func:`agents.prompts.build_prompt`, asks a backend for completions
+(:meth:`PromptedAgent.generate`), and projects them with :func:`agents.projection.project_action_with_reason`.
+
+Example:
+    >>> from agents.scripted import RandomAgent
+    >>> agent = RandomAgent(seed=0)
+    >>> agent.reset([Task(env_kind="alfworld", task_index=3, task_id="t3", task_text="look at a book")])
+    >>> [a.action for a in agent.act(["You are in a room."], [{"admissible_actions": ["look", "help"]}])]
+    ['look']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from agents.memory import History
+from agents.projection import InvalidReason, project_action_with_reason
+from agents.prompts import (
+    DEFAULT_HISTORY_LENGTH,
+    DEFAULT_MAX_PROMPT_CHARS,
+    EnvKind,
+    PromptTemplate,
+    admissible_actions_from_info,
+    build_prompt,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """The task an env slot plays in the current episode.
+
+    Attributes:
+        env_kind: ``"alfworld"`` or ``"webshop"`` (selects prompts and admissible-action parsing).
+        task_index: Index in the split (``reset(options={"task_index": i})``).
+        task_id: The env's stable task id.
+        task_text: The task sentence.
+        task_type: ALFWorld task type (``""`` if none).
+        seed: The reset seed of the episode (for agents that sample).
+    """
+
+    env_kind: str
+    task_index: int
+    task_id: str
+    task_text: str
+    task_type: str = ""
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class AgentAction:
+    """One decision of an agent for one env slot.
+
+    Attributes:
+        action: The string sent to ``env.step``.
+        valid: Whether the model's output followed the answer format (always True for scripted agents).
+        admissible: Whether ``action`` is in the slot's admissible list (``None`` when unknown).
+        reason: Why the output is invalid (:class:`~agents.projection.InvalidReason` value).
+        raw_output: The model's text (the action itself for scripted agents).
+        prompt: The chat messages sent to the model (``None`` for scripted agents).
+        prompt_tokens: Prompt tokens the backend billed for this decision.
+        completion_tokens: Completion tokens generated.
+    """
+
+    action: str
+    valid: bool = True
+    admissible: bool | None = None
+    reason: str = InvalidReason.NONE.value
+    raw_output: str = ""
+    prompt: list[dict[str, str]] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """What the evaluation harness drives."""
+
+    def reset(self, tasks: Sequence[Task]) -> None:
+        """New episodes start: slot ``i`` plays ``tasks[i]``."""
+
+    def act(
+        self,
+        observations: Sequence[str],
+        infos: Sequence[dict[str, Any]],
+        active: Sequence[bool] | None = None,
+    ) -> list[AgentAction | None]:
+        """One action per active slot (``None`` for inactive ones)."""
+
+    def close(self) -> None:
+        """Release clients, models, threads."""
+
+
+def active_mask(active: Sequence[bool] | None, size: int) -> list[bool]:
+    """``active`` as a list of ``size`` booleans (all True when ``None``)."""
+    if active is None:
+        return [True] * size
+    if len(active) != size:
+        raise ValueError(f"active has {len(active)} entries for {size} slots")
+    return [bool(a) for a in active]
+
+
+@dataclasses.dataclass
+class Generation:
+    """A backend's completion for one prompt."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclasses.dataclass
+class PromptConfig:
+    """How an LLM agent prompts and parses.
+
+    Attributes:
+        history_length: Latest (observation, action) pairs shown in the prompt.
+        template: ``"default"`` (RL papers) or ``"react"``.
+        max_prompt_chars: Bound on the prompt size in characters (``None``: unbounded).
+        require_think: Whether outputs without ``<think>..</think>`` are invalid.
+    """
+
+    history_length: int = DEFAULT_HISTORY_LENGTH
+    template: str = PromptTemplate.DEFAULT.value
+    max_prompt_chars: int | None = DEFAULT_MAX_PROMPT_CHARS
+    require_think: bool = True
+
+
+class PromptedAgent:
+    """Base of LLM agents: per-slot memory, prompts, projection; subclasses implement :meth:`generate`."""
+
+    def __init__(self, prompt_config: PromptConfig | None = None):
+        self.prompt_config = prompt_config or PromptConfig()
+        self.tasks: list[Task] = []
+        self.histories: list[History] = []
+        self._pending: list[tuple[str, str] | None] = []
+
+    def reset(self, tasks: Sequence[Task]) -> None:
+        self.tasks = list(tasks)
+        self.histories = [History(task_text=t.task_text) for t in self.tasks]
+        self._pending = [None] * len(self.tasks)
+
+    def generate(self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int]) -> list[Generation]:
+        """Completions for a batch of chat prompts, in order; ``seeds[j]`` is prompt ``j``'s sampling seed."""
+        raise NotImplementedError
+
+    def sampling_seed(self, slot: int) -> int:
+        """A 31-bit seed fixed by (task index, episode seed, step): the same however tasks are batched."""
+        task = self.tasks[slot]
+        entropy = [task.task_index, task.seed, self.histories[slot].num_steps]
+        return int(np.random.SeedSequence(entropy).generate_state(1)[0] & 0x7FFFFFFF)
+
+    def act(
+        self,
+        observations: Sequence[str],
+        infos: Sequence[dict[str, Any]],
+        active: Sequence[bool] | None = None,
+    ) -> list[AgentAction | None]:
+        mask = active_mask(active, len(observations))
+        if len(observations) != len(self.tasks):
+            raise ValueError(
+                f"reset() was given {len(self.tasks)} tasks but act() {len(observations)} observations"
+            )
+        config = self.prompt_config
+        slots, prompts, pools = [], [], []
+        for i, (observation, info) in enumerate(zip(observations, infos, strict=True)):
+            if not mask[i]:
+                continue
+            if self._pending[i] is not None:  # the previous step's (observation, action) is now history
+                self.histories[i].record(*self._pending[i])
+            kind = EnvKind(self.tasks[i].env_kind)
+            admissible = admissible_actions_from_info(kind, info)
+            prompts.append(
+                build_prompt(
+                    kind,
+                    self.tasks[i].task_text,
+                    self.histories[i],
+                    observation,
+                    admissible,
+                    config.history_length,
+                    config.template,
+                    max_prompt_chars=config.max_prompt_chars,
+                )
+            )
+            slots.append(i)
+            pools.append(admissible)
+        generations = self.generate(prompts, [self.sampling_seed(i) for i in slots]) if prompts else []
+        if len(generations) != len(prompts):
+            raise RuntimeError(f"backend returned {len(generations)} completions for {len(prompts)} prompts")
+        out: list[AgentAction | None] = [None] * len(observations)
+        for i, prompt, pool, generation in zip(slots, prompts, pools, generations, strict=True):
+            projection = project_action_with_reason(
+                generation.text, pool if pool else None, require_think=config.require_think
+            )
+            out[i] = AgentAction(
+                projection.action,
+                projection.valid,
+                projection.admissible,
+                projection.reason.value,
+                generation.text,
+                prompt,
+                generation.prompt_tokens,
+                generation.completion_tokens,
+            )
+            self._pending[i] = (observations[i], projection.action)
+        return out
+
+    def close(self) -> None:
+        """Nothing to release by default."""

@@ -1,0 +1,174 @@
+"""An agent behind any OpenAI-compatible ``/v1/chat/completions`` endpoint (OpenAI, vLLM, SGLang, ...).
+
+Requests of a batch go out concurrently (a thread pool of ``concurrency`` workers, the official ``openai``
+client is thread-safe). Each request has a timeout; timeouts, connection errors, 429 and 5xx answers are
+retried with exponential backoff (``Retry-After`` is honoured when the server sends it); any other 4xx answer
+raises :class:`AgentRequestError` at once with the server's message — a wrong model name or a bad key will not
+be fixed by retrying. The client's own retries are disabled so that this policy is the only one.
+
+The API key is read from the environment variable ``api_key_env`` (``OPENAI_API_KEY`` by default); a local
+vLLM server accepts any key, so ``"EMPTY"`` is used when the variable is unset.
+
+Example:
+    >>> agent = OpenAIChatAgent(OpenAIConfig(model="Qwen/Qwen2.5-1.5B-Instruct",
+    ...                                      base_url="http://127.0.0.1:8000/v1"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import openai
+
+from agents.base import Generation, PromptConfig, PromptedAgent
+
+
+class AgentRequestError(RuntimeError):
+    """A request the endpoint refused (4xx other than 429) or that still failed after every retry."""
+
+
+@dataclasses.dataclass
+class OpenAIConfig:
+    """How to reach and sample from the endpoint.
+
+    Attributes:
+        model: Model name as the server knows it.
+        base_url: Endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (``None``: api.openai.com).
+        api_key_env: Environment variable holding the API key.
+        concurrency: Requests in flight at once.
+        timeout_s: Seconds before one request is abandoned (and retried).
+        max_retries: Retries after the first attempt, for 429/5xx/timeouts/connection errors.
+        backoff_s: First backoff; doubles each retry (plus up to 25% jitter), capped at ``max_backoff_s``.
+        max_backoff_s: Longest single wait.
+        temperature: Sampling temperature (0: greedy).
+        top_p: Nucleus sampling mass.
+        max_tokens: Completion tokens per request.
+        send_seed: Send a per-request ``seed`` (fixed by task and step) for reproducible sampling where the
+            server supports it.
+        extra_body: Extra JSON fields (vLLM's ``top_k``, ``repetition_penalty``, ...).
+    """
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries: int = 5
+    backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    send_seed: bool = True
+    extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _is_retryable(error: Exception) -> bool:
+    if isinstance(error, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError)):
+        return True
+    return isinstance(error, openai.APIStatusError) and error.status_code >= 500
+
+
+def _retry_after(error: Exception) -> float | None:
+    response = getattr(error, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class OpenAIChatAgent(PromptedAgent):
+    """A :class:`~agents.base.PromptedAgent` whose completions come from an OpenAI-compatible endpoint.
+
+    Args:
+        config: Endpoint and sampling settings.
+        prompt_config: Prompt template, history length, length bound.
+    """
+
+    def __init__(self, config: OpenAIConfig, prompt_config: PromptConfig | None = None):
+        super().__init__(prompt_config)
+        if config.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {config.concurrency}")
+        self.config = config
+        self.client = openai.OpenAI(
+            api_key=os.environ.get(config.api_key_env) or "EMPTY",
+            base_url=config.base_url,
+            timeout=config.timeout_s,
+            max_retries=0,
+        )
+        self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="openai-agent")
+        self._jitter = random.Random(0)
+        self._lock = threading.Lock()
+        self.retries = 0  # retried attempts so far (for reports and tests)
+
+    def _backoff(self, attempt: int, error: Exception) -> float:
+        with self._lock:
+            jitter = self._jitter.uniform(0, 0.25)
+        wait = min(self.config.backoff_s * 2**attempt * (1 + jitter), self.config.max_backoff_s)
+        hinted = _retry_after(error)
+        return min(max(wait, hinted), self.config.max_backoff_s) if hinted is not None else wait
+
+    def complete(self, messages: list[dict[str, str]], seed: int | None = None) -> Generation:
+        """One chat completion with the retry policy of the module docstring."""
+        config = self.config
+        kwargs: dict[str, Any] = {
+            "model": config.model,
+            "messages": messages,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "max_tokens": config.max_tokens,
+        }
+        if config.send_seed and seed is not None:
+            kwargs["seed"] = int(seed)
+        if config.extra_body:
+            kwargs["extra_body"] = config.extra_body
+        for attempt in range(config.max_retries + 1):
+            try:
+                response = self.client.chat.completions.create(**kwargs)
+            except openai.APIStatusError as error:
+                if not _is_retryable(error):
+                    raise AgentRequestError(
+                        f"{config.base_url or 'api.openai.com'} refused the request "
+                        f"for model {config.model!r}: "
+                        f"HTTP {error.status_code}: {error.message}"
+                    ) from error
+                last_error: Exception = error
+            except (openai.APITimeoutError, openai.APIConnectionError) as error:
+                last_error = error
+            else:
+                if not response.choices:
+                    raise AgentRequestError(f"the endpoint returned no choices for model {config.model!r}")
+                usage = response.usage
+                return Generation(
+                    text=response.choices[0].message.content or "",
+                    prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                    completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                )
+            if attempt < config.max_retries:
+                with self._lock:
+                    self.retries += 1
+                time.sleep(self._backoff(attempt, last_error))
+        raise AgentRequestError(
+            f"request to {config.base_url or 'api.openai.com'} failed "
+            f"after {config.max_retries + 1} attempts: "
+            f"{type(last_error).__name__}: {last_error}"
+        ) from last_error
+
+    def generate(self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int]) -> list[Generation]:
+        futures = [
+            self._pool.submit(self.complete, prompt, seed)
+            for prompt, seed in zip(prompts, seeds, strict=True)
+        ]
+        return [future.result() for future in futures]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.client.close()

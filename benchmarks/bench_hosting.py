@@ -1,0 +1,364 @@
+"""Cost of hosting the envs: the env server against the same envs in-process.
+
+Measured for each env (ALFWorld on generated games, WebShop on a generated catalog), at 1, 8 and 32 concurrent
+clients:
+
+* steps/s and p50/p99 step latency through the server (``progpo/Remote-v0`` clients, one thread and one HTTP
+  connection each, against ``progpo serve`` in its own process with ``--workers`` env workers), and the same
+  for the in-process env (the baseline: the same number of env copies stepped round-robin in one process, as a
+  sync group vector env does); the ratio server/in-process;
+* batch stepping: one ``/batch/step`` request for 32 instances against 32 single-step requests (speed-up);
+* memory per live instance: growth of the env workers' resident memory over ``--instances`` reset instances.
+
+Actions are drawn from the env's admissible actions (WebShop: its search/click actions) with a fixed seed; an
+episode that ends is reset. Loopback only. The machine is shared (load average recorded), so absolute numbers
+vary between runs; the ratios against the in-process baseline of the same run are the claim.
+
+Run: ``.venv/bin/python benchmarks/bench_hosting.py`` (about 3-5 minutes; ``--quick`` for a smoke run).
+Writes ``benchmarks/results/hosting.json``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import requests  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import progpo_envs  # noqa: E402,F401
+from progpo_envs.server.remote import RemoteEnv, step_batch  # noqa: E402
+
+ENVS = {
+    "progpo/ALFWorld-v0": {"split": "train"},
+    "progpo/WebShop-v0": {"num_products": 1000, "split": "test"},
+}
+#: Steps per (env, concurrency) measurement: ALFWorld steps (and game loads on reset) are ~100x slower.
+DEFAULT_STEPS = {"progpo/ALFWorld-v0": 192, "progpo/WebShop-v0": 960}
+RESULT = ROOT / "benchmarks" / "results" / "hosting.json"
+
+
+def choose_action(info: dict, rng: random.Random) -> str:
+    """A random admissible action (a concrete query for WebShop's search placeholder)."""
+    action = rng.choice(info["admissible_actions"])
+    return "search[cotton shirt for men]" if action.startswith("search[") else action
+
+
+def percentiles(latencies: list[float]) -> dict[str, float]:
+    data = np.asarray(latencies) * 1000
+    return {"p50_ms": float(np.percentile(data, 50)), "p99_ms": float(np.percentile(data, 99))}
+
+
+def bench_in_process(env_id: str, copies: int, steps_per_copy: int) -> dict:
+    """``copies`` envs stepped round-robin in this process."""
+    envs = [gym.make(env_id, **ENVS[env_id]) for _ in range(copies)]
+    rngs = [random.Random(i) for i in range(copies)]
+    infos = [env.reset(seed=i)[1] for i, env in enumerate(envs)]
+    latencies = []
+    start = time.perf_counter()
+    for _ in range(steps_per_copy):
+        for i, env in enumerate(envs):
+            t0 = time.perf_counter()
+            _, _, terminated, truncated, infos[i] = env.step(choose_action(infos[i], rngs[i]))
+            if terminated or truncated:
+                infos[i] = env.reset()[1]
+            latencies.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - start
+    for env in envs:
+        env.close()
+    return {"steps": len(latencies), "steps_per_s": len(latencies) / elapsed, **percentiles(latencies)}
+
+
+def bench_remote(url: str, env_id: str, clients: int, steps_per_client: int) -> dict:
+    """``clients`` threads, each stepping its own remote env."""
+    envs = [RemoteEnv(url, env_id) for _ in range(clients)]
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+    barrier = threading.Barrier(clients + 1)
+
+    def client(i: int) -> None:
+        rng, env = random.Random(i), envs[i]
+        try:
+            info = env.reset(seed=i)[1]
+            barrier.wait()
+            for _ in range(steps_per_client):
+                t0 = time.perf_counter()
+                _, _, terminated, truncated, info = env.step(choose_action(info, rng))
+                if terminated or truncated:
+                    info = env.reset()[1]
+                latencies[i].append(time.perf_counter() - t0)
+        except Exception as exc:  # noqa: BLE001 - reported in the results
+            errors.append(repr(exc))
+            if not barrier.broken:
+                barrier.abort()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    for env in envs:
+        env.close()
+    flat = [x for per_client in latencies for x in per_client]
+    return {"steps": len(flat), "steps_per_s": len(flat) / elapsed, "errors": errors, **percentiles(flat)}
+
+
+def bench_batch(url: str, env_id: str, size: int, rounds: int) -> dict:
+    """One batch request for ``size`` instances vs ``size`` single-step requests (same envs, same actions)."""
+    envs = [RemoteEnv(url, env_id) for _ in range(size)]
+    rng = random.Random(0)
+    infos = [env.reset(seed=i)[1] for i, env in enumerate(envs)]
+    single, batched = [], []
+    for round_index in range(2 * rounds):
+        actions = [choose_action(info, rng) for info in infos]
+        t0 = time.perf_counter()
+        if round_index % 2:
+            results = step_batch(envs, actions)
+            batched.append(time.perf_counter() - t0)
+        else:
+            results = [env.step(action) for env, action in zip(envs, actions, strict=True)]
+            single.append(time.perf_counter() - t0)
+        infos = [r[4] for r in results]
+        for i, r in enumerate(results):
+            if r[2] or r[3]:
+                infos[i] = envs[i].reset()[1]
+    for env in envs:
+        env.close()
+    single_s, batch_s = float(np.median(single)), float(np.median(batched))
+    return {
+        "instances": size,
+        "single_requests_s": single_s,
+        "one_batch_request_s": batch_s,
+        "speedup": single_s / batch_s,
+    }
+
+
+def bench_memory(url: str, env_id: str, count: int) -> dict:
+    """Worker RSS growth per live (reset) instance."""
+
+    def worker_rss() -> int:
+        return sum(w["rss_bytes"] for w in requests.get(f"{url}/metrics", timeout=30).json()["workers"])
+
+    warm = [RemoteEnv(url, env_id) for _ in range(4)]
+    for i, env in enumerate(warm):
+        env.reset(seed=i)
+    before = worker_rss()
+    envs = [RemoteEnv(url, env_id) for _ in range(count)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+    after = worker_rss()
+    for env in envs + warm:
+        env.close()
+    return {
+        "instances": count,
+        "bytes_per_instance": (after - before) / count,
+        "mib_per_instance": (after - before) / count / 2**20,
+    }
+
+
+class ServerProcess:
+    """``progpo serve`` for one env in a subprocess (so clients and server do not share a GIL)."""
+
+    def __init__(self, env_id: str, workers: int):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "progpo_envs.server.cli",
+                "--env",
+                env_id,
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--env-kwargs",
+                f"{env_id}={json.dumps(ENVS[env_id])}",
+                "--max-instances",
+                "4096",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(f"server exited:\n{self.log.read()[-2000:]}")
+            try:
+                if requests.get(f"{self.url}/ready", timeout=2).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError("server not ready")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="steps per (env, concurrency) measurement (default: per env, see DEFAULT_STEPS)",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="env worker processes of the server")
+    parser.add_argument(
+        "--instances", type=int, default=100, help="live instances for the memory measurement"
+    )
+    parser.add_argument("--batch-rounds", type=int, default=8)
+    parser.add_argument("--env", action="append", dest="envs", help="only these env ids")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few steps, no JSON written")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.instances, args.batch_rounds, args.clients = 64, 8, 2, [1, 8]
+    console = Console()
+    results: dict = {}
+    for env_id in args.envs or list(ENVS):
+        try:
+            gym.make(env_id, **ENVS[env_id]).close()
+        except Exception as exc:  # noqa: BLE001 - an env not available here is reported, not fatal
+            console.print(f"[yellow]skipping {env_id}: {exc!r}")
+            continue
+        console.print(f"[bold]{env_id}[/]: starting the server ({args.workers} env workers)")
+        server = ServerProcess(env_id, args.workers)
+        per_env: dict = {"concurrency": {}}
+        try:
+            for clients in args.clients:
+                steps_each = max(4, (args.steps or DEFAULT_STEPS[env_id]) // clients)
+                local = bench_in_process(env_id, clients, steps_each)
+                remote = bench_remote(server.url, env_id, clients, steps_each)
+                per_env["concurrency"][str(clients)] = {
+                    "in_process": local,
+                    "server": remote,
+                    "throughput_ratio": remote["steps_per_s"] / local["steps_per_s"],
+                    "p50_ratio": remote["p50_ms"] / local["p50_ms"],
+                }
+                console.print(
+                    f"  {clients:>2} clients: server {remote['steps_per_s']:.0f} steps/s, in-process "
+                    f"{local['steps_per_s']:.0f} steps/s, errors {len(remote['errors'])}"
+                )
+            per_env["batch"] = bench_batch(server.url, env_id, 32, args.batch_rounds)
+            per_env["memory"] = bench_memory(server.url, env_id, args.instances)
+            per_env["server_metrics"] = {
+                k: v
+                for k, v in requests.get(f"{server.url}/metrics", timeout=30).json().items()
+                if k != "workers"
+            }
+        finally:
+            server.stop()
+        results[env_id] = per_env
+
+    table = Table(title="Env server vs in-process")
+    for column in [
+        "env",
+        "clients",
+        "server steps/s",
+        "in-proc steps/s",
+        "ratio",
+        "server p50/p99 ms",
+        "in-proc p50/p99 ms",
+        "errors",
+    ]:
+        table.add_column(column, justify="right" if column != "env" else "left")
+    for env_id, per_env in results.items():
+        for clients, row in per_env["concurrency"].items():
+            s, loc = row["server"], row["in_process"]
+            table.add_row(
+                env_id.split("/")[-1],
+                clients,
+                f"{s['steps_per_s']:.0f}",
+                f"{loc['steps_per_s']:.0f}",
+                f"{row['throughput_ratio']:.2f}",
+                f"{s['p50_ms']:.1f} / {s['p99_ms']:.1f}",
+                f"{loc['p50_ms']:.1f} / {loc['p99_ms']:.1f}",
+                str(len(s["errors"])),
+            )
+    console.print(table)
+    extra = Table(title="Batch stepping and memory")
+    for column in [
+        "env",
+        "32 single requests s",
+        "1 batch request s",
+        "batch speed-up",
+        "KiB / live instance",
+    ]:
+        extra.add_column(column)
+    for env_id, per_env in results.items():
+        b, m = per_env["batch"], per_env["memory"]
+        extra.add_row(
+            env_id.split("/")[-1],
+            f"{b['single_requests_s']:.3f}",
+            f"{b['one_batch_request_s']:.3f}",
+            f"{b['speedup']:.1f}x",
+            f"{m['bytes_per_instance'] / 1024:.1f}",
+        )
+    console.print(extra)
+    if args.quick:
+        return 0
+    payload = {
+        "benchmark": "hosting",
+        "command": "python benchmarks/bench_hosting.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "settings": {
+            "clients": args.clients,
+            "steps": args.steps or DEFAULT_STEPS,
+            "workers": args.workers,
+            "instances": args.instances,
+            "env_kwargs": ENVS,
+        },
+        "notes": "Server: `progpo serve` in its own process on loopback (waitress, --workers env workers). "
+        "In-process baseline: the same number of env copies stepped round-robin in one process. "
+        "Latencies are per step call; the machine is shared (see load_average).",
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "load_average": list(os.getloadavg()),
+        },
+        "results": results,
+    }
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    RESULT.write_text(json.dumps(payload, indent=2) + "\n")
+    console.print(f"wrote {RESULT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Exact JSON encoding of env values (observations, infos, options) for the env server and its client.
+
+Plain JSON loses what the trainer relies on: ``info["obs_hash"]`` is a ``numpy.uint64``,
+``info["history_keys"]`` is a dict with ``int`` keys, and tuples come back as lists. :func:`encode` turns a
+value into JSON-safe data with small tagged objects for everything JSON cannot say, and :func:`decode`
+restores the identical Python value, so a remote env returns ``==``-equal observations and infos *of the same
+types* as the in-process env.
+
+Tags (an object whose only keys are a tag and its payload):
+
+* ``{"$np": dtype, "v": value}`` — a numpy scalar (``uint64`` digests stay exact: JSON integers are unbounded
+in
+  Python; the value is a string for non-finite floats);
+* ``{"$nd": dtype, "shape": [...], "v": [...]}`` — a numpy array (numeric, bool, str or object dtype);
+* ``{"$tuple": [...]}``, ``{"$bytes": base64}``, ``{"$float": "nan" | "inf" | "-inf"}``;
+* ``{"$dict": [[key, value], ...]}`` — a dict with any non-``str`` key, or a ``str`` key starting with ``$``
+(so a
+  plain dict can never be mistaken for a tag).
+
+Example:
+    >>> import numpy as np
+    >>> info = {"obs_hash": np.uint64(2**64 - 1), "history_keys": {1: np.uint64(7)}, "pair": (1, "a")}
+    >>> decode(json.loads(json.dumps(encode(info)))) == info
+    True
+    >>> type(decode(encode(info))["obs_hash"]).__name__
+    'uint64'
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+_TAGS = {"$np", "$nd", "$tuple", "$bytes", "$float", "$dict"}
+
+
+class CodecError(ValueError):
+    """A value cannot be encoded, or a payload is not a valid encoding."""
+
+
+def _encode_float(value: float) -> Any:
+    return value if math.isfinite(value) else {"$float": repr(value)}
+
+
+def encode(value: Any) -> Any:
+    """JSON-safe data that :func:`decode` turns back into exactly ``value``."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _encode_float(float(value))
+    if isinstance(value, np.generic):
+        item = value.item()
+        if isinstance(item, float):
+            item = item if math.isfinite(item) else repr(item)
+        elif isinstance(item, (bytes, complex)) or not isinstance(item, (int, bool, str)):
+            raise CodecError(f"cannot encode numpy scalar of dtype {value.dtype}")
+        return {"$np": value.dtype.str, "v": item}
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biufUO":
+            raise CodecError(f"cannot encode numpy array of dtype {value.dtype}")
+        flat = (
+            [encode(x) for x in value.reshape(-1).tolist()]
+            if value.dtype.kind == "O"
+            else [_encode_float(x) if isinstance(x, float) else x for x in value.reshape(-1).tolist()]
+        )
+        return {"$nd": value.dtype.str, "shape": list(value.shape), "v": flat}
+    if isinstance(value, tuple):
+        return {"$tuple": [encode(x) for x in value]}
+    if isinstance(value, list):
+        return [encode(x) for x in value]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("$") for k in value):
+            return {k: encode(v) for k, v in value.items()}
+        return {"$dict": [[encode(k), encode(v)] for k, v in value.items()]}
+    if isinstance(value, (bytes, bytearray)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    raise CodecError(f"cannot encode a value of type {type(value).__name__}")
+
+
+def _decode_float(value: Any) -> float:
+    if isinstance(value, str):
+        if value not in ("nan", "inf", "-inf"):
+            raise CodecError(f"bad non-finite float {value!r}")
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CodecError(f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _dtype(text: Any) -> np.dtype:
+    if not isinstance(text, str):
+        raise CodecError("dtype must be a string")
+    try:
+        dtype = np.dtype(text)
+    except TypeError as exc:
+        raise CodecError(f"unknown dtype {text!r}") from exc
+    if dtype.kind not in "biufUO":
+        raise CodecError(f"unsupported dtype {text!r}")
+    return dtype
+
+
+def _hashable(key: Any) -> Any:
+    try:
+        hash(key)
+    except TypeError as exc:
+        raise CodecError(f"dict key of type {type(key).__name__} is not hashable") from exc
+    return key
+
+
+def decode(data: Any) -> Any:
+    """The value :func:`encode` made ``data`` from (:class:`CodecError` on bad data)."""
+    if data is None or isinstance(data, (bool, int, str)):
+        return data
+    if isinstance(data, float):
+        return data
+    if isinstance(data, list):
+        return [decode(x) for x in data]
+    if not isinstance(data, dict):
+        raise CodecError(f"unexpected JSON value of type {type(data).__name__}")
+    tag = next((k for k in data if k in _TAGS), None)
+    if tag is None:
+        if any(k.startswith("$") for k in data):
+            raise CodecError(f"unknown tag in {sorted(data)[:3]}")
+        return {k: decode(v) for k, v in data.items()}
+    try:
+        if tag == "$np":
+            dtype = _dtype(data["$np"])
+            if dtype.kind in "O":
+                raise CodecError("object numpy scalars are not supported")
+            value = data["v"]
+            if dtype.kind == "f":
+                value = _decode_float(value)
+            return dtype.type(value)
+        if tag == "$nd":
+            dtype = _dtype(data["$nd"])
+            shape = tuple(int(s) for s in data["shape"])
+            if any(s < 0 for s in shape) or len(data["v"]) != math.prod(shape):
+                raise CodecError("array shape does not match its values")
+            if dtype.kind == "O":
+                out = np.empty(len(data["v"]), dtype=object)
+                for i, item in enumerate(data["v"]):
+                    out[i] = decode(item)
+                return out.reshape(shape)
+            values = [_decode_float(x) for x in data["v"]] if dtype.kind == "f" else data["v"]
+            return np.array(values, dtype=dtype).reshape(shape)
+        if tag == "$tuple":
+            return tuple(decode(x) for x in _as_list(data["$tuple"]))
+        if tag == "$bytes":
+            return base64.b64decode(data["$bytes"], validate=True)
+        if tag == "$float":
+            return _decode_float(data["$float"])
+        return {_hashable(decode(k)): decode(v) for k, v in (_pair(p) for p in _as_list(data["$dict"]))}
+    except CodecError:
+        raise
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise CodecError(f"malformed {tag} value: {exc}") from exc
+
+
+def _as_list(value: Any) -> list:
+    if not isinstance(value, list):
+        raise CodecError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _pair(value: Any) -> tuple[Any, Any]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise CodecError("a $dict entry must be a [key, value] pair")
+    return value[0], value[1]
+
+
+def dumps(value: Any) -> str:
+    """``json.dumps(encode(value))`` in strict JSON (no NaN literals)."""
+    return json.dumps(encode(value), allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def loads(text: str | bytes) -> Any:
+    """The inverse of :func:`dumps`."""
+    return decode(json.loads(text))

@@ -1,0 +1,391 @@
+"""A Gymnasium env that plays an env hosted by an env server (``progpo/Remote-v0``).
+
+``gymnasium.make("progpo/Remote-v0", url=..., env_id="progpo/ALFWorld-v0", **env_kwargs)`` creates an instance
+on the server and behaves like the in-process env: the same observations, rewards, flags and infos (numpy
+``uint64`` keys and int-keyed ``history_keys`` included, through :mod:`progpo_envs.server.codec`) for the same
+seed. Because it is a text env like the others, the group vector env works over it::
+
+    envs = gymnasium.make_vec("progpo/Remote-v0", num_envs=8, group_size=4, url=url,
+    env_id="progpo/ALFWorld-v0")
+
+Networking: one ``requests.Session`` per env (connection reuse); a connect and a read timeout; idempotent
+calls (reads, close, and reset/step, which carry a ``seq`` number the server deduplicates) are retried with
+exponential back-off on connection errors, timeouts and 502/503/504; creating an instance is retried only when
+the connection was refused (nothing reached the server). When the server stays unreachable the error says so
+(:class:`ServerUnavailableError`); an instance the server no longer has raises :class:`InstanceLostError`.
+
+:func:`step_batch` and :func:`reset_batch` act on many remote envs of one server in a single request, and
+:class:`RemoteGroupVectorEnv` (``make_vec``'s vector env for the remote id) uses them for every vector step.
+
+Example:
+    >>> import gymnasium as gym, progpo_envs
+    >>> url = "http://127.0.0.1:8000"
+    >>> env = gym.make("progpo/Remote-v0", url=url, env_id="progpo/ALFWorld-v0")  # doctest: +SKIP
+    >>> obs, info = env.reset(seed=0)  # doctest: +SKIP
+    >>> obs, reward, terminated, truncated, info = env.step("look")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import requests
+
+from progpo_envs.core.spaces import MAX_ACTION_LENGTH, MAX_OBSERVATION_LENGTH, Unicode
+from progpo_envs.core.vector import GroupVectorEnv, VectorMode
+from progpo_envs.server.codec import decode, encode
+
+REMOTE_ENV_ID = "progpo/Remote-v0"
+_RETRY_STATUSES = {502, 503, 504}
+
+
+class RemoteEnvError(RuntimeError):
+    """The server answered with an error.
+
+    Attributes:
+        status: The HTTP status (``None`` when no answer came).
+        message: The server's message.
+    """
+
+    def __init__(self, status: int | None, message: str):
+        super().__init__(f"[{status}] {message}" if status is not None else message)
+        self.status = status
+        self.message = message
+
+
+class ServerUnavailableError(RemoteEnvError):
+    """The server could not be reached (after the retries)."""
+
+
+class InstanceLostError(RemoteEnvError):
+    """The server no longer has this instance (expired, closed, or its worker died); make a new env."""
+
+
+def _refused(exc: requests.RequestException) -> bool:
+    """Whether the connection itself failed, so the request never reached the server."""
+    return isinstance(exc, requests.ConnectTimeout) or (
+        isinstance(exc, requests.ConnectionError) and "NewConnectionError" in repr(exc)
+    )
+
+
+class _Client:
+    """HTTP calls to one server with timeouts and retries (see the module docstring)."""
+
+    def __init__(self, url: str, timeout: float, connect_timeout: float, retries: int, backoff: float):
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, got {url!r}")
+        self.url = url.rstrip("/")
+        self.timeout = (connect_timeout, timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.session = requests.Session()
+
+    def request(self, method: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
+        last: str = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                response = self.session.request(method, self.url + path, json=body, timeout=self.timeout)
+            except requests.RequestException as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                if idempotent or _refused(exc):
+                    continue
+                raise ServerUnavailableError(
+                    None,
+                    f"env server at {self.url} failed during {method} {path} "
+                    f"({last}); the call may or may not have happened",
+                ) from exc
+            if response.status_code in _RETRY_STATUSES and (idempotent or response.status_code == 503):
+                last = f"HTTP {response.status_code}: {self._message(response)}"
+                continue
+            if response.status_code >= 400:
+                message = self._message(response)
+                if response.status_code in (404, 410) and path.startswith("/instances/"):
+                    raise InstanceLostError(response.status_code, message)
+                raise RemoteEnvError(response.status_code, message)
+            return response.json()
+        raise ServerUnavailableError(
+            None, f"env server at {self.url} is unavailable after {self.retries + 1} attempts ({last})"
+        )
+
+    @staticmethod
+    def _message(response: requests.Response) -> str:
+        try:
+            return str(response.json().get("error", response.text))
+        except ValueError:
+            return response.text[:500]
+
+
+class RemoteEnv(gym.Env[str, str]):
+    """An env instance on an env server, as a Gymnasium env (see the module docstring).
+
+    Args:
+        url: The server, e.g. ``http://127.0.0.1:8000``.
+        env_id: The hosted env (``progpo/ALFWorld-v0``, ``progpo/WebShop-v0``, ...).
+        timeout: Seconds to wait for an answer.
+        connect_timeout: Seconds to wait for a connection.
+        retries: Extra attempts for retryable failures.
+        backoff: First back-off in seconds (doubles per attempt).
+        render_mode: ``"ansi"`` or ``None``.
+        **env_kwargs: Constructor kwargs of the hosted env (the server's allow-list applies).
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        url: str,
+        env_id: str,
+        *,
+        timeout: float = 120.0,
+        connect_timeout: float = 5.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+        render_mode: str | None = None,
+        **env_kwargs: Any,
+    ):
+        if env_id == REMOTE_ENV_ID:
+            raise ValueError("a remote env cannot host another remote env")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self.env_id = env_id
+        self._client = _Client(url, timeout, connect_timeout, retries, backoff)
+        meta = self._client.request(
+            "POST", "/instances", {"env_id": env_id, "kwargs": encode(env_kwargs)}, idempotent=False
+        )
+        self.instance_id: str | None = meta["instance_id"]
+        self.num_tasks: int | None = meta.get("num_tasks")
+        self.max_steps: int | None = meta.get("max_steps")
+        self.max_action_length = int(meta.get("max_action_length", MAX_ACTION_LENGTH))
+        self.observation_space = Unicode(int(meta.get("max_observation_length", MAX_OBSERVATION_LENGTH)))
+        self.action_space = Unicode(self.max_action_length, min_length=1)
+        self._seq = 0
+        self._steps = 0
+        self._observation: str | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        return self._client.url
+
+    def _path(self, suffix: str = "") -> str:
+        if self.instance_id is None:
+            raise gym.error.ClosedEnvironmentError("the remote env is closed")
+        return f"/instances/{self.instance_id}{suffix}"
+
+    def _mutate(self, suffix: str, body: dict[str, Any]) -> dict:
+        """A reset/step numbered ``seq`` (safe to retry); a call the server refused does not use a number."""
+        body["seq"] = self._seq + 1
+        try:
+            answer = self._client.request("POST", self._path(suffix), body)
+        except RemoteEnvError as exc:
+            if exc.status is None:  # no answer: the server may have acted, so the number is spent
+                self._seq += 1
+            raise
+        self._seq += 1
+        return answer
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        """Reset the remote instance (same seed → same task and observation as in-process)."""
+        super().reset(seed=seed)
+        body = {"seed": seed, "options": encode(options) if options is not None else None}
+        return self._apply_reset(self._mutate("/reset", body))
+
+    def _apply_reset(self, answer: dict) -> tuple[str, dict]:
+        self._observation, self._steps = answer["observation"], 0
+        return answer["observation"], decode(answer["info"])
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        """Step the remote instance; a non-string action is sent as an invalid action, as in-process."""
+        try:
+            answer = self._mutate("/step", {"action": action if isinstance(action, str) else None})
+        except RemoteEnvError as exc:
+            if exc.status == 409 and "reset" in exc.message:
+                raise gym.error.ResetNeeded(exc.message) from None
+            raise
+        return self._apply_step(answer)
+
+    def _apply_step(self, answer: dict) -> tuple[str, float, bool, bool, dict]:
+        self._observation = answer["observation"]
+        self._steps += 1
+        return (
+            answer["observation"],
+            float(decode(answer["reward"])),
+            bool(answer["terminated"]),
+            bool(answer["truncated"]),
+            decode(answer["info"]),
+        )
+
+    def available_actions(self) -> Any:
+        """The env's current admissible/available actions (from the last info)."""
+        return decode(self._client.request("GET", self._path("/available_actions"))["available_actions"])
+
+    def render(self) -> str | None:
+        """The last observation (``render_mode="ansi"``)."""
+        return self._observation if self.render_mode == "ansi" else None
+
+    @property
+    def elapsed_steps(self) -> int:
+        """Actions taken in the current episode."""
+        return self._steps
+
+    def close(self) -> None:
+        """Close the remote instance (quietly if it is already gone or the server is down)."""
+        if getattr(self, "instance_id", None) is None:
+            return
+        try:
+            self._client.request("DELETE", self._path(), idempotent=True)
+        except RemoteEnvError:
+            pass  # expired, lost with its worker, or the server is gone: nothing left to close
+        finally:
+            self.instance_id = None
+            self._client.session.close()
+
+
+def _unwrap_remote(env: gym.Env) -> RemoteEnv:
+    remote = env.unwrapped
+    if not isinstance(remote, RemoteEnv):
+        raise TypeError(f"expected a RemoteEnv, got {type(remote).__name__}")
+    return remote
+
+
+def _batch(kind: str, remotes: list[RemoteEnv], bodies: list[dict[str, Any]], apply) -> list[Any]:
+    """One ``/batch/<kind>`` request per server; ``apply(remote, answer)`` turns each answer into a result."""
+    by_url: dict[str, list[int]] = {}
+    for position, remote in enumerate(remotes):
+        by_url.setdefault(remote.url, []).append(position)
+    results: list[Any] = [None] * len(remotes)
+    failures = []
+    for positions in by_url.values():
+        items = [
+            {**bodies[p], "instance_id": remotes[p]._path()[len("/instances/") :], "seq": remotes[p]._seq + 1}
+            for p in positions
+        ]
+        key = "steps" if kind == "step" else "resets"
+        answers = remotes[positions[0]]._client.request("POST", f"/batch/{kind}", {key: items})["results"]
+        for p, answer in zip(positions, answers, strict=True):
+            if answer["ok"]:
+                remotes[p]._seq += 1
+                results[p] = apply(remotes[p], answer)
+            else:
+                failures.append(f"env {p}: [{answer['status']}] {answer['error']}")
+    if failures:
+        error = RemoteEnvError(None, f"batch {kind} failed for " + "; ".join(failures))
+        error.results = results  # type: ignore[attr-defined]
+        raise error
+    return results
+
+
+def step_batch(envs: Sequence[gym.Env], actions: Sequence[Any]) -> list[tuple[str, float, bool, bool, dict]]:
+    """Step several remote envs with one request per server; results in order.
+
+    Args:
+        envs: Remote envs (``gymnasium.make("progpo/Remote-v0", ...)`` or :class:`RemoteEnv`).
+        actions: One action per env.
+
+    Raises:
+        RemoteEnvError: If any item failed (the others are applied; their results are in ``exc.results``).
+    """
+    if len(envs) != len(actions):
+        raise ValueError(f"expected {len(envs)} actions, got {len(actions)}")
+    bodies = [{"action": action if isinstance(action, str) else None} for action in actions]
+    return _batch("step", [_unwrap_remote(env) for env in envs], bodies, RemoteEnv._apply_step)
+
+
+def reset_batch(
+    envs: Sequence[gym.Env], seeds: Sequence[int | None], options: Sequence[dict[str, Any] | None]
+) -> list[tuple[str, dict]]:
+    """Reset several remote envs with one request per server (same results as resetting each)."""
+    remotes = [_unwrap_remote(env) for env in envs]
+    if not len(remotes) == len(seeds) == len(options):
+        raise ValueError("reset_batch needs one seed and one options entry per env")
+    for remote, seed in zip(remotes, seeds, strict=True):
+        gym.Env.reset(remote, seed=seed)  # the client-side RNG, as RemoteEnv.reset does
+    bodies = [
+        {"seed": seed, "options": encode(opts) if opts is not None else None}
+        for seed, opts in zip(seeds, options, strict=True)
+    ]
+    return _batch("reset", remotes, bodies, RemoteEnv._apply_reset)
+
+
+class _BatchedRemoteBackend:
+    """The in-process backend of :class:`RemoteGroupVectorEnv`: every copy's reset/step in one request."""
+
+    def __init__(self, envs: list[gym.Env]):
+        self.envs = envs
+
+    def run(self, method: str, per_env_args: Sequence[tuple]) -> list[Any]:
+        if method == "step":
+            return step_batch(self.envs, [args[0] for args in per_env_args])
+        if method == "reset":
+            return reset_batch(
+                self.envs, [args[0] for args in per_env_args], [args[1] for args in per_env_args]
+            )
+        if method == "call":
+            out = []
+            for env, (name, args, kwargs) in zip(self.envs, per_env_args, strict=True):
+                attr = getattr(env.unwrapped, name)
+                out.append(attr(*args, **kwargs) if callable(attr) else attr)
+            return out
+        raise ValueError(f"unknown method {method!r}")
+
+    def getattr(self, name: str) -> list[Any]:
+        return [getattr(env.unwrapped, name) for env in self.envs]
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class RemoteGroupVectorEnv(GroupVectorEnv):
+    """``make_vec``'s group vector env for ``progpo/Remote-v0``: one request per server for each vector step.
+
+    It is the group vector env of any text env, except that stepping or resetting all copies is one batch
+    request per server instead of one request per copy.
+
+    Args:
+        num_envs: Total copies (``B·G``).
+        group_size: Copies per task group.
+        vector_mode: ``"sync"`` (batched requests from this process) or ``"async"`` (copies in subprocesses,
+            one request per copy, as for any text env).
+        **kwargs: ``url``, ``env_id`` and the rest of :class:`RemoteEnv`'s arguments; ``num_workers`` and
+            ``mp_context`` for ``"async"``.
+
+    Example:
+        >>> envs = gym.make_vec("progpo/Remote-v0", num_envs=8, group_size=4, url=url,
+        ...                     env_id="progpo/ALFWorld-v0")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        group_size: int = 1,
+        vector_mode: VectorMode | str = VectorMode.SYNC,
+        **kwargs: Any,
+    ):
+        super().__init__(
+            f"{__name__}:RemoteEnv",
+            num_envs=num_envs,
+            group_size=group_size,
+            vector_mode=vector_mode,
+            **kwargs,
+        )
+        if self.vector_mode is VectorMode.SYNC:
+            self._backend = _BatchedRemoteBackend(self._backend.envs)
+
+
+def register_remote_env() -> None:
+    """Register ``progpo/Remote-v0`` with its batched group vector env (idempotent)."""
+    if REMOTE_ENV_ID not in gym.registry:
+        gym.register(
+            id=REMOTE_ENV_ID,
+            entry_point=f"{__name__}:RemoteEnv",
+            vector_entry_point=f"{__name__}:RemoteGroupVectorEnv",
+        )

@@ -1,0 +1,87 @@
+"""Serving the app with waitress: in the foreground (the CLI) or on a background thread (tests, benchmarks).
+
+Waitress is a pure-Python, multi-threaded WSGI server: its threads only parse HTTP and route to the env
+workers, so a few dozen threads serve many concurrent clients. (Gunicorn works too, with a single worker
+process and threads, e.g. ``gunicorn -w 1 --threads 32 'progpo_envs.server.serving:app_from_environment()'``:
+the instances live in the one process that owns the env workers.)
+
+Example:
+    >>> from progpo_envs.server.app import ServerConfig, create_app
+    >>> with BackgroundServer(create_app(ServerConfig())) as server:  # doctest: +SKIP
+    ...     print(server.url)
+    http://127.0.0.1:49152
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import threading
+
+from flask import Flask
+from waitress.server import create_server
+
+#: Waitress threads by default: enough for 32 concurrent clients with room for health checks.
+DEFAULT_THREADS = 48
+
+
+def make_wsgi_server(app: Flask, host: str = "127.0.0.1", port: int = 8000, threads: int = DEFAULT_THREADS):
+    """A waitress server for ``app`` (``port=0`` picks a free port: read ``server.effective_port``)."""
+    # connection_limit above the thread count so that queued keep-alive clients wait instead of being refused
+    return create_server(
+        app,
+        host=host,
+        port=port,
+        threads=threads,
+        connection_limit=max(100, 4 * threads),
+        channel_timeout=300,
+        ident="progpo-env-server",
+    )
+
+
+class BackgroundServer:
+    """``app`` served by waitress on a thread of this process, on a free loopback port.
+
+    Args:
+        app: The Flask app (``create_app(...)``).
+        threads: Waitress threads.
+        shutdown_pool: Also stop the app's env workers when the server stops.
+    """
+
+    def __init__(self, app: Flask, threads: int = DEFAULT_THREADS, shutdown_pool: bool = True):
+        self.app = app
+        self.shutdown_pool = shutdown_pool
+        self._server = make_wsgi_server(app, port=0, threads=threads)
+        self.port = int(self._server.effective_port)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.run, name="env-server", daemon=True)
+
+    def __enter__(self) -> BackgroundServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop serving (and the env workers unless ``shutdown_pool=False``)."""
+        self._server.close()
+        # close() stops listening; the loop exits once every channel (open connections, the wake-up trigger)
+        # is closed too, so close them rather than wait for their timeouts
+        for channel in list(self._server._map.values()):
+            channel.close()
+        self._thread.join(10)
+        pool = self.app.extensions.get("progpo_pool")
+        if self.shutdown_pool and pool is not None:
+            pool.shutdown()
+
+
+def app_from_environment() -> Flask:
+    """An app configured by ``PROGPO_SERVE_ARGS`` (``progpo serve`` flags in one string), for gunicorn."""
+    from progpo_envs.server.app import create_app
+    from progpo_envs.server.cli import build_config, parse_args
+
+    config = build_config(parse_args(shlex.split(os.environ.get("PROGPO_SERVE_ARGS", ""))))
+    print(json.dumps({"serving": list(config.env_ids), "agentgym": config.agentgym}))
+    return create_app(config)

@@ -1,0 +1,180 @@
+"""Prompt templates, history memory and the prompt length bound."""
+
+import pytest
+
+from agents.memory import History
+from agents.prompts import (
+    EnvKind,
+    admissible_actions_from_info,
+    build_prompt,
+    env_kind_from_id,
+    task_text_from_observation,
+)
+
+ALF_FIRST = (
+    "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, "
+    "you see a desk 1.\n\nYour task is to: put some mug on desk."
+)
+SHOP_FIRST = "WebShop [SEP] Instruction: [SEP] i need red socks under 10 dollars [SEP] Search"
+
+
+def _history(n: int) -> History:
+    history = History(task_text="put some mug on desk")
+    for i in range(n):
+        history.record(f"observation number {i}", f"action number {i}")
+    return history
+
+
+def test_task_text_and_admissible_actions_from_env_outputs():
+    assert task_text_from_observation("alfworld", ALF_FIRST, {}) == "put some mug on desk"
+    assert task_text_from_observation("webshop", SHOP_FIRST, {}) == "i need red socks under 10 dollars"
+    assert task_text_from_observation("webshop", SHOP_FIRST, {"instruction_text": "given"}) == "given"
+    assert admissible_actions_from_info(
+        "alfworld", {"admissible_actions": ["look", "help", "go to desk 1"]}
+    ) == ["look", "go to desk 1"]
+    info = {"available_actions": {"has_search_bar": False, "clickables": ["back to search", "b01"]}}
+    assert admissible_actions_from_info("webshop", info) == ["click[back to search]", "click[b01]"]
+    assert admissible_actions_from_info(
+        "webshop", {"available_actions": {"has_search_bar": True, "clickables": []}}
+    ) == ["search[<your query>]"]
+    assert admissible_actions_from_info("webshop", {"available_actions": ["click[x]"]}) == ["click[x]"]
+
+
+def test_env_kind_from_id():
+    assert env_kind_from_id("progpo/ALFWorld-v0") is EnvKind.ALFWORLD
+    assert env_kind_from_id("progpo/WebShop-v0") is EnvKind.WEBSHOP
+    with pytest.raises(ValueError, match="env kind"):
+        env_kind_from_id("progpo/Remote-v0")
+
+
+def test_default_template_first_step_has_no_history_sentence():
+    [message] = build_prompt("alfworld", "put some mug on desk", [], ALF_FIRST, ["go to desk 1", "help"])
+    content = message["content"]
+    assert message["role"] == "user"
+    assert "ALFRED Embodied Environment. Your task is to: put some mug on desk" in content
+    assert "Welcome to TextWorld" not in content and "Prior to this step" not in content
+    assert "'go to desk 1'" in content and "'help'" not in content
+    assert "<think> </think>" in content and "<action> </action>" in content
+
+
+def test_default_template_shows_only_the_last_history_length_steps():
+    [message] = build_prompt(
+        "alfworld", "put some mug on desk", _history(5), "now", ["look"], history_length=2
+    )
+    content = message["content"]
+    assert "already taken 5 step(s)" in content and "most recent 2 observations" in content
+    assert "[Observation 4: 'observation number 3', Action 4: 'action number 3']" in content
+    assert "[Observation 5: 'observation number 4', Action 5: 'action number 4']" in content
+    assert "observation number 2" not in content
+    assert "You are now at step 6 and your current observation is: now" in content
+
+
+def test_history_length_zero_keeps_the_task():
+    [message] = build_prompt(
+        "alfworld", "put some mug on desk", _history(3), "now", ["look"], history_length=0
+    )
+    assert "observation number" not in message["content"] and "put some mug on desk" in message["content"]
+
+
+def test_webshop_page_loses_its_instruction_header():
+    [message] = build_prompt(
+        "webshop", "i need red socks under 10 dollars", [], SHOP_FIRST, ["search[<your query>]"]
+    )
+    content = message["content"]
+    assert "WebShop e-commerce environment" in content
+    assert content.count("i need red socks under 10 dollars") == 1
+    assert "Your current observation is: Search" in content
+
+
+def test_react_template_is_a_multi_turn_chat():
+    messages = build_prompt(
+        "alfworld", "put some mug on desk", _history(4), "now", ["look"], history_length=2, template="react"
+    )
+    roles = [m["role"] for m in messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert "put some mug on desk" in messages[0]["content"] and "first 2 step(s)" in messages[0]["content"]
+    assert messages[2]["content"] == "<action>action number 2</action>"
+    assert messages[-1]["content"].startswith("Step 5. Observation: now")
+
+
+@pytest.mark.parametrize("template", ["default", "react"])
+def test_length_bound_drops_history_then_shortens_the_list_then_cuts_the_observation(template):
+    history = _history(6)
+    pool = [f"go to place {i}" for i in range(200)]
+    full = build_prompt(
+        "alfworld",
+        "t",
+        history,
+        "short obs",
+        pool,
+        history_length=6,
+        template=template,
+        max_prompt_chars=None,
+    )
+    full_size = sum(len(m["content"]) for m in full)
+
+    def size(messages):
+        return sum(len(m["content"]) for m in messages)
+
+    # a bound a little below the full size: only history goes, the whole list stays
+    bounded = build_prompt(
+        "alfworld",
+        "t",
+        history,
+        "short obs",
+        pool,
+        history_length=6,
+        template=template,
+        max_prompt_chars=full_size - 30,
+    )
+    text = "".join(m["content"] for m in bounded)
+    assert size(bounded) <= full_size - 30
+    assert "observation number 0" not in text and "observation number 5" in text and "go to place 199" in text
+    # a tight bound: no history, a shortened list
+    tight = build_prompt(
+        "alfworld",
+        "t",
+        history,
+        "short obs",
+        pool,
+        history_length=6,
+        template=template,
+        max_prompt_chars=1500,
+    )
+    text = "".join(m["content"] for m in tight)
+    assert size(tight) <= 1500 and "observation number" not in text and "more not shown" in text
+    assert "'go to place 0'" in text and "short obs" in text
+    # a huge observation is cut in the middle, keeping head and tail
+    huge = "HEAD " + "x" * 50_000 + " TAIL"
+    cut = build_prompt("alfworld", "t", [], huge, ["look"], template=template, max_prompt_chars=4000)
+    text = "".join(m["content"] for m in cut)
+    assert size(cut) <= 4000 and "HEAD" in text and "TAIL" in text and "[...]" in text
+
+
+def test_length_bound_with_a_token_counter():
+    def words(text: str) -> int:
+        return len(text.split())
+
+    messages = build_prompt(
+        "alfworld",
+        "t",
+        _history(10),
+        "obs " * 3000,
+        ["look"],
+        history_length=10,
+        max_prompt_chars=500,
+        measure=words,
+    )
+    assert sum(words(m["content"]) for m in messages) <= 500
+
+
+def test_history_accepts_pairs():
+    a = build_prompt("webshop", "t", [("page one", "search[x]")], "page two", ["click[a]"])
+    b = build_prompt("webshop", "t", _pairs_history(), "page two", ["click[a]"])
+    assert a == b
+
+
+def _pairs_history() -> History:
+    history = History("t")
+    history.record("page one", "search[x]")
+    return history

@@ -1,0 +1,25 @@
+"""Fixtures of the env-server tests: a toy env served on a loopback port by a background waitress server."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hosting_helpers import serve_toy  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def toy_server():
+    """One toy server per test module (2 env workers)."""
+    server = serve_toy()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def toy_url(toy_server) -> str:
+    return toy_server.url

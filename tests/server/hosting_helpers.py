@@ -1,0 +1,106 @@
+"""Helpers of the env-server tests: the toy env served on loopback (in this process or as `progpo serve`)."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent)
+)  # `hosting_toy_env` importable here and in env workers
+
+from hosting_toy_env import TOY_ENV_ID, register_toy_env  # noqa: E402
+
+import progpo_envs  # noqa: E402,F401
+from progpo_envs.server.app import ServerConfig, create_app  # noqa: E402
+from progpo_envs.server.pool import PoolConfig  # noqa: E402
+from progpo_envs.server.remote import register_remote_env  # noqa: E402
+from progpo_envs.server.serving import BackgroundServer  # noqa: E402
+
+register_toy_env()
+register_remote_env()  # idempotent: progpo_envs/__init__.py registers it too
+
+
+def same(a, b) -> bool:
+    """Equal values of identical types, recursively (NaN equals NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        pairs = zip(a, b, strict=False)
+        return len(a) == len(b) and all(same(k1, k2) and same(a[k1], b[k2]) for k1, k2 in pairs)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=False))
+    if isinstance(a, np.ndarray):
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and all(same(x, y) for x, y in zip(a.ravel(), b.ravel(), strict=False))
+        )
+    if isinstance(a, (float, np.floating)) and math.isnan(a):
+        return math.isnan(b)
+    return bool(a == b)
+
+
+def serve_toy(**pool_kwargs) -> BackgroundServer:
+    """A started background server hosting the toy env (AgentGym protocol mounted for it)."""
+    pool = PoolConfig(**{"num_workers": 2, "max_instances": 256, "idle_timeout": 120.0, **pool_kwargs})
+    app = create_app(ServerConfig(env_ids=(TOY_ENV_ID,), pool=pool, agentgym=TOY_ENV_ID))
+    return BackgroundServer(app).__enter__()
+
+
+class CliServer:
+    """``progpo serve`` (the CLI's ``main``) in a subprocess, as the containers and CI run it."""
+
+    def __init__(self, *args: str, ready_timeout: float = 120.0):
+        import socket
+        import subprocess
+        import time
+
+        import requests
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
+            ),
+        }
+        import tempfile
+
+        self.log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty server never blocks on it
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "progpo_envs.server.cli", "--port", str(self.port), *args],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(f"server exited: {self.log.read()}")
+            try:
+                if requests.get(f"{self.url}/ready", timeout=2).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("server did not become ready")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except Exception:  # noqa: BLE001
+                self.process.kill()
+                self.process.wait(5)
