@@ -1,0 +1,348 @@
+"""The WebShop web server: the human site and a JSON session API for agents, over one shared page engine.
+
+One catalog, one search index and one :class:`~webshop_server.engine.WebShopEngine` per process serve every
+session. Sessions are kept in a bounded :class:`~webshop_server.sessions.SessionStore` (unguessable ids, idle
+expiry; a full table answers 503).
+
+Human site (plain HTML and one local stylesheet; no JavaScript, no CDN; options are links, so they work in any
+browser, headless or not):
+
+* ``GET /``: a new session (``?goal=i&split=test|train|all``, else a random train goal), redirected to
+  its search page ``GET /<sid>``;
+* ``GET /search_results/<sid>?q=...&page=p``: results (10 per page of the top 50);
+* ``GET /item_page/<sid>/<asin>?q=...&page=p&option:<name>=<value>...``: an item with the chosen options;
+* ``GET /item_sub_page/<sid>/<asin>/<Description|Features|Reviews>?...``: its sub-pages;
+* ``POST /buy/<sid>`` (form fields asin, q, page, option:<name>): Buy Now; redirects to ``GET /done/<sid>``.
+
+JSON API (every error is a 4xx or 503 JSON ``{"error": message}``; the goal is never sent):
+
+* ``GET /api/health`` -> ``{"status": "ok", "sessions": n}``;
+* ``GET /api/info`` -> goal counts per split, catalog fingerprint, observation modes;
+* ``POST /api/sessions`` ``{"goal_index": i, "split": "test"}`` -> 201
+  ``{"session_id", "goal_index", "instruction"}`` (``goal_index`` in the reply is absolute);
+* ``GET /api/sessions/<sid>/observation?mode=text`` -> ``{"observation", "available_actions", "done"}``;
+* ``GET /api/sessions/<sid>/available_actions`` -> ``{"has_search_bar", "clickables"}``;
+* ``POST /api/sessions/<sid>/step`` ``{"action": "...", "mode": "text"}`` -> ``{"observation",
+  "available_actions", "valid", "score", "done", "message"}``;
+* ``GET /api/sessions/<sid>/expert_action`` -> ``{"action"}``, only with ``expose_expert`` (tests, demos);
+* ``DELETE /api/sessions/<sid>`` -> ``{"closed": true}``.
+
+Example:
+    >>> from webshop_server.app import create_app  # doctest: +SKIP
+    >>> client = create_app(engine).test_client()  # doctest: +SKIP
+    >>> reply = client.post("/api/sessions", json={"goal_index": 0, "split": "test"})  # doctest: +SKIP
+    >>> sid = reply.json["session_id"]  # doctest: +SKIP
+    >>> client.post(f"/api/sessions/{sid}/step", json={"action": "search[x]"}).json["valid"]  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response, jsonify, redirect, request
+from werkzeug.exceptions import HTTPException
+
+from webshop_server.engine import (
+    ObservationMode,
+    PageKind,
+    PageState,
+    Session,
+    Split,
+    SubPage,
+    WebShopEngine,
+    page_url,
+    render_html,
+    split_range,
+)
+from webshop_server.sessions import (
+    MemorySessionStore,
+    SessionBusy,
+    SessionLimitReached,
+    SessionStore,
+    SqliteSessionStore,
+    UnknownSession,
+)
+
+#: Longest action string the API accepts (longer ones get 400; the env caps actions at 4096 characters).
+MAX_ACTION_CHARS = 16_384
+
+
+@dataclasses.dataclass
+class ServerConfig:
+    """Server settings.
+
+    Attributes:
+        max_sessions: Sessions alive at once (a full table answers 503).
+        idle_timeout_s: Seconds after which an unused session expires.
+        expose_expert: Serve ``/api/sessions/<sid>/expert_action`` (it reads the goal).
+        max_request_bytes: Largest request body.
+        session_db: A SQLite file holding the sessions, so that several server processes share them
+            (:class:`~webshop_server.sessions.SqliteSessionStore`); ``None`` keeps them in this process.
+    """
+
+    max_sessions: int = 10_000
+    idle_timeout_s: float = 1800.0
+    expose_expert: bool = False
+    max_request_bytes: int = 1 << 20
+    session_db: str | None = None
+
+
+class ApiError(Exception):
+    """A client error with its HTTP status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Flask:
+    """The Flask app over ``engine`` (one engine per process, shared by every session)."""
+    config = config or ServerConfig()
+    app = Flask(__name__, static_folder=str(Path(__file__).parent / "static"), static_url_path="/static")
+    app.config["MAX_CONTENT_LENGTH"] = config.max_request_bytes
+    store: SessionStore = (
+        SqliteSessionStore(config.session_db, config.max_sessions, config.idle_timeout_s)
+        if config.session_db
+        else MemorySessionStore(config.max_sessions, config.idle_timeout_s)
+    )
+    app.extensions["webshop"] = {"engine": engine, "store": store, "config": config}
+
+    def is_api() -> bool:
+        return request.path.startswith("/api/")
+
+    @app.errorhandler(ApiError)
+    def api_error(exc: ApiError):
+        if is_api():
+            return jsonify(error=exc.message), exc.status
+        return _html_error(exc.status, exc.message)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        message = exc.description or exc.name
+        if is_api():
+            return jsonify(error=message), exc.code
+        return _html_error(exc.code or 400, message)
+
+    @app.errorhandler(SessionLimitReached)
+    def full(exc: SessionLimitReached):
+        response = jsonify(error=str(exc)) if is_api() else _html_error(503, str(exc))
+        response.status_code = 503
+        response.headers["Retry-After"] = "30"
+        return response
+
+    @app.errorhandler(UnknownSession)
+    def unknown(exc: UnknownSession):
+        return api_error(ApiError(404, "unknown or expired session"))
+
+    @app.errorhandler(SessionBusy)
+    def busy(exc: SessionBusy):
+        return api_error(ApiError(409, str(exc)))
+
+    def new_session(goal_index: int) -> str:
+        return store.create(lambda sid: engine.new_session(goal_index, session_id=sid))
+
+    def goal_from(split_value: Any, index_value: Any) -> int:
+        try:
+            split = Split(split_value)
+        except ValueError:
+            raise ApiError(
+                400, f"split must be one of {[s.value for s in Split]}, got {split_value!r}"
+            ) from None
+        if isinstance(index_value, bool) or not isinstance(index_value, int):
+            raise ApiError(400, "goal_index must be an integer")
+        goals = split_range(split, engine.num_goals)
+        if not 0 <= index_value < len(goals):
+            raise ApiError(
+                400, f"goal_index {index_value} out of range: split {split.value!r} has {len(goals)} goals"
+            )
+        return goals[index_value]
+
+    def mode_from(value: Any) -> ObservationMode:
+        try:
+            return ObservationMode(value)
+        except ValueError:
+            raise ApiError(400, f"mode must be one of {[m.value for m in ObservationMode]}") from None
+
+    def observe(session: Session, mode: ObservationMode) -> str:
+        return engine.observation(session, mode, base_url=request.host_url.rstrip("/"))
+
+    def json_body() -> dict:
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            raise ApiError(400, "the request body must be a JSON object")
+        return body
+
+    # --- JSON API -------------------------------------------------------------------------------------------
+    @app.get("/api/health")
+    def health():
+        return jsonify(status="ok", sessions=len(store))
+
+    @app.get("/api/info")
+    def info():
+        return jsonify(
+            num_goals=engine.num_goals,
+            fingerprint=str(engine.catalog.fingerprint),
+            num_products=len(engine.catalog.products),
+            splits={s.value: len(split_range(s, engine.num_goals)) for s in Split},
+            observation_modes=[m.value for m in ObservationMode],
+        )
+
+    @app.post("/api/sessions")
+    def create_session():
+        body = json_body()
+        goal_index = goal_from(body.get("split", Split.ALL.value), body.get("goal_index"))
+        session_id = new_session(goal_index)
+        instruction = str(engine.goal(goal_index)["instruction_text"])
+        return jsonify(session_id=session_id, goal_index=goal_index, instruction=instruction), 201
+
+    @app.get("/api/sessions/<session_id>/observation")
+    def observation(session_id: str):
+        mode = mode_from(request.args.get("mode", ObservationMode.TEXT.value))
+        with store.use(session_id) as session:
+            return jsonify(
+                observation=observe(session, mode),
+                available_actions=engine.available_actions(session),
+                done=session.done,
+            )
+
+    @app.get("/api/sessions/<session_id>/available_actions")
+    def available_actions(session_id: str):
+        with store.use(session_id) as session:
+            return jsonify(engine.available_actions(session))
+
+    @app.post("/api/sessions/<session_id>/step")
+    def step(session_id: str):
+        body = json_body()
+        action = body.get("action")
+        if not isinstance(action, str):
+            raise ApiError(400, "action must be a string")
+        if len(action) > MAX_ACTION_CHARS:
+            raise ApiError(400, f"action longer than {MAX_ACTION_CHARS} characters")
+        mode = mode_from(body.get("mode", ObservationMode.TEXT.value))
+        with store.use(session_id) as session:
+            outcome = engine.step(session, action)
+            return jsonify(
+                observation=observe(session, mode),
+                available_actions=engine.available_actions(session),
+                valid=outcome.valid,
+                score=outcome.score,
+                done=outcome.done,
+                message=outcome.message,
+            )
+
+    @app.get("/api/sessions/<session_id>/expert_action")
+    def expert(session_id: str):
+        if not config.expose_expert:
+            raise ApiError(403, "the expert is disabled on this server (start it with --expose-expert)")
+        from progpo_envs.webshop.expert import expert_action
+
+        with store.use(session_id) as session:
+            return jsonify(action=expert_action(engine, session))
+
+    @app.delete("/api/sessions/<session_id>")
+    def close(session_id: str):
+        if not store.close(session_id):
+            raise ApiError(404, "unknown or expired session")
+        return jsonify(closed=True)
+
+    # --- human site -----------------------------------------------------------------------------------------
+    @app.get("/")
+    def start():
+        if "goal" in request.args:
+            try:
+                goal_index = int(request.args["goal"])
+            except ValueError:
+                raise ApiError(400, "goal must be an integer") from None
+            goal_index = goal_from(request.args.get("split", Split.ALL.value), goal_index)
+        else:
+            train = split_range(Split.TRAIN, engine.num_goals) or split_range(Split.ALL, engine.num_goals)
+            goal_index = train[secrets.randbelow(len(train))]
+        return redirect(f"/{new_session(goal_index)}")
+
+    def show(session_id: str, state: PageState) -> Response:
+        with store.use(session_id) as session:
+            problem = engine.navigate(session, state)
+            if problem:
+                raise ApiError(404, problem)
+            return Response(render_html(engine, session), mimetype="text/html")
+
+    @app.get("/<session_id>")
+    def search_page(session_id: str):
+        return show(session_id, PageState())
+
+    @app.get("/search_results/<session_id>")
+    def results_page(session_id: str):
+        return show(session_id, PageState(PageKind.RESULTS, *_keywords_and_page(request.args)))
+
+    @app.get("/item_page/<session_id>/<asin>")
+    def item_page(session_id: str, asin: str):
+        keywords, page = _keywords_and_page(request.args)
+        return show(
+            session_id, PageState(PageKind.ITEM, keywords, page, asin=asin, options=_options(request.args))
+        )
+
+    @app.get("/item_sub_page/<session_id>/<asin>/<sub_page>")
+    def item_sub_page(session_id: str, asin: str, sub_page: str):
+        keywords, page = _keywords_and_page(request.args)
+        try:
+            sub = SubPage(sub_page)
+        except ValueError:
+            raise ApiError(404, f"unknown sub-page {sub_page!r}") from None
+        return show(
+            session_id,
+            PageState(
+                PageKind.SUB_PAGE, keywords, page, asin=asin, sub_page=sub, options=_options(request.args)
+            ),
+        )
+
+    @app.post("/buy/<session_id>")
+    def buy(session_id: str):
+        keywords, page = _keywords_and_page(request.form)
+        state = PageState(
+            PageKind.ITEM, keywords, page, asin=request.form.get("asin", ""), options=_options(request.form)
+        )
+        with store.use(session_id) as session:
+            if not session.done:
+                problem = engine.navigate(session, state)
+                if problem:
+                    raise ApiError(400, problem)
+                engine.buy(session)
+        return redirect(f"/done/{session_id}", code=303)
+
+    @app.get("/done/<session_id>")
+    def done_page(session_id: str):
+        with store.use(session_id) as session:
+            if not session.done:
+                return redirect(page_url(session_id, session.state))
+            return Response(render_html(engine, session), mimetype="text/html")
+
+    return app
+
+
+def _keywords_and_page(args: Any) -> tuple[tuple[str, ...], int]:
+    try:
+        page = int(args.get("page", "1"))
+    except ValueError:
+        raise ApiError(400, "page must be an integer") from None
+    return tuple(str(args.get("q", "")).lower().split()), page
+
+
+def _options(args: Any) -> dict[str, str]:
+    return {key[len("option:") :]: value for key, value in args.items() if key.startswith("option:")}
+
+
+def _html_error(status: int, message: str) -> Response:
+    from markupsafe import escape
+
+    body = (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>WebShop</title>'
+        f'<link rel="stylesheet" href="/static/style.css"></head><body><div class="container">'
+        f'<h1>{status}</h1><p id="error">{escape(message)}</p><p><a href="/">Start a new session</a></p>'
+        f"</div></body></html>"
+    )
+    return Response(body, status=status, mimetype="text/html")

@@ -1,0 +1,150 @@
+"""``progpo webshop``: serve the shop (site + session API) or generate a catalog.
+
+* ``progpo webshop serve [--host 127.0.0.1] [--port 3000] [--num-products N] [--seed 0] [--data-dir DIR]
+  [--server waitress|gunicorn] [--workers 8] [--max-sessions 10000] [--idle-timeout 1800] [--expose-expert]``
+  — a production server:
+
+  * ``waitress`` (default): one process, ``--workers`` threads, one catalog and index, sessions in memory;
+  * ``gunicorn``: ``--workers`` processes forked after the catalog and index are loaded (copy-on-write), with
+    the sessions in a shared SQLite file, so any worker serves any session and several cores work at once.
+* ``progpo webshop generate --out DIR --n N --seed S`` — write WebShop's three raw files (the catalog
+  generator).
+
+Example:
+    >>> from webshop_server.cli import build_parser
+    >>> build_parser().parse_args(["serve", "--port", "3001"]).port
+    3001
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``progpo webshop`` argument parser."""
+    parser = argparse.ArgumentParser(prog="progpo webshop", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the human site and the JSON session API (waitress)")
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default loopback only)")
+    serve.add_argument("--port", type=int, default=3000)
+    serve.add_argument(
+        "--num-products",
+        type=int,
+        default=None,
+        help="generated catalog size (default 1000), or how many products to read from --data-dir (all)",
+    )
+    serve.add_argument("--seed", type=int, default=0, help="catalog generation seed")
+    serve.add_argument(
+        "--data-dir",
+        default=os.environ.get("WEBSHOP_DATA"),
+        help="WebShop raw files to serve instead of the generated catalog (env WEBSHOP_DATA)",
+    )
+    serve.add_argument(
+        "--synthetic-goals", action="store_true", help="use synthetic goals instead of human ones"
+    )
+    serve.add_argument(
+        "--server", choices=["waitress", "gunicorn"], default="waitress", help="production server (see above)"
+    )
+    serve.add_argument("--workers", type=int, default=8, help="threads (waitress) or processes (gunicorn)")
+    serve.add_argument("--max-sessions", type=int, default=10_000)
+    serve.add_argument(
+        "--idle-timeout", type=float, default=1800.0, help="seconds before an idle session expires"
+    )
+    serve.add_argument(
+        "--expose-expert",
+        action="store_true",
+        help="serve the expert's next action (it reads the goal: tests and demos only)",
+    )
+    sub.add_parser(
+        "generate", help="generate a catalog (see `progpo webshop generate --help`)", add_help=False
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``progpo webshop``; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "generate":
+        from webshop_server.catalog import generate_main
+
+        return int(generate_main(argv[1:]) or 0)
+    args = build_parser().parse_args(argv)
+    if args.workers < 1:
+        print("progpo webshop serve: --workers must be >= 1", file=sys.stderr)
+        return 2
+    from webshop_server.app import ServerConfig, create_app
+    from webshop_server.engine import WebShopEngine
+
+    engine = WebShopEngine.shared(
+        args.num_products, args.seed, data_dir=args.data_dir, human_goals=not args.synthetic_goals
+    )
+    config = ServerConfig(
+        max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout, expose_expert=args.expose_expert
+    )
+    print(
+        f"WebShop: {len(engine.catalog.products)} products, {engine.num_goals} goals; "
+        f"http://{args.host}:{args.port}/ ({args.server}, {args.workers} workers)",
+        flush=True,
+    )
+    if args.server == "waitress":
+        import waitress
+
+        waitress.serve(
+            create_app(engine, config),
+            host=args.host,
+            port=args.port,
+            threads=args.workers,
+            ident="webshop",
+            connection_limit=max(100, 4 * args.workers),
+            channel_timeout=60,
+        )
+        return 0
+    session_dir, master_pid = tempfile.mkdtemp(prefix="webshop-sessions-"), os.getpid()
+    config.session_db = str(Path(session_dir) / "sessions.sqlite")
+    try:
+        _serve_gunicorn(create_app(engine, config), f"{args.host}:{args.port}", args.workers)
+    finally:
+        if os.getpid() == master_pid:  # forked workers exit through here too: only the master cleans up
+            shutil.rmtree(session_dir, ignore_errors=True)
+    return 0
+
+
+def _serve_gunicorn(app, bind: str, workers: int) -> None:
+    """Serve ``app`` with ``workers`` gunicorn processes forked from this one (which holds the catalog)."""
+    import gc
+
+    from gunicorn.app.base import BaseApplication
+
+    class _Server(BaseApplication):
+        def load_config(self) -> None:
+            for key, value in {
+                "bind": bind,
+                "workers": workers,
+                # threads keep HTTP connections alive (the sync worker closes every connection)
+                "worker_class": "gthread",
+                "threads": 4,
+                "timeout": 60,
+                "preload_app": True,
+                "accesslog": None,
+                "errorlog": "-",
+                # newer gunicorn opens a control socket shared by every server under ~/.gunicorn
+                "control_socket_disable": True,
+            }.items():
+                if key in self.cfg.settings:
+                    self.cfg.set(key, value)
+
+        def load(self):
+            return app
+
+    gc.freeze()  # the catalog's objects are never collected: keep the collector off their (shared) pages
+    _Server().run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
