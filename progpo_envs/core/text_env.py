@@ -5,8 +5,9 @@ A subclass supplies the task list and the engine; :class:`TextEnv` supplies ever
 * the Gymnasium contract (``reset(seed, options)``, ``step`` returning the 5-tuple, ``render``, ``close``);
 * task selection: ``num_tasks`` tasks in a fixed order; ``reset(options={"task_index": i})`` plays task ``i``,
   otherwise the seeded ``np_random`` picks one;
-* action sanitising: anything that is not a non-empty string of printable text within ``max_action_length``
-  characters is an invalid action, handled by the subclass like any other inadmissible command — never an exception;
+* action sanitising: surrounding whitespace is stripped; anything that is not then a non-empty string of printable
+  text within ``max_action_length`` characters is an invalid action, handled by the subclass like any other
+  inadmissible command — never an exception;
 * the step limit (``truncated`` at ``max_steps``);
 * the content keys of :mod:`progpo_envs.core.history` in ``info`` (``obs_hash``, ``history_key``, ``history_keys``);
 * ended episodes: once terminated or truncated, further ``step`` calls return the final observation again with
@@ -59,13 +60,15 @@ class EngineStep:
 
 
 def is_well_formed_action(action: Any, max_length: int) -> bool:
-    """Whether ``action`` is a non-empty, printable string no longer than ``max_length``."""
-    return (
-        isinstance(action, str)
-        and 0 < len(action) <= max_length
-        and action.strip() != ""
-        and action.isprintable()
-    )
+    """Whether ``action`` is a string of printable text (surrounding whitespace aside) of 1..``max_length`` chars.
+
+    A trailing newline or tab, as LLMs often emit, does not make an action malformed; it is stripped before the
+    engine sees the action.
+    """
+    if not isinstance(action, str) or not 0 < len(action) <= max_length:
+        return False
+    text = action.strip()
+    return text != "" and text.isprintable()
 
 
 class TextEnv(gym.Env[str, str]):
@@ -154,7 +157,7 @@ class TextEnv(gym.Env[str, str]):
         if terminated or truncated:
             return observation, 0.0, terminated, truncated, copy.deepcopy(info)
         if is_well_formed_action(action, self.max_action_length):
-            result = self._engine_step(action)
+            result = self._engine_step(action.strip())
         else:
             result = self._invalid_action_step()
         action_text = action if isinstance(action, str) else ""

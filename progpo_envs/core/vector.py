@@ -89,8 +89,12 @@ class _SyncBackend:
             env.close()
 
 
-def _worker(conn, entry_point: str, env_kwargs: dict[str, Any], num_envs: int) -> None:
+def _worker(conn, entry_point: str, env_kwargs: dict[str, Any], num_envs: int, environ: dict[str, str]) -> None:
     """Subprocess loop: build a shard of copies, then answer (method, per-env args) messages until ``close``."""
+    # A forkserver child inherits the environment of the moment the forkserver started; use the parent's current
+    # one instead, so variables set later (ALFWORLD_DATA, PROGPO_CACHE, ...) reach every worker.
+    os.environ.clear()
+    os.environ.update(environ)
     try:
         envs = [_make_env(entry_point, env_kwargs) for _ in range(num_envs)]
         conn.send(("ok", None))
@@ -126,7 +130,8 @@ class _AsyncBackend:
         self.conns, self.processes = [], []
         for start, stop in self.shards:
             parent, child = ctx.Pipe()
-            process = ctx.Process(target=_worker, args=(child, entry_point, env_kwargs, stop - start), daemon=True)
+            worker_args = (child, entry_point, env_kwargs, stop - start, dict(os.environ))
+            process = ctx.Process(target=_worker, args=worker_args, daemon=True)
             process.start()
             child.close()
             self.conns.append(parent)

@@ -1,0 +1,309 @@
+"""ALFWorld env speed and memory vs the unpatched engine, measured in one run on the same games.
+
+Measures (targets from issue 2):
+
+* step latency of ``progpo/ALFWorld-v0`` vs ALFWorld's own stack (``AlfredDemangler`` over a stock TextWorld
+  ``PddlEnv``, no patches) on the same games and the same admissible-action sequences — target ≥ 3×;
+* reset latency: the unpatched reset (``textworld.gym`` reloads the game: ``load`` + ``reset``), our first
+  reset of a game (cold caches) and our repeated reset of the same game — target repeated ≥ 5× faster than
+  first;
+* steps/s of a group vector env (4 copies, 2 groups) in-process vs in 2 subprocesses — target async ≥ 1.6×
+  sync;
+* resident memory per env (one loaded game each);
+* wrapper overhead: the share of ``env.step`` not spent in the engine (action checks, history keys, info) —
+  target < 5%.
+
+Run:  ``nice .venv/bin/python benchmarks/bench_alfworld.py [--quick]``  (writes
+``benchmarks/results/alfworld.json``)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import gymnasium as gym  # noqa: E402
+import psutil  # noqa: E402
+import textworld  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from textworld.envs.pddl import PddlEnv  # noqa: E402
+
+import progpo_envs  # noqa: E402,F401
+from progpo_envs.alfworld import _wheel  # noqa: E402
+from progpo_envs.alfworld.data import TASK_TYPES, load_tasks  # noqa: E402
+from progpo_envs.alfworld.engine import EnginePatches, active_patches, clear_caches  # noqa: E402
+from progpo_envs.alfworld.env import ALFWorldEnv  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = (REPO / ".." / "shared" / "data" / "alfworld").resolve()
+RESULTS = REPO / "benchmarks" / "results" / "alfworld.json"
+
+
+class StockALFWorld:
+    """ALFWorld's own single-game stack, unpatched: what ``textworld.gym`` + ``AlfredDemangler`` do."""
+
+    def __init__(self):
+        tw_env = _wheel.import_alfworld("alfworld.agents.environment.alfred_tw_env")
+        with active_patches(EnginePatches.stock()):
+            self.env = tw_env.AlfredDemangler(PddlEnv(textworld.EnvInfos(won=True, admissible_commands=True)))
+        self.state = None
+
+    def reset(self, game_file: Path) -> str:
+        argv = list(sys.argv)
+        with active_patches(EnginePatches.stock()):
+            self.env.load(str(game_file))
+            self.state = self.env.reset()
+        sys.argv[:] = argv  # keep this script's arguments (the stock engine overwrites them)
+        return self.state.feedback
+
+    def step(self, command: str) -> str:
+        with active_patches(EnginePatches.stock()):
+            self.state, _, _ = self.env.step(command)
+        return self.state.feedback
+
+    @property
+    def admissible(self) -> list[str]:
+        return [c for c in self.state["admissible_commands"] if c != "help"]
+
+
+def action_plan(env: ALFWorldEnv, task_index: int, steps: int, seed: int) -> list[str]:
+    """A random admissible-action sequence for a task (computed with our env; transcripts are identical)."""
+    rng = random.Random(seed)
+    _, info = env.reset(options={"task_index": task_index})
+    plan = []
+    for _ in range(steps):
+        action = rng.choice(info["admissible_actions"])
+        plan.append(action)
+        _, _, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            break
+    return plan
+
+
+def bench_single(data_dir: Path, split: str, num_games: int, steps: int) -> dict:
+    """Step and reset latency: ours vs stock on the same games and actions."""
+    tasks = load_tasks(split, data_dir)
+    chosen = [next(i for i, t in enumerate(tasks) if t.task_type == tt) for tt in TASK_TYPES][:num_games]
+    ours_step, stock_step, stock_reset, first_reset, repeat_reset, engine_share = [], [], [], [], [], []
+    for n, index in enumerate(chosen):
+        game_file = tasks[index].game_file()
+        clear_caches()
+        env = ALFWorldEnv(split=split, data_dir=data_dir, max_steps=10_000)
+        start = time.perf_counter()
+        env.reset(options={"task_index": index})
+        first_reset.append(time.perf_counter() - start)
+        for _ in range(3):
+            start = time.perf_counter()
+            env.reset(options={"task_index": index})
+            repeat_reset.append(time.perf_counter() - start)
+        plan = action_plan(env, index, steps, seed=n)
+
+        # Ours: full env.step, with the engine's share timed inside.
+        engine_time = [0.0]
+        engine_step = env.engine.step
+
+        def timed_engine_step(command, _inner=engine_step, _total=engine_time):
+            t0 = time.perf_counter()
+            try:
+                return _inner(command)
+            finally:
+                _total[0] += time.perf_counter() - t0
+
+        env.engine.step = timed_engine_step
+        env.reset(options={"task_index": index})
+        start = time.perf_counter()
+        for action in plan:
+            env.step(action)
+        elapsed = time.perf_counter() - start
+        ours_step.append(elapsed / len(plan))
+        engine_share.append(engine_time[0] / elapsed)
+        env.close()
+
+        stock = StockALFWorld()
+        start = time.perf_counter()
+        stock.reset(game_file)
+        stock_reset.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        for action in plan:
+            stock.step(action)
+        stock_step.append((time.perf_counter() - start) / len(plan))
+        del stock
+        gc.collect()
+    ms = 1000.0
+    return {
+        "games": [tasks[i].task_id for i in chosen],
+        "steps_per_game": steps,
+        "step_ms_ours": statistics.mean(ours_step) * ms,
+        "step_ms_stock": statistics.mean(stock_step) * ms,
+        "step_speedup": statistics.mean(stock_step) / statistics.mean(ours_step),
+        "reset_ms_stock": statistics.mean(stock_reset) * ms,
+        "reset_ms_first": statistics.mean(first_reset) * ms,
+        "reset_ms_repeated": statistics.mean(repeat_reset) * ms,
+        "repeated_reset_speedup_vs_first": statistics.mean(first_reset) / statistics.mean(repeat_reset),
+        "repeated_reset_speedup_vs_stock": statistics.mean(stock_reset) / statistics.mean(repeat_reset),
+        "wrapper_overhead_pct": 100.0 * (1.0 - statistics.mean(engine_share)),
+    }
+
+
+def bench_vector(data_dir: Path, split: str, rounds: int, blocks: int = 3) -> dict:
+    """Steps/s of 4 copies (2 groups of 2) in-process vs split over 2 worker processes.
+
+    Both vector envs are built and warmed up first, then measured in alternating blocks; the best block of
+    each counts, so that load from other processes on a shared machine hits both alike.
+    """
+    vectors, infos, rngs = {}, {}, {}
+    for mode in ("sync", "async"):
+        vectors[mode] = gym.make_vec(
+            "progpo/ALFWorld-v0",
+            num_envs=4,
+            group_size=2,
+            vector_mode=mode,
+            num_workers=2,
+            split=split,
+            data_dir=data_dir,
+            max_steps=10_000,
+        )
+        rngs[mode] = random.Random(0)
+        _, infos[mode] = vectors[mode].reset(options={"task_indices": [0, 1]})
+    # CPU time of the processes that step the envs: on a shared machine it tells the engine's cost apart from
+    # the share of the CPUs the scheduler gave us (``cpu_share``: CPUs used per wall-clock second).
+    stepping = {
+        "sync": [psutil.Process()],
+        "async": [psutil.Process(p.pid) for p in vectors["async"]._backend.processes],
+    }
+    out: dict[str, float] = {}
+    cpu_total = dict.fromkeys(vectors, 0.0)
+    wall_total = dict.fromkeys(vectors, 0.0)
+    try:
+        # Block 0 warms up: a fresh process parses the grammar's templates once.
+        for block in range(blocks + 1):
+            for mode, envs in vectors.items():
+                cpu_start = sum(sum(p.cpu_times()[:2]) for p in stepping[mode])
+                start = time.perf_counter()
+                for _ in range(rounds):
+                    actions = [rngs[mode].choice(a) for a in infos[mode]["admissible_actions"]]
+                    *_, infos[mode] = envs.step(actions)
+                wall = time.perf_counter() - start
+                if block:
+                    rate = 4 * rounds / wall
+                    out[f"steps_per_s_{mode}"] = max(out.get(f"steps_per_s_{mode}", 0.0), rate)
+                    cpu_total[mode] += sum(sum(p.cpu_times()[:2]) for p in stepping[mode]) - cpu_start
+                    wall_total[mode] += wall
+        for mode in vectors:
+            out[f"cpu_ms_per_step_{mode}"] = 1000 * cpu_total[mode] / (4 * rounds * blocks)
+            out[f"cpu_share_{mode}"] = cpu_total[mode] / wall_total[mode]
+        rss = [psutil.Process(p.pid).memory_info().rss for p in vectors["async"]._backend.processes]
+        out["rss_mb_worker_with_2_envs"] = statistics.mean(rss) / 2**20
+    finally:
+        for envs in vectors.values():
+            envs.close()
+    out["async_speedup"] = out["steps_per_s_async"] / out["steps_per_s_sync"]
+    return out
+
+
+def bench_memory(data_dir: Path, split: str, num_envs: int) -> dict:
+    """Resident memory added per env with one loaded game each (in this process)."""
+    gc.collect()
+    process = psutil.Process()
+    before = process.memory_info().rss
+    envs = []
+    for i in range(num_envs):
+        env = ALFWorldEnv(split=split, data_dir=data_dir)
+        env.reset(options={"task_index": i})
+        envs.append(env)
+    gc.collect()
+    per_env = (process.memory_info().rss - before) / num_envs
+    return {"rss_mb_per_env": per_env / 2**20, "rss_mb_process": process.memory_info().rss / 2**20}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=SHARED_DATA, help="folder containing json_2.1.1/")
+    parser.add_argument("--split", default="valid_seen")
+    parser.add_argument("--quick", action="store_true", help="fewer games and steps")
+    args = parser.parse_args(argv)
+    num_games, steps, rounds = (2, 8, 5) if args.quick else (6, 20, 10)
+
+    console = Console()
+    console.print(f"[bold]ALFWorld benchmark[/] on {args.data_dir}/json_2.1.1/{args.split}")
+    single = bench_single(args.data_dir, args.split, num_games, steps)
+    vector = bench_vector(args.data_dir, args.split, rounds)
+    memory = bench_memory(args.data_dir, args.split, 4)
+
+    table = Table(title="progpo/ALFWorld-v0 vs the unpatched engine (same games, same actions)")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_column("target", justify="right")
+    rows = [
+        ("step, unpatched engine (ms)", f"{single['step_ms_stock']:.1f}", ""),
+        ("step, ours (ms)", f"{single['step_ms_ours']:.1f}", ""),
+        ("step speed-up", f"{single['step_speedup']:.2f}x", ">= 3x"),
+        ("reset, unpatched (load + reset, ms)", f"{single['reset_ms_stock']:.0f}", ""),
+        ("reset, ours, first (cold, ms)", f"{single['reset_ms_first']:.0f}", ""),
+        ("reset, ours, repeated (ms)", f"{single['reset_ms_repeated']:.1f}", ""),
+        ("repeated vs first reset", f"{single['repeated_reset_speedup_vs_first']:.1f}x", ">= 5x"),
+        ("vector 4 envs, sync (steps/s)", f"{vector['steps_per_s_sync']:.1f}", ""),
+        ("vector 4 envs, async 2 workers (steps/s)", f"{vector['steps_per_s_async']:.1f}", ""),
+        ("async vs sync", f"{vector['async_speedup']:.2f}x", ">= 1.6x"),
+        (
+            "CPU ms per step, sync / async",
+            f"{vector['cpu_ms_per_step_sync']:.1f} / {vector['cpu_ms_per_step_async']:.1f}",
+            "",
+        ),
+        (
+            "CPUs we got while stepping, sync / async",
+            f"{vector['cpu_share_sync']:.2f} / {vector['cpu_share_async']:.2f}",
+            "",
+        ),
+        ("memory per extra env in a process (MB RSS)", f"{memory['rss_mb_per_env']:.0f}", ""),
+        ("memory of a worker process with 2 envs (MB RSS)", f"{vector['rss_mb_worker_with_2_envs']:.0f}", ""),
+        ("wrapper overhead (% of a step)", f"{single['wrapper_overhead_pct']:.2f}%", "< 5%"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+    load = os.getloadavg()
+    # With the kernel's autogroup scheduling, all processes of one session share one CPU share: on a busy
+    # shared machine, subprocess workers then get no more CPU than one process (see ``cpu_share_*``).
+    autogroup_file = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    autogroup = autogroup_file.read_text().strip() == "1" if autogroup_file.exists() else None
+    result = {
+        "benchmark": "alfworld",
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average_1_5_15": load,
+            "sched_autogroup": autogroup,
+        },
+        "data": {"data_dir": str(args.data_dir), "split": args.split, "quick": args.quick},
+        "single": single,
+        "vector": vector,
+        "memory": memory,
+        "targets_met": {
+            "step_speedup_3x": single["step_speedup"] >= 3.0,
+            "repeated_reset_5x": single["repeated_reset_speedup_vs_first"] >= 5.0,
+            "async_1_6x": vector["async_speedup"] >= 1.6,
+            "wrapper_overhead_below_5pct": single["wrapper_overhead_pct"] < 5.0,
+        },
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {RESULTS.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

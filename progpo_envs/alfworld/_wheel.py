@@ -1,0 +1,60 @@
+"""The logic files shipped in the ``alfworld`` wheel, reached without ``alfworld``'s import side effects.
+
+``import alfworld`` runs ``alfworld/info.py``, which creates ``~/.cache/alfworld`` and *sets*
+``os.environ["ALFWORLD_DATA"]`` when it is unset. Our loader reads ``ALFWORLD_DATA`` to decide between real
+data and generated games, so a stray import would silently switch it to an empty folder.
+:func:`import_alfworld` imports the package once with the environment variable put back as it was.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+_ALFWORLD_DATA_VAR = "ALFWORLD_DATA"
+
+
+def import_alfworld(module: str = "alfworld") -> ModuleType:
+    """Import ``module`` (``alfworld`` or a submodule) leaving ``ALFWORLD_DATA`` as the user set it."""
+    before = os.environ.get(_ALFWORLD_DATA_VAR)
+    try:
+        return importlib.import_module(module)
+    finally:
+        if before is None:
+            os.environ.pop(_ALFWORLD_DATA_VAR, None)
+        else:
+            os.environ[_ALFWORLD_DATA_VAR] = before
+
+
+@functools.cache
+def wheel_data_dir() -> Path:
+    """``alfworld/data`` inside the installed wheel (found without importing the package)."""
+    spec = importlib.util.find_spec("alfworld")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "the ALFWorld engine is not installed: pip install 'progpo-suite[alfworld]'"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
+@functools.cache
+def wheel_domain() -> str:
+    """The PDDL domain ``alfred.pddl`` of the installed wheel."""
+    return (wheel_data_dir() / "alfred.pddl").read_text()
+
+
+@functools.cache
+def wheel_grammar() -> str:
+    """The TextWorld grammar ``alfred.twl2`` of the installed wheel (task placeholder ``UNKNOWN GOAL``)."""
+    return (wheel_data_dir() / "alfred.twl2").read_text()
+
+
+@functools.cache
+def goal_templates() -> dict[str, list[str]]:
+    """Task-description templates per goal (``goal_library.gdict[goal]["templates"]``)."""
+    library = import_alfworld("alfworld.gen.goal_library")
+    return {goal: list(entry["templates"]) for goal, entry in library.gdict.items() if "templates" in entry}

@@ -1,0 +1,309 @@
+"""ALFWorld task sets: real trials in ALFWorld's ``json_2.1.1`` layout, or generated games.
+
+Real data (``data_dir=`` or ``$ALFWORLD_DATA``, the folder that *contains* ``json_2.1.1/``): the trials of
+``json_2.1.1/<split>`` are collected with ALFWorld's own rules (``AlfredTWEnv.collect_game_files``): a trial
+is a folder holding ``traj_data.json``; paths containing ``movable`` or ``Sliced`` are skipped; only the six
+task types are kept; a trial whose ``game.tw-pddl`` says ``solvable: false`` (or lacks the key) is skipped.
+Unlike ALFWorld, a trial *without* ``game.tw-pddl`` (e.g. ``initial_state.pddl`` + ``traj_data.json`` only, as
+in the provided sample) or with one built from an older grammar is kept and its game is rebuilt, the way
+``alfworld-play-tw`` builds it: the wheel's domain and grammar, the trial's ``initial_state.pddl``, and the
+task text put in place of ``UNKNOWN GOAL``. Such a game is taken as solvable (ALFWorld's released games were
+all checked with its planner, which we do not run: it can take minutes and gigabytes per game). Rebuilt games
+go into a cache (``$PROGPO_CACHE`` or ``~/.cache/progpo``) under their content hash; the user's data folder is
+never written to.
+
+Split names are the folders of ``json_2.1.1`` (``train``, ``valid_seen``, ``valid_unseen``; the sample
+provided with this project calls its training sample ``valid_train``). Tasks are sorted by their id
+``<task folder>/<trial>``.
+
+Without real data, the generator (:mod:`progpo_envs.alfworld.generator`) writes a deterministic set of games
+into the cache on first use and that set is loaded the same way.
+
+Example:
+    >>> from progpo_envs.alfworld.data import load_tasks
+    >>> tasks = load_tasks("valid_seen", data_dir="../shared/data/alfworld")  # doctest: +SKIP
+    >>> len(tasks), tasks[0].task_type  # doctest: +SKIP
+    (140, 'look_at_obj_in_light')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import multiprocessing
+import os
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from progpo_envs.alfworld import _wheel
+
+#: ALFWorld's six task types (``alfred_tw_env.TASK_TYPES``), in ALFWorld's numbering order.
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+#  Path fragments ALFWorld skips (movable receptacles and sliced objects are not supported by the text
+# engine).
+SKIPPED_PATH_PARTS = ("movable", "Sliced")
+#: Bumped when the rebuilt-game format changes, so old cache entries are not reused.
+_REBUILD_FORMAT = 1
+#: Games per split generated when there is no real data (six of each task type).
+DEFAULT_NUM_GENERATED = 36
+_TASK_LINE = re.compile(r"Your task is to: (.*?)\.\"")
+
+
+def cache_dir() -> Path:
+    """Where generated and rebuilt games are cached: ``$PROGPO_CACHE`` or ``~/.cache/progpo``."""
+    return Path(os.environ.get("PROGPO_CACHE") or Path.home() / ".cache" / "progpo")
+
+
+@dataclasses.dataclass(frozen=True)
+class ALFWorldTask:
+    """One trial of a split.
+
+    Attributes:
+        task_id: ``<task folder>/<trial folder>``, unique within a split and stable across machines.
+        task_type: One of :data:`TASK_TYPES`.
+        trial_dir: The trial folder (``traj_data.json``, ``initial_state.pddl``, maybe ``game.tw-pddl``).
+        has_game_file: Whether the trial ships a ``game.tw-pddl`` (otherwise it is rebuilt).
+        trust_game_file: Use the shipped game file as is, whatever grammar it has (generated games).
+    """
+
+    task_id: str
+    task_type: str
+    trial_dir: Path
+    has_game_file: bool
+    trust_game_file: bool = False
+
+    def traj_data(self) -> dict[str, Any]:
+        """The trial's ``traj_data.json`` (task type, ``pddl_params``, annotations)."""
+        with open(self.trial_dir / "traj_data.json") as f:
+            return json.load(f)
+
+    def game_file(self, cache: Path | None = None) -> Path:
+        """The playable ``game.tw-pddl``: the trial's own when current, else a rebuilt one in the cache."""
+        shipped = self.trial_dir / "game.tw-pddl"
+        old_game = None
+        if self.has_game_file:
+            if self.trust_game_file:
+                return shipped
+            with open(shipped) as f:
+                old_game = json.load(f)
+            if is_current_game(old_game):
+                return shipped
+        return rebuild_game(self, cache, old_game=old_game)
+
+
+def is_current_game(game: dict[str, Any]) -> bool:
+    """Whether a game uses the installed wheel's domain and grammar (only the task line may differ)."""
+    before, _, after = _wheel.wheel_grammar().partition("UNKNOWN GOAL")
+    grammar = game.get("grammar", "")
+    return (
+        game.get("pddl_domain") == _wheel.wheel_domain()
+        and grammar.startswith(before)
+        and grammar.endswith(after)
+    )
+
+
+def templated_task_description(traj_data: dict[str, Any], rng: random.Random) -> str:
+    """ALFWorld's templated task text (``misc.get_templated_task_desc``), template drawn from ``rng``."""
+    params = traj_data["pddl_params"]
+    goal = traj_data["task_type"] + ("_slice" if params.get("object_sliced") else "")
+    template = rng.choice(_wheel.goal_templates()[goal])
+    return template.format(
+        obj=params["object_target"].lower(),
+        recep=params["parent_target"].lower(),
+        toggle=params["toggle_target"].lower(),
+        mrecep=params["mrecep_target"].lower(),
+    )
+
+
+def build_game(task: ALFWorldTask, task_description: str | None = None) -> dict[str, Any]:
+    """The ``game.tw-pddl`` content of a trial, built as ``alfworld-play-tw`` does from the wheel's logic.
+
+    The task text is ``task_description`` when given, else a template of ``goal_library`` picked with a
+    generator seeded by the task id (upstream picks with the global ``random``; we keep rebuilds
+    reproducible).
+    """
+    traj_data = task.traj_data()
+    if task_description is None:
+        rng = random.Random(xxhash.xxh3_64_intdigest(task.task_id.encode()))
+        task_description = templated_task_description(traj_data, rng)
+    return {
+        "pddl_domain": _wheel.wheel_domain(),
+        "grammar": _wheel.wheel_grammar().replace("UNKNOWN GOAL", task_description),
+        "pddl_problem": (task.trial_dir / "initial_state.pddl").read_text(),
+        "solvable": True,
+    }
+
+
+def rebuild_game(
+    task: ALFWorldTask, cache: Path | None = None, old_game: dict[str, Any] | None = None
+) -> Path:
+    """Build (once) and cache the current-format game of ``task``; returns its path.
+
+    An old game's task text is kept, so the rebuilt game asks the same thing with the current grammar.
+    """
+    description = None
+    if old_game is not None:
+        match = _TASK_LINE.search(old_game.get("grammar", ""))
+        description = match.group(1) if match else None
+    hasher = xxhash.xxh3_128()
+    for part in (
+        str(_REBUILD_FORMAT),
+        task.task_id,
+        description or "",
+        _wheel.wheel_domain(),
+        _wheel.wheel_grammar(),
+        (task.trial_dir / "initial_state.pddl").read_text(),
+        (task.trial_dir / "traj_data.json").read_text(),
+    ):
+        hasher.update(part.encode())
+        hasher.update(b"\0")
+    path = (cache or cache_dir()) / "alfworld" / "games" / f"{hasher.hexdigest()}.tw-pddl"
+    if not path.exists():
+        game = build_game(task, description)
+        _atomic_write(path, json.dumps(game))
+    return path
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so concurrent workers never read a half-written game."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def available_splits(data_dir: str | Path) -> list[str]:
+    """The split folders of ``<data_dir>/json_2.1.1``."""
+    root = Path(data_dir) / "json_2.1.1"
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def collect_tasks(split_dir: Path, *, trust_game_files: bool = False) -> list[ALFWorldTask]:
+    """Every playable trial under ``split_dir`` by ALFWorld's rules (module docstring), sorted by id."""
+    tasks = []
+    for root, _, files in os.walk(split_dir):
+        if "traj_data.json" not in files:
+            continue
+        trial_dir = Path(root)
+        task_id = trial_dir.relative_to(split_dir).as_posix()
+        if any(part in task_id for part in SKIPPED_PATH_PARTS):
+            continue
+        # ALFRED task folders are named ``<task_type>-<object>-<mrecep>-<parent>-<scene>``; reading the type
+        # from the
+        # name avoids parsing every (up to 600 KB) traj_data.json of a 3553-trial train split.
+        task_type = task_id.split("/", 1)[0].split("-", 1)[0]
+        if task_type not in TASK_TYPES:
+            task_type = json.loads((trial_dir / "traj_data.json").read_text()).get("task_type", "")
+            if task_type not in TASK_TYPES:
+                continue
+        has_game_file = "game.tw-pddl" in files
+        if has_game_file:
+            with open(trial_dir / "game.tw-pddl") as f:
+                if not json.load(f).get("solvable", False):
+                    continue
+        elif "initial_state.pddl" not in files:
+            continue
+        tasks.append(ALFWorldTask(task_id, task_type, trial_dir, has_game_file, trust_game_files))
+    return sorted(tasks, key=lambda task: task.task_id)
+
+
+def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
+    """``data_dir`` if given, else ``$ALFWORLD_DATA`` if set, else ``None`` (generated games)."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    from_env = os.environ.get("ALFWORLD_DATA")
+    return Path(from_env).expanduser() if from_env else None
+
+
+def load_tasks(
+    split: str = "train",
+    data_dir: str | Path | None = None,
+    *,
+    num_generated: int | None = None,
+    generator_seed: int = 0,
+) -> list[ALFWorldTask]:
+    """The tasks of ``split``, in a fixed sorted order.
+
+    Args:
+        split: A folder of ``json_2.1.1`` (``train``, ``valid_seen``, ``valid_unseen``, ``valid_train``, ...).
+        data_dir: The folder containing ``json_2.1.1`` (default ``$ALFWORLD_DATA``; unset → generated games).
+        num_generated: Games per split generated when there is no real data (default
+            :data:`DEFAULT_NUM_GENERATED`).
+        generator_seed: Seed of the generated set.
+
+    Raises:
+        FileNotFoundError: ``data_dir`` has no ``json_2.1.1/<split>``.
+        ValueError: the split holds no playable trial.
+    """
+    root = resolve_data_dir(data_dir)
+    trust = root is None
+    if root is None:
+        root = generated_data_dir(split, num_generated, generator_seed)
+    split_dir = root / "json_2.1.1" / split
+    if not split_dir.is_dir():
+        splits = available_splits(root)
+        raise FileNotFoundError(
+            f"no ALFWorld split {split!r} in {root}/json_2.1.1 (available: {splits or 'none'}); "
+            "data_dir must be the folder that contains json_2.1.1/"
+        )
+    tasks = collect_tasks(split_dir, trust_game_files=trust)
+    if not tasks:
+        raise ValueError(f"{split_dir} holds no playable ALFWorld trial")
+    return tasks
+
+
+# --- generated games ----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock across processes (async vector env workers may all want the same set at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def generated_data_dir(split: str, num_games: int | None = None, seed: int = 0) -> Path:
+    """The folder (containing ``json_2.1.1``) of the generated games, generating ``split`` on first use.
+
+    Each split is generated the first time it is asked for (``num_games`` games, one task type after the
+    other), under ``<cache>/alfworld/generated/v<generator version>-n<num_games>-s<seed>/``; a lock keeps
+    concurrent processes (async vector env workers) from generating it twice.
+    """
+    from progpo_envs.alfworld import generator
+
+    num_games = DEFAULT_NUM_GENERATED if num_games is None else num_games
+    if split not in {s.value for s in generator.Split}:
+        raise FileNotFoundError(
+            f"generated games have the splits {[s.value for s in generator.Split]}, not {split!r}"
+        )
+    key = f"v{generator.GENERATOR_VERSION}-n{num_games}-s{seed}"
+    out = cache_dir() / "alfworld" / "generated" / key
+    done = out / f".complete-{split}"
+    if done.exists():
+        return out
+    with _file_lock(out.with_name(f"{key}.lock")):
+        if not done.exists():
+            # Daemonic processes (async vector env workers) may not start a process pool.
+            workers = 1 if multiprocessing.current_process().daemon else min(4, os.cpu_count() or 1)
+            generator.generate_games(out, num_games, seed, splits=[split], workers=workers)
+            done.write_text(key)
+    return out

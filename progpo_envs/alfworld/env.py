@@ -1,0 +1,140 @@
+"""``progpo/ALFWorld-v0``: ALFWorld's text games on the real engine, as a Gymnasium env.
+
+Observation: the engine's text (on reset the intro, the room description and ``Your task is to: ...``).
+Action: a command string; anything not admissible (including empty, huge or binary strings) gives the engine's
+``"Nothing happens."`` and leaves the game unchanged. Reward ``success_reward`` (10, as in the
+GiGPO/verl-agent RL setups; 1 is ALFWorld's own score) on the step that wins, else 0; the episode terminates
+on a win and is truncated after ``max_steps`` actions (50, as ALFWorld's ``max_nb_steps_per_episode``).
+
+``info`` holds ``admissible_actions`` (the engine's admissible commands without ``help``, as verl-agent
+prompts show them), ``task_type``, ``task_id``, ``task_index``, ``won``, the history keys of
+:class:`~progpo_envs.core.text_env.TextEnv` and, with ``expert=True``, ``expert_action`` (the next command of
+:class:`~progpo_envs.alfworld.expert.ALFWorldExpert`, computed from the true state).
+
+Example:
+    >>> import gymnasium as gym, progpo_envs
+    >>> data = "../shared/data/alfworld"
+    >>> env = gym.make("progpo/ALFWorld-v0", split="valid_seen", data_dir=data)  # doctest: +SKIP
+    >>> obs, info = env.reset(options={"task_index": 0})  # doctest: +SKIP
+    >>> obs, reward, terminated, truncated, info = env.step(info["admissible_actions"][0])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from progpo_envs.alfworld.data import ALFWorldTask, load_tasks
+from progpo_envs.alfworld.engine import NOTHING_HAPPENS, AlfredEngine, EnginePatches
+from progpo_envs.alfworld.expert import ALFWorldExpert
+from progpo_envs.core.text_env import EngineStep, TaskStart, TextEnv
+
+#: Admissible command the engine always offers and prompts leave out.
+HELP_COMMAND = "help"
+
+
+class ALFWorldEnv(TextEnv):
+    """ALFWorld on TextWorld's PDDL engine (see the module docstring).
+
+    Args:
+        split: ``train``, ``valid_seen``, ``valid_unseen`` (or any folder of ``json_2.1.1``, such as
+            ``valid_train``).
+        data_dir: The folder that contains ``json_2.1.1/`` (default ``$ALFWORLD_DATA``; unset: generated
+            games).
+        max_steps: Actions per episode before truncation.
+        expert: Put the expert's next command in ``info["expert_action"]``.
+        success_reward: Reward for winning (10; ALFWorld's own score is 1).
+        history_depths: Depths ``k`` of ``info["history_keys"][k]``.
+        num_generated: Games per split generated when there is no real data (default 36).
+        generator_seed: Seed of the generated game set.
+        engine_patches: Fixes applied to the stock engine (all on by default).
+        max_cached_games: Loaded games kept per env, so resetting one again is cheap.
+        render_mode: ``"ansi"`` or ``None``.
+    """
+
+    def __init__(
+        self,
+        split: str = "train",
+        data_dir: str | Path | None = None,
+        max_steps: int = 50,
+        expert: bool = False,
+        success_reward: float = 10.0,
+        history_depths: Sequence[int] = (),
+        num_generated: int | None = None,
+        generator_seed: int = 0,
+        engine_patches: EnginePatches | None = None,
+        max_cached_games: int = 16,
+        render_mode: str | None = None,
+    ):
+        super().__init__(max_steps=max_steps, history_depths=history_depths, render_mode=render_mode)
+        self.split = split
+        self.expert = bool(expert)
+        self.success_reward = float(success_reward)
+        self.tasks: list[ALFWorldTask] = load_tasks(
+            split, data_dir, num_generated=num_generated, generator_seed=generator_seed
+        )
+        self.engine = AlfredEngine(engine_patches, max_cached_games=max_cached_games)
+        self._game_files: dict[str, Path] = {}
+        self._experts: dict[str, ALFWorldExpert] = {}
+        self._task: ALFWorldTask | None = None
+
+    @property
+    def num_tasks(self) -> int:
+        """Number of tasks in the split."""
+        return len(self.tasks)
+
+    @property
+    def task(self) -> ALFWorldTask | None:
+        """The task being played."""
+        return self._task
+
+    @property
+    def game_file(self) -> Path | None:
+        """The ``game.tw-pddl`` being played (the trial's own or a rebuilt one)."""
+        return self._game_files.get(self._task.task_id) if self._task else None
+
+    def _start_task(self, task_index: int) -> TaskStart:
+        task = self.tasks[task_index]
+        game_file = self._game_files.get(task.task_id)
+        if game_file is None:
+            game_file = self._game_files[task.task_id] = task.game_file()
+        self._task = task
+        observation = self.engine.reset(game_file)
+        return TaskStart(observation=observation, task_id=task.task_id, info=self._info())
+
+    def _engine_step(self, action: str) -> EngineStep:
+        observation = self.engine.step(action)
+        won = self.engine.won
+        return EngineStep(
+            observation=observation,
+            reward=self.success_reward if won else 0.0,
+            terminated=won,
+            info=self._info(),
+        )
+
+    def _invalid_action_step(self) -> EngineStep:
+        # What the engine answers to any command that is not admissible; the game state does not change.
+        return EngineStep(observation=NOTHING_HAPPENS, reward=0.0, terminated=False, info=self._info())
+
+    def _info(self) -> dict[str, Any]:
+        admissible = self.engine.admissible_commands
+        info: dict[str, Any] = {
+            "admissible_actions": [command for command in admissible if command != HELP_COMMAND],
+            "task_type": self._task.task_type,
+            "won": self.engine.won,
+        }
+        if self.expert:
+            info["expert_action"] = self._expert().next_action(self.engine.facts(), admissible)
+        return info
+
+    def _expert(self) -> ALFWorldExpert:
+        expert = self._experts.get(self._task.task_id)
+        if expert is None:
+            expert = self._experts[self._task.task_id] = ALFWorldExpert(self._task.traj_data())
+        return expert
+
+    def close(self) -> None:
+        """Release the engine's loaded games."""
+        self.engine.close()
+        super().close()

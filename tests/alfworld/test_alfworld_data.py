@@ -1,0 +1,129 @@
+"""Task sets: ALFWorld's selection rules, rebuilding games into the cache, generated games by default."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from progpo_envs.alfworld import _wheel
+from progpo_envs.alfworld.data import cache_dir, is_current_game, load_tasks
+from progpo_envs.alfworld.engine import AlfredEngine
+from progpo_envs.alfworld.expert import PlaceWording
+from progpo_envs.alfworld.generator import grammar_with_wording
+
+
+def copy_trial(shared: Path, root: Path, split: str, folder: str, trial_index: int = 0) -> Path:
+    """Copy one real trial (by task folder prefix) into ``root/json_2.1.1/split``; returns its new folder."""
+    source = sorted((shared / "json_2.1.1" / "valid_seen").glob(f"{folder}*/*"))[trial_index]
+    target = root / "json_2.1.1" / split / source.parent.name / source.name
+    shutil.copytree(source, target)
+    for path in [target, *target.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return target
+
+
+@pytest.fixture
+def data_root(tmp_path, shared_alfworld_data) -> Path:
+    return tmp_path / "alfworld_data"
+
+
+def test_selection_rules_and_rebuilds(data_root, shared_alfworld_data, progpo_cache):
+    plain = copy_trial(shared_alfworld_data, data_root, "train", "pick_and_place_simple")
+    unsolvable = copy_trial(shared_alfworld_data, data_root, "train", "pick_heat_then_place_in_recep")
+    (unsolvable / "game.tw-pddl").write_text(json.dumps({"solvable": False}))
+    no_key = copy_trial(shared_alfworld_data, data_root, "train", "pick_cool_then_place_in_recep")
+    (no_key / "game.tw-pddl").write_text(json.dumps({"pddl_domain": "", "grammar": ""}))
+    sliced = copy_trial(shared_alfworld_data, data_root, "train", "pick_clean_then_place_in_recep")
+    sliced.parent.rename(sliced.parent.with_name(sliced.parent.name.replace("-None-", "Sliced-None-", 1)))
+    movable = copy_trial(shared_alfworld_data, data_root, "train", "pick_two_obj_and_place")
+    movable.parent.rename(movable.parent.with_name(movable.parent.name + "-movable"))
+    tasks = load_tasks("train", data_root)
+    assert [t.trial_dir for t in tasks] == [plain]
+
+    before = sorted(p.name for p in plain.iterdir())
+    game_file = tasks[0].game_file()
+    assert sorted(p.name for p in plain.iterdir()) == before  # the data folder is never written to
+    assert game_file.is_relative_to(progpo_cache / "alfworld" / "games") and game_file.suffix == ".tw-pddl"
+    assert tasks[0].game_file() == game_file  # content-addressed: the same game maps to the same file
+    game = json.loads(game_file.read_text())
+    assert (
+        is_current_game(game)
+        and game["solvable"]
+        and game["pddl_problem"] == (plain / "initial_state.pddl").read_text()
+    )
+    assert "Your task is to: put " in game["grammar"] or "Your task is to: " in game["grammar"]
+
+
+def test_old_grammar_games_are_rebuilt_keeping_their_task_text(data_root, shared_alfworld_data, progpo_cache):
+    trial = copy_trial(shared_alfworld_data, data_root, "valid_seen", "pick_and_place_simple")
+    # Pre-0.4 games say ``put O in/on R``: the generator's "put" wording reproduces that grammar.
+    old_grammar = grammar_with_wording(_wheel.wheel_grammar(), PlaceWording.PUT).replace(
+        "UNKNOWN GOAL", "put a pencil in dresser"
+    )
+    old = {
+        "pddl_domain": _wheel.wheel_domain(),
+        "grammar": old_grammar,
+        "pddl_problem": (trial / "initial_state.pddl").read_text(),
+        "solvable": True,
+    }
+    (trial / "game.tw-pddl").write_text(json.dumps(old))
+    assert not is_current_game(old)
+    task = load_tasks("valid_seen", data_root)[0]
+    game_file = task.game_file()
+    assert game_file != trial / "game.tw-pddl"
+    engine = AlfredEngine()
+    intro = engine.reset(game_file)
+    assert intro.endswith("Your task is to: put a pencil in dresser.")
+    assert not any(c.startswith("put ") for c in engine.admissible_commands)
+
+    current = dict(old, grammar=_wheel.wheel_grammar().replace("UNKNOWN GOAL", "put a pencil in dresser"))
+    (trial / "game.tw-pddl").write_text(json.dumps(current))
+    assert load_tasks("valid_seen", data_root)[0].game_file() == trial / "game.tw-pddl"
+
+
+def test_rebuilt_task_text_is_deterministic(shared_alfworld_data, progpo_cache, tmp_path, monkeypatch):
+    first = load_tasks("valid_seen", shared_alfworld_data)[:20]
+    texts = [json.loads(t.game_file().read_text())["grammar"] for t in first]
+    monkeypatch.setenv("PROGPO_CACHE", str(tmp_path / "other_cache"))
+    again = [
+        json.loads(t.game_file().read_text())["grammar"]
+        for t in load_tasks("valid_seen", shared_alfworld_data)[:20]
+    ]
+    assert texts == again and all(p.is_relative_to(tmp_path) for p in (t.game_file() for t in first))
+
+
+def test_alfworld_data_env_var_and_errors(shared_alfworld_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("ALFWORLD_DATA", str(shared_alfworld_data))
+    assert len(load_tasks("valid_seen")) == 140
+    with pytest.raises(FileNotFoundError, match="contains json_2.1.1"):
+        load_tasks("valid_seen", tmp_path)
+    empty = tmp_path / "json_2.1.1" / "train"
+    empty.mkdir(parents=True)
+    with pytest.raises(ValueError, match="no playable"):
+        load_tasks("train", tmp_path)
+
+
+def test_importing_alfworld_does_not_set_alfworld_data(monkeypatch):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    _wheel.import_alfworld("alfworld.agents.utils.misc")
+    import os
+
+    assert "ALFWORLD_DATA" not in os.environ
+
+
+def test_generated_games_are_the_default_and_cached(generated_root, progpo_cache):
+    from progpo_envs.alfworld.env import ALFWorldEnv
+
+    assert generated_root.is_relative_to(cache_dir())
+    env = ALFWorldEnv(
+        split="train", num_generated=6
+    )  # no data_dir, no $ALFWORLD_DATA: the cached generated set
+    assert [t.trial_dir for t in env.tasks] == [t.trial_dir for t in load_tasks("train", generated_root)]
+    assert sorted(t.task_type for t in env.tasks) == sorted(
+        {t.task_type for t in env.tasks}
+    )  # one of each type
+    with pytest.raises(FileNotFoundError, match="splits"):
+        load_tasks("valid_train", num_generated=6)

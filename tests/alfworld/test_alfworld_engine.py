@@ -1,0 +1,277 @@
+"""The engine wrapper and its three fixes: each leaves the transcript byte-identical to the stock engine."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import random
+import sys
+
+import pytest
+import textworld
+import textworld.envs.pddl.textgen as textgen
+from textworld.envs.pddl import PddlEnv
+from textworld.logic import Rule
+
+from progpo_envs.alfworld import _wheel
+from progpo_envs.alfworld.data import load_tasks
+from progpo_envs.alfworld.engine import (
+    NOTHING_HAPPENS,
+    AlfredEngine,
+    EnginePatches,
+    clear_caches,
+    demangled_names,
+)
+
+PATCH_SETS = {
+    "stock": EnginePatches.stock(),
+    **{
+        name: dataclasses.replace(EnginePatches.stock(), **{name: True})
+        for name in ("grammar_cache", "pddl2sas_cache", "restore_argv", "shallow_context_copy")
+    },
+    "all": EnginePatches(),
+}
+#: Steps per episode of a transcript (the stock engine needs up to ~0.4 s per step on real games).
+NUM_STEPS = 6
+
+
+def play_transcript(reset, step, admissible, rng_seed: int = 0) -> list[str]:
+    """Two episodes of a game (the second exercises the caches): obs + admissible commands after each step.
+
+    Actions are drawn from the admissible commands by a seeded generator, with an inadmissible command mixed
+    in, so identical transcripts mean identical choices all along.
+    """
+    rng = random.Random(rng_seed)
+    transcript = []
+    for _ in range(2):
+        transcript.append(reset())
+        transcript.append("\n".join(admissible()))
+        for t in range(NUM_STEPS):
+            command = "jump over the moon" if t == 3 else rng.choice([c for c in admissible() if c != "help"])
+            transcript.append(f"> {command}")
+            transcript.append(step(command))
+            transcript.append("\n".join(admissible()))
+    return transcript
+
+
+def engine_transcript(game_file, patches: EnginePatches) -> list[str]:
+    clear_caches()
+    engine = AlfredEngine(patches)
+    return play_transcript(lambda: engine.reset(game_file), engine.step, lambda: engine.admissible_commands)
+
+
+def alfworld_transcript(game_file) -> list[str]:
+    """The same episode through ALFWorld's own wrappers (``AlfredDemangler`` over a stock ``PddlEnv``)."""
+    clear_caches()
+    tw_env = _wheel.import_alfworld("alfworld.agents.environment.alfred_tw_env")
+    env = tw_env.AlfredDemangler(
+        PddlEnv(textworld.EnvInfos(won=True, admissible_commands=True)), shuffle=False
+    )
+    state = {}
+
+    def reset():
+        env.load(str(game_file))  # textworld.gym reloads the game on every reset
+        state["s"] = env.reset()
+        return state["s"].feedback
+
+    def step(command):
+        state["s"], _, _ = env.step(command)
+        return state["s"].feedback
+
+    saved_argv = list(sys.argv)
+    try:
+        return play_transcript(reset, step, lambda: state["s"]["admissible_commands"])
+    finally:
+        sys.argv[:] = saved_argv
+
+
+def digest(transcript: list[str]) -> str:
+    return hashlib.sha256("\0".join(transcript).encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def games(shared_alfworld_data, generated_root, progpo_cache) -> dict[str, object]:
+    """The smallest real (rebuilt) game and a generated heat game: the stock engine is slow on big rooms."""
+    real = min(
+        load_tasks("valid_seen", shared_alfworld_data),
+        key=lambda t: (t.trial_dir / "initial_state.pddl").stat().st_size,
+    )
+    generated = load_tasks("train", generated_root)
+    return {
+        "real": real.game_file(),
+        "generated": next(t for t in generated if t.task_type == "pick_heat_then_place_in_recep").game_file(),
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(games):
+    """ALFWorld's own transcript of a game, computed once per game."""
+    transcripts: dict[str, list[str]] = {}
+
+    def get(name: str) -> list[str]:
+        if name not in transcripts:
+            transcripts[name] = alfworld_transcript(games[name])
+        return transcripts[name]
+
+    return get
+
+
+@pytest.fixture
+def game_files(games):
+    return list(games.values())
+
+
+@pytest.mark.parametrize("game", ["generated", pytest.param("real", marks=pytest.mark.slow)])
+def test_stock_engine_matches_alfworlds_own_wrappers(game, games, reference):
+    ours = engine_transcript(games[game], EnginePatches.stock())
+    assert ours == reference(game)
+    assert NOTHING_HAPPENS in ours
+
+
+@pytest.mark.parametrize("name", [n for n in PATCH_SETS if n != "stock"])
+def test_each_patch_keeps_the_transcript_byte_identical(name, games, reference):
+    assert digest(engine_transcript(games["generated"], PATCH_SETS[name])) == digest(reference("generated"))
+
+
+def test_all_patches_keep_a_real_game_byte_identical(games, reference):
+    assert digest(engine_transcript(games["real"], EnginePatches())) == digest(reference("real"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in PATCH_SETS if n not in {"stock", "all"}])
+def test_each_patch_keeps_a_real_game_byte_identical(name, games, reference):
+    assert digest(engine_transcript(games["real"], PATCH_SETS[name])) == digest(reference("real"))
+
+
+def test_restore_argv_fixes_the_clobbering(games):
+    path = games["generated"]
+    saved = list(sys.argv)
+    try:
+        sys.argv[:] = ["my-script", "--flag"]
+        clear_caches()
+        AlfredEngine(EnginePatches()).reset(path)
+        assert sys.argv == ["my-script", "--flag"]
+        clear_caches()
+        AlfredEngine(EnginePatches.stock()).reset(path)
+        assert sys.argv == ["translate.py", "domain", "task"]  # the upstream bug the patch fixes
+    finally:
+        sys.argv[:] = saved
+
+
+def test_pddl2sas_cache_translates_each_game_once(games, monkeypatch):
+    path = games["generated"]
+    AlfredEngine().reset(path)  # imports the translator (its options module parses sys.argv on import)
+    fd_translate = sys.modules["fast_downward.translate.translate"]
+    calls = []
+    original = fd_translate.pddl_to_sas
+    monkeypatch.setattr(fd_translate, "pddl_to_sas", lambda task: calls.append(1) or original(task))
+    clear_caches()
+    engine = AlfredEngine(EnginePatches())
+    engine.reset(path)
+    first = len(calls)
+    assert first == 2  # plain + optimised; the stock engine's load() and reset() would make it 4
+    engine.reset(path)
+    AlfredEngine(EnginePatches()).reset(path)  # another engine in the process shares the cache
+    assert len(calls) == first
+    clear_caches()  # forget the shared loaded game: the stock engine loads (2 translations) and resets (2)
+    stock = AlfredEngine(EnginePatches.stock())
+    stock.reset(path)
+    assert len(calls) == first + 4
+
+
+def test_grammar_cache_hands_out_independent_copies():
+    with_cache = EnginePatches()
+    from progpo_envs.alfworld.engine import active_patches
+
+    with active_patches(with_cache):
+        first = textgen._parse_and_convert(
+            "You arrive at {r.name}. #examineReceptacle.feedback#", rule_name="symbols"
+        )
+        first[0].symbol = "MUTATED"
+        second = textgen._parse_and_convert(
+            "You arrive at {r.name}. #examineReceptacle.feedback#", rule_name="symbols"
+        )
+        assert second[0].symbol != "MUTATED"
+        rule = Rule.parse_conjunctive_query("openable(r:receptacle) & opened(r:receptacle)")
+        rule.name = "MUTATED"
+        again = Rule.parse_conjunctive_query("openable(r:receptacle) & opened(r:receptacle)")
+        assert again.name == "query" and len(again.preconditions) == 2
+    with active_patches(EnginePatches.stock()):
+        stock = textgen._parse_and_convert(
+            "You arrive at {r.name}. #examineReceptacle.feedback#", rule_name="symbols"
+        )
+    assert [repr(s) for s in stock] == [repr(s) for s in second]
+
+
+def test_demangled_names_match_alfworlds_demangler(game_files):
+    misc = _wheel.import_alfworld("alfworld.agents.utils.misc")
+    engine = AlfredEngine()
+    engine.reset(game_files[0])
+    infos = {k: copy.copy(v) for k, v in engine._env._entity_infos.items()}
+    demangler = misc.Demangler(game_infos=infos, shuffle=False)
+    expected = {info.id: demangler.demangle_alfred_name(info.id) for info in infos.values()}
+    assert demangled_names(list(expected)) == expected
+    assert any(name.startswith("sinkbasin") or name.endswith(" 2") for name in expected.values())
+
+
+def test_engine_exposes_the_true_state(game_files):
+    engine = AlfredEngine()
+    engine.reset(game_files[0])
+    facts = engine.facts()
+    assert any(f.name == "atlocation" and f.arguments[0].name.startswith("agent") for f in facts)
+    names = set(engine.names.values())
+    assert all(arg.name in names for f in facts for arg in f.arguments)
+    assert len(engine.raw_facts()) == len(facts)
+    assert "help" in engine.admissible_commands and not engine.won
+    assert engine.game_data["pddl_domain"] == _wheel.wheel_domain()
+
+
+def test_engine_requires_reset_and_a_key_for_data():
+    engine = AlfredEngine()
+    with pytest.raises(RuntimeError):
+        engine.step("look")
+    with pytest.raises(ValueError, match="key"):
+        engine.reset({"pddl_domain": ""})
+
+
+def test_loaded_games_are_kept_per_engine_up_to_the_limit(game_files):
+    engine = AlfredEngine(max_cached_games=2)
+    for path in game_files:
+        engine.reset(path)
+    assert len(engine._games) == 2
+    intro = engine.reset(game_files[-1])
+    assert intro.startswith("-= Welcome to TextWorld, ALFRED! =-")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "task_type",
+    [
+        "pick_and_place_simple",
+        "look_at_obj_in_light",
+        "pick_clean_then_place_in_recep",
+        "pick_heat_then_place_in_recep",
+        "pick_cool_then_place_in_recep",
+        "pick_two_obj_and_place",
+    ],
+)
+def test_all_patches_byte_identical_on_every_task_type(task_type, shared_alfworld_data, progpo_cache):
+    task = next(t for t in load_tasks("valid_seen", shared_alfworld_data) if t.task_type == task_type)
+    path = task.game_file()
+    assert digest(engine_transcript(path, EnginePatches())) == digest(alfworld_transcript(path))
+
+
+def test_engines_of_a_process_share_loaded_games_but_not_state(games, monkeypatch):
+    clear_caches()
+    loads = []
+    original = PddlEnv.load
+    monkeypatch.setattr(PddlEnv, "load", lambda self, game: loads.append(game) or original(self, game))
+    a, b = AlfredEngine(), AlfredEngine()
+    assert a.reset(games["generated"]) == b.reset(games["generated"])
+    assert len(loads) == 1
+    before = b.admissible_commands
+    command = next(c for c in a.admissible_commands if c.startswith("go to "))
+    a.step(command)
+    assert a.admissible_commands != before and b.admissible_commands == before
+    assert b.step(command) == a.feedback
