@@ -1,0 +1,99 @@
+"""``progpo bench``: run the quick version of every benchmark, then regenerate ``benchmarks/README.md``.
+
+Each benchmark of :data:`benchmarks.report.BENCHMARKS` runs as a subprocess (``sys.executable script
+QUICK_ARGS``, from the repository root, ``nice``-friendly and with ``OMP_NUM_THREADS=1``); a benchmark whose
+script is missing is skipped, one that fails or runs past ``--timeout`` is reported and the others still run.
+Exit status: 0 when every benchmark that ran succeeded, 1 otherwise.
+
+Example:
+    >>> main(["--list"])  # doctest: +ELLIPSIS
+    compare_estimators ...
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from benchmarks.report import BENCHMARKS, PAGE, RESULTS_DIR, ROOT, render_page
+
+
+def run_benchmark(script: str, args: list[str], timeout_s: float) -> tuple[str, float]:
+    """Run one benchmark script; returns ``(status, seconds)`` with status ``ok`` / ``failed (rc N)`` /
+    ``timed out``."""
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / script), *args], cwd=ROOT, env=env, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return "timed out", time.perf_counter() - start
+    status = "ok" if proc.returncode == 0 else f"failed (rc {proc.returncode})"
+    return status, time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    names = [b.name for b in BENCHMARKS]
+    parser = argparse.ArgumentParser(
+        prog="progpo bench",
+        description="Run the quick version of every benchmark and regenerate benchmarks/README.md.",
+    )
+    parser.add_argument(
+        "--only", nargs="+", choices=names, metavar="NAME", help=f"run only these ({', '.join(names)})"
+    )
+    parser.add_argument(
+        "--skip", nargs="+", choices=names, default=[], metavar="NAME", help="do not run these"
+    )
+    parser.add_argument("--full", action="store_true", help="run the full settings instead of the quick ones")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per benchmark")
+    parser.add_argument("--report-only", action="store_true", help="only regenerate the results page")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and their quick commands")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    args = parser.parse_args(argv)
+
+    selected = [b for b in BENCHMARKS if (not args.only or b.name in args.only) and b.name not in args.skip]
+    if args.list:
+        for b in BENCHMARKS:
+            quick = " ".join(b.quick_args) if b.quick_args is not None else "(no quick version)"
+            present = "" if (ROOT / b.script).exists() else "  [script missing]"
+            print(f"{b.name:20s} {b.script} {quick}{present}")
+        return 0
+    failures = 0
+    if not args.report_only:
+        summary = []
+        for b in selected:
+            run_args = [] if args.full else b.quick_args
+            if not (ROOT / b.script).exists():
+                summary.append((b.name, "skipped (script missing)", 0.0))
+                continue
+            if run_args is None:
+                summary.append((b.name, "skipped (no quick version)", 0.0))
+                continue
+            command = f"{sys.executable} {b.script} {' '.join(run_args)}".strip()
+            print(f"==> {b.name}: {command}", flush=True)
+            if args.dry_run:
+                summary.append((b.name, "dry run", 0.0))
+                continue
+            status, seconds = run_benchmark(b.script, run_args, args.timeout)
+            failures += status != "ok"
+            summary.append((b.name, status, seconds))
+        print("\nbenchmark            status                         seconds")
+        for name, status, seconds in summary:
+            print(f"{name:20s} {status:30s} {seconds:7.0f}")
+    if not args.dry_run:
+        PAGE.write_text(render_page(RESULTS_DIR))
+        print(f"wrote {PAGE}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

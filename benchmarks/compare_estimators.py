@@ -1,0 +1,408 @@
+"""Estimator comparison at equal compute: the same policy, warm start, iterations, groups, group size and
+seeds, trained with each advantage estimator (issue 8, part 1).
+
+For every (env, seed) the warm start runs **once** (``progpo train`` with ``iterations=0``: behaviour cloning
+on expert demonstrations, then export); every estimator then starts RL from that exported policy
+(``model.path=<warm start>/final``, ``warm_start.enabled=false``) with identical settings and seed, so the
+only difference between runs of a seed is the estimator. Each run is a ``python -m training.cli`` subprocess;
+its ``metrics.jsonl`` gives the learning curve (training success per iteration) and the held-out evaluations
+(``before_rl`` = the warm start, ``after_rl`` = the result): success overall and per task type, WebShop score,
+invalid-action rate and mean episode steps (all episodes, not only successful ones). The table shows mean ±
+sample std over seeds; **every started run is listed**, failed and timed-out ones included, and is left out of
+the means only because it has no result.
+
+Settings (``--setting``):
+
+* ``smoke``: 1 seed, GRPO + ProGPO, 1 iteration, tiny groups — checks the pipeline (a few minutes on CPU).
+* ``cpu``: the quick comparison, 3 seeds × 7 estimators on generated ALFWorld games with the tiny policy;
+  sized for under 60 minutes on a 2-core CPU (extrapolated from the smoke run: ~28 s per 16 step rows on a
+  machine at load 14; not yet measured end to end).
+* ``gpu``: the larger setting: ALFWorld and WebShop, a ~25M-parameter policy (or ``--model-path`` to a local
+  causal LM folder), 30 iterations of 8 groups × 8, 3 seeds.
+
+Run: ``.venv/bin/python benchmarks/compare_estimators.py --setting cpu``. Writes
+``benchmarks/results/compare_estimators.json`` and ``compare_estimators.png`` (learning curves); run folders
+under ``runs/compare_estimators/<setting>/``. Reproduce a number with the command recorded in the JSON.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.credit_diagnostics import git_commit, machine_info  # noqa: E402
+
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+#: The issue's estimator list (DAPO is a GRPO variant with a filter; run it with --estimators if wanted).
+ESTIMATORS = ["grpo", "rloo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage"]
+#: Per-env overrides of ``progpo train`` (generated data only: no downloads).
+ENV_OVERRIDES = {
+    "alfworld": ["env.id=progpo/ALFWorld-v0", "env.train_split=train", "env.eval_split=valid_seen"],
+    "webshop": [
+        "env.id=progpo/WebShop-v0",
+        "env.train_split=train",
+        "env.eval_split=test",
+        "env.kwargs={num_products: 1000}",
+    ],
+}
+#: Headline metrics of the held-out evaluation, in table order (per-task-type success is added when present).
+METRICS = ["success", "score", "invalid_rate", "episode_steps"]
+
+
+@dataclass
+class Setting:
+    """One comparison setting; ``overrides`` are ``progpo train`` keys for every run (warm start and RL)."""
+
+    envs: list[str]
+    seeds: list[int]
+    estimators: list[str]
+    overrides: list[str]
+    env_overrides: dict[str, list[str]] = field(default_factory=dict)
+    timeout_s: float = 3600.0
+
+
+_COMMON = ["progress=false", "tensorboard=false", "checkpoint_every=0", "keep_checkpoints=1", "eval.every=0"]
+SETTINGS: dict[str, Setting] = {
+    "smoke": Setting(
+        envs=["alfworld"],
+        seeds=[0],
+        estimators=["grpo", "progpo"],
+        overrides=[
+            *_COMMON,
+            "device=cpu",
+            "iterations=1",
+            "rollout.num_groups=2",
+            "rollout.group_size=2",
+            "env.max_steps=4",
+            "rollout.max_new_tokens=24",
+            "warm_start.num_tasks=4",
+            "warm_start.epochs=1",
+            "eval.num_tasks=2",
+            "eval.seeds=1",
+            "optim.mini_batch_rows=16",
+        ],
+        timeout_s=900.0,
+    ),
+    "cpu": Setting(
+        envs=["alfworld"],
+        seeds=[0, 1, 2],
+        estimators=ESTIMATORS,
+        overrides=[
+            *_COMMON,
+            "device=cpu",
+            "iterations=3",
+            "rollout.num_groups=2",
+            "rollout.group_size=4",
+            "env.max_steps=8",
+            "rollout.max_new_tokens=32",
+            "warm_start.num_tasks=36",
+            "warm_start.epochs=8",
+            "eval.num_tasks=8",
+            "eval.seeds=1",
+        ],
+        timeout_s=900.0,
+    ),
+    "gpu": Setting(
+        envs=["alfworld", "webshop"],
+        seeds=[0, 1, 2],
+        estimators=ESTIMATORS,
+        overrides=[
+            *_COMMON,
+            "device=cuda",
+            "iterations=30",
+            "rollout.num_groups=8",
+            "rollout.group_size=8",
+            "rollout.history_length=2",
+            "rollout.max_new_tokens=48",
+            "model.tiny.hidden_size=512",
+            "model.tiny.intermediate_size=1536",
+            "model.tiny.num_hidden_layers=7",
+            "model.tiny.num_attention_heads=8",
+            "model.tiny.num_key_value_heads=2",
+            "optim.lr=5e-5",
+            "optim.mini_batch_rows=128",
+            "optim.micro_batch_rows=32",
+            "warm_start.num_tasks=200",
+            "warm_start.epochs=6",
+            "eval.num_tasks=64",
+            "eval.seeds=2",
+        ],
+        env_overrides={"alfworld": ["env.max_steps=30"], "webshop": ["env.max_steps=15"]},
+        timeout_s=3600.0,
+    ),
+}
+
+
+def train_command(overrides: list[str]) -> list[str]:
+    """The ``progpo train`` subprocess command with ``overrides``."""
+    return [sys.executable, "-m", "training.cli", *overrides]
+
+
+def run_training(overrides: list[str], run_dir: Path, timeout_s: float, log_path: Path) -> dict[str, Any]:
+    """Run ``progpo train`` in a subprocess; returns ``{status, returncode, seconds, command}``."""
+    command = train_command([*overrides, f"run_dir={run_dir}"])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    start = time.perf_counter()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        try:
+            proc = subprocess.run(
+                command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s
+            )
+            status = "ok" if proc.returncode == 0 else "failed"
+            returncode = proc.returncode
+        except subprocess.TimeoutExpired:
+            status, returncode = "timeout", None
+    return {
+        "status": status,
+        "returncode": returncode,
+        "seconds": time.perf_counter() - start,
+        "command": shlex.join(["python", "-m", "training.cli", *command[3:]]),
+    }
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's ``metrics.jsonl`` records ([] when absent)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def final_metrics(records: list[dict[str, Any]], label: str = "after_rl") -> dict[str, float]:
+    """Headline and per-task-type numbers of the last evaluation record with ``label``."""
+    evals = [r for r in records if r.get("kind") == "eval" and r.get("label") == label]
+    if not evals:
+        return {}
+    rec = evals[-1]
+    return {
+        k: v
+        for k, v in rec.items()
+        if (k in METRICS or k.startswith("success/")) and isinstance(v, int | float)
+    }
+
+
+def curve(records: list[dict[str, Any]], key: str = "success") -> list[tuple[int, float]]:
+    """``(iteration, value)`` of the training records."""
+    return [(int(r["iteration"]), float(r[key])) for r in records if r.get("kind") == "train" and key in r]
+
+
+def mean_spread(values: list[float]) -> dict[str, Any]:
+    """Mean, sample std (n-1; 0 for one value), min, max and n."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
+    return {
+        "mean": float(arr.mean()),
+        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "n": int(arr.size),
+    }
+
+
+def summarise(
+    runs: list[dict[str, Any]],
+) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, Any]], list[str]]:
+    """Per ``env / estimator`` over finished runs: display strings ``mean ± std (n)`` and raw statistics."""
+    metric_names = list(METRICS)
+    for r in runs:
+        metric_names += sorted(k for k in r.get("final", {}) if k not in metric_names)
+    display: dict[str, dict[str, str]] = {}
+    stats: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys(f"{r['env']} / {r['estimator']}" for r in runs):
+        members = [r for r in runs if f"{r['env']} / {r['estimator']}" == key]
+        stats[key] = {"started": len(members), "finished": sum(bool(r.get("final")) for r in members)}
+        display[key] = {}
+        for m in metric_names:
+            s = mean_spread([r["final"][m] for r in members if m in r.get("final", {})])
+            stats[key][m] = s
+            display[key][m] = "—" if s["n"] == 0 else f"{s['mean']:.3f} ± {s['std']:.3f} (n={s['n']})"
+        display[key]["runs finished / started"] = f"{stats[key]['finished']} / {stats[key]['started']}"
+    return display, stats, [*metric_names, "runs finished / started"]
+
+
+def plot_curves(runs: list[dict[str, Any]], path: Path) -> None:
+    """Training success per iteration: mean over seeds (line) and min-max (band), one panel per env."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = list(dict.fromkeys(r["env"] for r in runs if r.get("curve")))
+    if not envs:
+        return
+    fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs), 4), squeeze=False)
+    for ax, env in zip(axes[0], envs, strict=True):
+        for est in dict.fromkeys(r["estimator"] for r in runs if r["env"] == env):
+            curves = [
+                dict(map(tuple, r["curve"]))
+                for r in runs
+                if r["env"] == env and r["estimator"] == est and r.get("curve")
+            ]
+            if not curves:
+                continue
+            its = sorted(set().union(*curves))
+            vals = [[c[i] for c in curves if i in c] for i in its]
+            ax.plot(its, [np.mean(v) for v in vals], marker="o", label=f"{est} (n={len(curves)})")
+            ax.fill_between(its, [min(v) for v in vals], [max(v) for v in vals], alpha=0.15)
+        ax.set(
+            title=f"{env}: training success per iteration",
+            xlabel="iteration",
+            ylabel="success",
+            ylim=(-0.02, 1.02),
+        )
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--setting", choices=sorted(SETTINGS), default="cpu")
+    parser.add_argument("--seeds", type=int, nargs="+", help="override the setting's seeds")
+    parser.add_argument("--estimators", nargs="+", help="override the setting's estimators")
+    parser.add_argument(
+        "--envs", nargs="+", choices=sorted(ENV_OVERRIDES), help="override the setting's envs"
+    )
+    parser.add_argument(
+        "--model-path", help="start from this local causal-LM folder instead of the tiny model"
+    )
+    parser.add_argument("--extra", nargs="*", default=[], help="more progpo train overrides (key=value)")
+    parser.add_argument(
+        "--runs-dir", type=Path, help="run folders (default runs/compare_estimators/<setting>)"
+    )
+    parser.add_argument("--timeout", type=float, help="seconds per training run (default: the setting's)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "compare_estimators.json")
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    setting = SETTINGS[args.setting]
+    seeds = args.seeds if args.seeds is not None else setting.seeds
+    estimators = args.estimators or setting.estimators
+    envs = args.envs or setting.envs
+    timeout_s = args.timeout or setting.timeout_s
+    runs_dir = args.runs_dir or ROOT / "runs" / "compare_estimators" / args.setting
+    base = [*setting.overrides, *([f"model.path={args.model_path}"] if args.model_path else []), *args.extra]
+    console = Console(width=160)
+    started = time.perf_counter()
+    warm_starts: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    for env in envs:
+        env_base = [*base, *ENV_OVERRIDES[env], *setting.env_overrides.get(env, [])]
+        for seed in seeds:
+            ws_dir = runs_dir / env / f"seed{seed}" / "warm_start"
+            console.print(f"[bold]{env} seed {seed}: warm start")
+            ws = run_training(
+                [*env_base, f"seed={seed}", "iterations=0", "warm_start.enabled=true", "eval.num_tasks=0"],
+                ws_dir,
+                timeout_s,
+                ws_dir / "train.log",
+            )
+            ws.update(env=env, seed=seed, run_dir=str(ws_dir))
+            warm_starts.append(ws)
+            policy = ws_dir / "final"
+            for est in estimators:
+                run_dir = runs_dir / env / f"seed{seed}" / est
+                record: dict[str, Any] = {"env": env, "seed": seed, "estimator": est, "run_dir": str(run_dir)}
+                if ws["status"] != "ok" or not policy.is_dir():
+                    record.update(status="skipped: warm start failed", seconds=0.0)
+                    runs.append(record)
+                    continue
+                console.print(f"  {env} seed {seed}: {est}")
+                record.update(
+                    run_training(
+                        [
+                            *env_base,
+                            f"seed={seed}",
+                            f"algo.name={est}",
+                            f"model.path={policy}",
+                            "warm_start.enabled=false",
+                        ],
+                        run_dir,
+                        timeout_s,
+                        run_dir / "train.log",
+                    )
+                )
+                records = read_metrics(run_dir)
+                record["final"] = final_metrics(records) if record["status"] == "ok" else {}
+                record["before_rl"] = final_metrics(records, "before_rl")
+                record["curve"] = curve(records)
+                runs.append(record)
+                console.print(
+                    f"    {record['status']} in {record['seconds']:.0f} s; final {record['final'] or '—'}"
+                )
+    display, stats, metric_names = summarise(runs)
+    result = {
+        "benchmark": "compare_estimators",
+        "command": "python benchmarks/compare_estimators.py "
+        + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "setting": args.setting,
+        "config": {
+            **asdict(setting),
+            "seeds": seeds,
+            "estimators": estimators,
+            "envs": envs,
+            "model_path": args.model_path,
+            "extra": args.extra,
+            "timeout_s": timeout_s,
+        },
+        "machine": {**machine_info(), **_torch_info()},
+        "git": git_commit(),
+        "seconds": time.perf_counter() - started,
+        "metric_names": metric_names,
+        "summary": display,
+        "statistics": stats,
+        "warm_starts": warm_starts,
+        "runs": runs,
+    }
+    table = Table(title=f"estimator comparison ({args.setting}): held-out after RL, mean ± std over seeds")
+    table.add_column("env / estimator")
+    for m in metric_names[:8]:
+        table.add_column(m, justify="right")
+    for key, row in display.items():
+        table.add_row(key, *(row[m] for m in metric_names[:8]))
+    console.print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    plot_curves(runs, args.out.with_suffix(".png"))
+    console.print(f"wrote {args.out} ({result['seconds']:.0f} s)")
+    return 0 if all(r["status"] == "ok" for r in runs) and runs else 1
+
+
+def _torch_info() -> dict[str, Any]:
+    try:
+        import torch
+    except ImportError:
+        return {}
+    info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+if __name__ == "__main__":
+    sys.exit(main())

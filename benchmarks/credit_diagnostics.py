@@ -1,0 +1,731 @@
+"""Credit-assignment diagnostics: where each advantage estimator puts step-level credit, without training.
+
+Claim measured (issue 8, part 2): on recorded rollout batches, per estimator,
+
+* ``nonzero_step_fraction`` — share of step rows whose *step signal* is non-zero. The step signal is the part
+  of the advantage that is not the trajectory-level (episode) advantage: ``A - A_episode`` where ``A_episode``
+  is the same estimator with its step term switched off (``STEP_TERM_OFF``: GiGPO/ProGPO ``omega=0``, G2PO
+  ``step_advantage_w=0``, GraphGPO ``beta_g=0``). GRPO, RLOO and DAPO have no step term: 0 by definition.
+* ``exact_prefix_peer_fraction`` (a property of the batch) — share of rows whose whole history ``(o_0, a_0,
+  ..., o_t)`` is shared by another row of the same task group; ProGPO's peer comparison needs one. The ProGPO
+  paper (as quoted by a third party, algorithms.md §6) reports that 33.7% of WebShop and 44.5% of ALFWorld
+  steps have *none*. ``anchor_peer_fraction`` is the same for GiGPO's key (the current observation).
+* ``corr_progress`` — Pearson correlation between each row's advantage and its **true value under the
+  expert**, defined here as the *progress* of the action: ``d(s_t) - d(s_{t+1})``, where ``d`` is the length
+  of the expert's plan from a state (ALFWorld: :meth:`ALFWorldExpert.plan` on the engine's true facts, exact
+  step counts; ``d = 0`` once won). +1 = the action did one step of the optimal plan, 0 = wasted step, < 0 =
+  undid progress. Rows without a known ``d`` (WebShop has no plan-length oracle) are left out.
+* ``corr_expert`` — Pearson correlation of the advantage with ``1[a_t == expert's action at s_t]`` (every env
+  with ``info["expert_action"]``).
+* ``step_corr_progress`` / ``step_sign_accuracy`` — the same for the step signal alone, on the rows where it
+  is non-zero: does the step-level credit point the right way? (sign accuracy: among those rows with non-zero
+  progress, the share where ``sign(step signal) == sign(progress)``.)
+* ``advantage_var`` / ``step_var`` — population variance of the advantages and of the step signal.
+
+Batches: groups of ``G`` rollouts of one task (same start state, as GRPO-style training draws them) where each
+step takes the expert's action with probability ``1 - p`` and a uniformly random admissible action with
+probability ``p`` ("expert mixed with a noisy policy"), for several noise levels ``p``. ALFWorld tasks are the
+generated games (every task type); WebShop goals come from the self-hosted shop (a small generated catalog). A
+saved JSONL of rollouts (e.g. from the warm-started policy) can be analysed with ``--rollouts FILE``; its
+format is :func:`load_rollouts_jsonl`.
+
+Seeded and reproducible: the action choices come from ``numpy.random.default_rng([seed, p_index, task, k])``.
+Run: ``.venv/bin/python benchmarks/credit_diagnostics.py --quick`` (about 2-4 min on a loaded 2-core machine;
+the full setting about 4x that). Writes ``benchmarks/results/credit_diagnostics.json`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Iterable, Sequence  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from training.advantages import ESTIMATORS, compute_advantages  # noqa: E402
+
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+#: Parameters that switch an estimator's step term off, leaving its trajectory-level (episode) advantage.
+#: Estimators missing here (grpo, rloo, dapo) are trajectory-level: their step signal is 0 by definition.
+STEP_TERM_OFF: dict[str, dict[str, float]] = {
+    "gigpo": {"omega": 0.0},
+    "g2po": {"step_advantage_w": 0.0},
+    "graphgpo": {"beta_g": 0.0},
+    "progpo": {"omega": 0.0},
+    "progpo_coverage": {"omega": 0.0},
+}
+#: |value| at or below this counts as zero (estimators return exact zeros; this only absorbs float noise).
+ZERO_TOL = 1e-9
+#: Placeholder admissible actions (WebShop's ``search[<query>]``) that cannot be sent verbatim.
+PLACEHOLDER_MARK = "<"
+
+# ------------------------------------------------------------------------------------------------------------
+# Recorded rows
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepRow:
+    """One recorded step: the state it was taken in, the action, and what the expert says about it.
+
+    Attributes:
+        group_id: task group (the G rollouts of one task).
+        traj_id: rollout id, unique in the batch.
+        step: 0-based step index.
+        obs: anchor observation text at this step (the raw env observation, no prompt or history).
+        action: the action taken.
+        reward: env reward of the step.
+        won: the episode was won at this step.
+        valid: the action was well-formed / admissible.
+        expert_action: the expert's action at this state ("" when unknown).
+        progress: ``d(s_t) - d(s_{t+1})`` with ``d`` the expert's remaining plan length (None when unknown).
+    """
+
+    group_id: int
+    traj_id: int
+    step: int
+    obs: str
+    action: str
+    reward: float
+    won: bool
+    valid: bool
+    expert_action: str = ""
+    progress: float | None = None
+
+
+def rows_to_batch(rows: Sequence[StepRow]) -> dict[str, np.ndarray]:
+    """Columns for :func:`training.advantages.compute_advantages` (observation/action texts as keys).
+
+    Example:
+        >>> b = rows_to_batch([StepRow(0, 0, 0, "room", "go", 10.0, True, True)])
+        >>> sorted(b)[:4], b["reward"].tolist()
+        (['action_key', 'group_id', 'obs_key', 'obs_text'], [10.0])
+    """
+    obs = np.array([r.obs for r in rows], dtype=object)
+    return {
+        "group_id": np.array([r.group_id for r in rows], dtype=np.int64),
+        "traj_id": np.array([r.traj_id for r in rows], dtype=np.int64),
+        "step": np.array([r.step for r in rows], dtype=np.int64),
+        "reward": np.array([r.reward for r in rows], dtype=np.float64),
+        "won": np.array([r.won for r in rows], dtype=bool),
+        "valid": np.array([r.valid for r in rows], dtype=bool),
+        "obs_key": obs,
+        "action_key": np.array([r.action for r in rows], dtype=object),
+        "obs_text": obs,
+    }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Recording rollouts: expert mixed with a noisy policy
+# ------------------------------------------------------------------------------------------------------------
+
+#: ``distance(env) -> int | None``: the expert's remaining plan length in the env's current state.
+DistanceFn = Callable[[Any], "int | None"]
+
+
+def _random_action(info: dict, obs: str, rng: np.random.Generator) -> str:
+    """A uniformly random admissible action; a placeholder such as ``search[<query>]`` becomes a search for
+    three random words of the current observation."""
+    admissible = list(info.get("admissible_actions") or [])
+    if not admissible:
+        return str(info.get("expert_action", ""))
+    action = admissible[int(rng.integers(len(admissible)))]
+    if PLACEHOLDER_MARK in action and action.startswith("search["):
+        words = [w for w in obs.replace("[SEP]", " ").split() if w.isalpha()] or ["item"]
+        picks = [words[int(i)] for i in rng.integers(len(words), size=3)]
+        action = f"search[{' '.join(picks).lower()}]"
+    return action
+
+
+def record_group(
+    env,
+    task_index: int,
+    group_size: int,
+    noise: float,
+    rng_seed: Sequence[int],
+    distance: DistanceFn | None,
+    *,
+    group_id: int,
+    first_traj_id: int,
+) -> list[StepRow]:
+    """Play ``group_size`` episodes of one task with the expert mixed with uniform random actions.
+
+    Args:
+        env: a Gymnasium env reporting ``info["expert_action"]`` and ``info["admissible_actions"]``.
+        task_index: passed as ``reset(options={"task_index": ...})``.
+        group_size: rollouts in the group (G).
+        noise: probability ``p`` of a random admissible action at each step.
+        rng_seed: entropy for ``numpy.random.default_rng``; rollout ``k`` uses ``[*rng_seed, k]``.
+        distance: the expert's remaining plan length in the env's current state, or None (no progress labels).
+        group_id: id written in the rows.
+        first_traj_id: trajectory ids are ``first_traj_id .. first_traj_id + group_size - 1``.
+
+    Returns:
+        The step rows of the group, trajectory by trajectory.
+    """
+    rows: list[StepRow] = []
+    for k in range(group_size):
+        rng = np.random.default_rng([*rng_seed, k])
+        obs, info = env.reset(options={"task_index": task_index})
+        d_before = distance(env) if distance else None
+        t = 0
+        while True:
+            expert_action = str(info.get("expert_action", ""))
+            use_random = rng.random() < noise
+            action = _random_action(info, obs, rng) if use_random or not expert_action else expert_action
+            next_obs, reward, terminated, truncated, next_info = env.step(action)
+            won = bool(next_info.get("won", False))
+            d_after = 0 if won else (distance(env) if distance else None)
+            progress = None if d_before is None or d_after is None else float(d_before - d_after)
+            rows.append(
+                StepRow(
+                    group_id=group_id,
+                    traj_id=first_traj_id + k,
+                    step=t,
+                    obs=obs,
+                    action=action,
+                    reward=float(reward),
+                    won=won,
+                    valid=bool(
+                        next_info.get("action_valid", action in (info.get("admissible_actions") or [action]))
+                    ),
+                    expert_action=expert_action,
+                    progress=progress,
+                )
+            )
+            obs, info, d_before, t = next_obs, next_info, d_after, t + 1
+            if terminated or truncated:
+                break
+    return rows
+
+
+def alfworld_source(max_steps: int, generator_seed: int = 0):
+    """``(env, distance)`` for the generated ALFWorld games with the expert and its plan-length oracle."""
+    import gymnasium as gym
+
+    import progpo_envs  # noqa: F401  (registers the envs)
+    from progpo_envs.alfworld.expert import ALFWorldExpert
+
+    env = gym.make("progpo/ALFWorld-v0", expert=True, max_steps=max_steps, generator_seed=generator_seed)
+    experts: dict[str, ALFWorldExpert] = {}
+
+    def distance(e) -> int | None:
+        inner = e.unwrapped
+        task = inner.task
+        expert = experts.get(task.task_id)
+        if expert is None:
+            expert = experts[task.task_id] = ALFWorldExpert(task.traj_data())
+        if inner.engine.won:
+            return 0
+        plan = expert.plan(inner.engine.facts())
+        return len(plan) if plan else None  # empty and not won: no plan shape reaches the goal
+
+    return env, distance
+
+
+def alfworld_tasks(env, per_type: int) -> list[tuple[int, str]]:
+    """The first ``per_type`` task indices of each task type as ``(task_index, task_type)``, types sorted."""
+    by_type: dict[str, list[int]] = {}
+    for i, task in enumerate(env.unwrapped.tasks):
+        by_type.setdefault(task.task_type, []).append(i)
+    return [(i, kind) for kind in sorted(by_type) for i in by_type[kind][:per_type]]
+
+
+def webshop_source(max_steps: int, num_products: int):
+    """``(env, None)`` for the self-hosted WebShop (generated catalog) with the scripted expert; WebShop has
+    no plan-length oracle, so only ``corr_expert`` is defined there."""
+    import gymnasium as gym
+
+    import progpo_envs  # noqa: F401
+
+    env = gym.make(
+        "progpo/WebShop-v0", split="test", num_products=num_products, expert=True, max_steps=max_steps
+    )
+    return env, None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Rollout files (e.g. the warm-started policy's batches)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def load_rollouts_jsonl(path: str | Path) -> list[StepRow]:
+    """Read recorded rollouts: one JSON object per line, one line per step.
+
+    Required keys: ``group_id`` and ``traj_id`` (int or str; rows of one rollout share ``traj_id``, rollouts
+    of one task group share ``group_id``), ``step`` (0-based int), ``obs`` (the anchor observation text the
+    action was taken from), ``action`` (str), ``reward`` (float), ``won`` (bool). Optional: ``valid`` (bool,
+    default true), ``expert_action`` (str: the expert's action at that state), ``progress`` (float:
+    decrease of
+    the expert's remaining plan length caused by the step). Blank lines are skipped.
+
+    Raises:
+        ValueError: a line is not a JSON object or lacks a required key (the message names the line).
+
+    Example:
+        >>> import tempfile, json
+        >>> p = Path(tempfile.mkdtemp()) / "r.jsonl"
+        >>> _ = p.write_text(json.dumps({"group_id": "g", "traj_id": "a", "step": 0, "obs": "o",
+        ...                              "action": "x", "reward": 0.0, "won": False}) + "\\n")
+        >>> load_rollouts_jsonl(p)[0].group_id
+        0
+    """
+    required = ("group_id", "traj_id", "step", "obs", "action", "reward", "won")
+    ids: dict[str, dict[Any, int]] = {"group_id": {}, "traj_id": {}}
+    rows: list[StepRow] = []
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        missing = [k for k in required if k not in rec]
+        if missing:
+            raise ValueError(f"{path}:{lineno}: missing key(s) {missing}")
+        dense = {k: ids[k].setdefault(json.dumps(rec[k]), len(ids[k])) for k in ids}
+        progress = rec.get("progress")
+        rows.append(
+            StepRow(
+                group_id=dense["group_id"],
+                traj_id=dense["traj_id"],
+                step=int(rec["step"]),
+                obs=str(rec["obs"]),
+                action=str(rec["action"]),
+                reward=float(rec["reward"]),
+                won=bool(rec["won"]),
+                valid=bool(rec.get("valid", True)),
+                expert_action=str(rec.get("expert_action") or ""),
+                progress=None if progress is None else float(progress),
+            )
+        )
+    return rows
+
+
+def save_rollouts_jsonl(rows: Iterable[StepRow], path: str | Path) -> None:
+    """Write rows in the format of :func:`load_rollouts_jsonl`."""
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(asdict(row)) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Metrics
+# ------------------------------------------------------------------------------------------------------------
+
+
+def peer_fractions(rows: Sequence[StepRow]) -> dict[str, float]:
+    """Share of rows with another row of the same task group sharing (a) the whole history
+    ``(o_0, a_0, ..., o_t)`` (exact prefix) or (b) the current observation (GiGPO's anchor state).
+
+    Example:
+        >>> r = [StepRow(0, 0, 0, "s", "a", 0, False, True), StepRow(0, 1, 0, "s", "b", 0, False, True),
+        ...      StepRow(0, 0, 1, "x", "c", 0, False, True), StepRow(0, 1, 1, "x", "c", 0, False, True)]
+        >>> peer_fractions(r)   # step 1: same obs "x" but different histories (a vs b)
+        {'exact_prefix_peer_fraction': 0.5, 'anchor_peer_fraction': 1.0}
+    """
+    if not rows:
+        return {"exact_prefix_peer_fraction": 0.0, "anchor_peer_fraction": 0.0}
+    ordered = sorted(rows, key=lambda r: (r.traj_id, r.step))
+    prefix_of: list[tuple] = []
+    history: dict[int, tuple] = {}
+    for r in ordered:
+        prefix = history.get(r.traj_id, ()) + (r.obs,)
+        prefix_of.append((r.group_id, prefix))
+        history[r.traj_id] = prefix + (r.action,)
+    anchors = [(r.group_id, r.obs) for r in ordered]
+    count_prefix: dict[tuple, int] = {}
+    count_anchor: dict[tuple, int] = {}
+    for p, a in zip(prefix_of, anchors, strict=True):
+        count_prefix[p] = count_prefix.get(p, 0) + 1
+        count_anchor[a] = count_anchor.get(a, 0) + 1
+    n = len(ordered)
+    return {
+        "exact_prefix_peer_fraction": sum(count_prefix[p] >= 2 for p in prefix_of) / n,
+        "anchor_peer_fraction": sum(count_anchor[a] >= 2 for a in anchors) / n,
+    }
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Pearson correlation, or None with fewer than 3 points or a constant input.
+
+    Example:
+        >>> pearson(np.array([1.0, 2, 3]), np.array([2.0, 4, 7]))
+        0.9933992677987828
+    """
+    if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def step_signal(name: str, batch: dict, advantages: np.ndarray, params: dict | None = None) -> np.ndarray:
+    """The part of ``advantages`` (from estimator ``name``) that is not its episode-level advantage."""
+    off = STEP_TERM_OFF.get(name)
+    if off is None:
+        return np.zeros_like(advantages)
+    episode = compute_advantages(name, batch, **{**(params or {}), **off})
+    return advantages - episode
+
+
+def estimator_metrics(name: str, rows: Sequence[StepRow], params: dict | None = None) -> dict[str, Any]:
+    """Every per-estimator diagnostic of the module docstring on one batch (None where undefined)."""
+    batch = rows_to_batch(rows)
+    adv = compute_advantages(name, batch, **(params or {}))
+    step = step_signal(name, batch, adv, params)
+    nonzero = np.abs(step) > ZERO_TOL
+    has_progress = np.array([r.progress is not None for r in rows])
+    progress = np.array([r.progress if r.progress is not None else 0.0 for r in rows])
+    has_expert = np.array([bool(r.expert_action) for r in rows])
+    agrees = np.array([float(r.action == r.expert_action) for r in rows])
+    signed = nonzero & has_progress & (progress != 0)
+    return {
+        "nonzero_step_fraction": float(nonzero.mean()),
+        "corr_progress": pearson(adv[has_progress], progress[has_progress]),
+        "corr_expert": pearson(adv[has_expert], agrees[has_expert]),
+        "step_corr_progress": pearson(step[nonzero & has_progress], progress[nonzero & has_progress]),
+        "step_sign_accuracy": float((np.sign(step[signed]) == np.sign(progress[signed])).mean())
+        if signed.any()
+        else None,
+        "advantage_var": float(adv.var()),
+        "step_var": float(step.var()),
+    }
+
+
+def batch_stats(rows: Sequence[StepRow]) -> dict[str, Any]:
+    """Estimator-independent facts of a batch: sizes, success, expert agreement, peer fractions."""
+    trajs: dict[int, bool] = {}
+    for r in rows:
+        trajs[r.traj_id] = trajs.get(r.traj_id, False) or r.won
+    labelled = [r for r in rows if r.progress is not None]
+    return {
+        "rows": len(rows),
+        "trajectories": len(trajs),
+        "groups": len({r.group_id for r in rows}),
+        "success_rate": sum(trajs.values()) / len(trajs) if trajs else 0.0,
+        "expert_agreement": float(np.mean([r.action == r.expert_action for r in rows if r.expert_action]))
+        if any(r.expert_action for r in rows)
+        else None,
+        "progress_labelled_fraction": len(labelled) / len(rows) if rows else 0.0,
+        "mean_progress": float(np.mean([r.progress for r in labelled])) if labelled else None,
+        **peer_fractions(rows),
+    }
+
+
+def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"name"`` or ``"name:key=value,key=value"`` -> ``(name, params)``; values are JSON when they parse
+    (numbers, true/false, null), else strings.
+
+    Example:
+        >>> parse_estimator_spec("progpo:success_potential=0,norm=mean")
+        ('progpo', {'success_potential': 0, 'norm': 'mean'})
+    """
+    name, _, rest = spec.partition(":")
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {name!r} in {spec!r}; registered: {sorted(ESTIMATORS)}")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"estimator spec {spec!r}: expected key=value, got {item!r}")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return name, params
+
+
+def analyse(rows: Sequence[StepRow], estimators: Sequence[str]) -> dict[str, Any]:
+    """``{"batch": batch_stats, "estimators": {spec: estimator_metrics}}`` for one batch; each spec is an
+    estimator name with optional parameters (:func:`parse_estimator_spec`)."""
+    metrics = {}
+    for spec in estimators:
+        name, params = parse_estimator_spec(spec)
+        metrics[spec] = estimator_metrics(name, rows, params)
+    return {"batch": batch_stats(rows), "estimators": metrics}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Driver
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DiagnosticsConfig:
+    """Settings of one diagnostics run (recorded in the JSON)."""
+
+    seed: int = 0
+    noise: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
+    group_size: int = 8  # the papers' G
+    alfworld_tasks_per_type: int = 2
+    alfworld_max_steps: int = 50  # the papers' ALFWorld limit
+    webshop_goals: int = 16
+    webshop_max_steps: int = 15  # the papers' WebShop limit
+    webshop_num_products: int = 200
+    sources: list[str] = field(default_factory=lambda: ["alfworld", "webshop"])
+    #: estimator specs (``name`` or ``name:key=value,...``). The extra ProGPO row uses the TD reading of the
+    #: terminal potential (Phi = 0 after success): with the default Phi = r_succ the winning step's
+    #: delta = r + gamma * r_succ - Phi(s) counts the success twice, and after normalisation over the group
+    #: ordinary progress steps get negative transition credit (compare the two rows' step sign accuracy).
+    estimators: list[str] = field(default_factory=lambda: [*sorted(ESTIMATORS), "progpo:success_potential=0"])
+
+
+QUICK = {"noise": [0.3, 0.7], "alfworld_tasks_per_type": 1, "alfworld_max_steps": 30, "webshop_goals": 8}
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU count, load, Python, platform and numpy version of this machine."""
+    return {
+        "cpu_count": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def git_commit() -> dict[str, Any]:
+    """``{"commit": sha or None, "dirty": bool or None}`` of the repository (read-only git calls); dirty =
+    changed or untracked files exist, i.e. the numbers may come from code that is not in that commit."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        )
+        status = subprocess.run(
+            ["git", "status", "--porcelain"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    if sha.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def record_source(source: str, cfg: DiagnosticsConfig, noise_index: int, progress_cb=None) -> list[StepRow]:
+    """All groups of one source at noise level ``cfg.noise[noise_index]``."""
+    noise = cfg.noise[noise_index]
+    if source == "alfworld":
+        env, distance = alfworld_source(cfg.alfworld_max_steps)
+        tasks = [i for i, _ in alfworld_tasks(env, cfg.alfworld_tasks_per_type)]
+    elif source == "webshop":
+        env, distance = webshop_source(cfg.webshop_max_steps, cfg.webshop_num_products)
+        tasks = list(range(min(cfg.webshop_goals, env.unwrapped.num_tasks)))
+    else:
+        raise ValueError(f"unknown source {source!r}; choose alfworld or webshop")
+    rows: list[StepRow] = []
+    try:
+        for g, task in enumerate(tasks):
+            rows += record_group(
+                env,
+                task,
+                cfg.group_size,
+                noise,
+                [cfg.seed, noise_index, task],
+                distance,
+                group_id=g,
+                first_traj_id=g * cfg.group_size,
+            )
+            if progress_cb:
+                progress_cb()
+    finally:
+        env.close()
+    return rows
+
+
+def _fmt(value: Any) -> str:
+    return "—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def print_table(result: dict, console) -> None:
+    """One rich table per (source, noise) batch."""
+    from rich.table import Table
+
+    for source, by_noise in result["sources"].items():
+        for label, entry in by_noise.items():
+            b = entry["batch"]
+            title = (
+                f"{source} {label}: {b['rows']} rows, {b['trajectories']} rollouts, success "
+                f"{b['success_rate']:.2f}, "
+                f"exact-prefix peer {b['exact_prefix_peer_fraction']:.3f}, anchor peer "
+                f"{b['anchor_peer_fraction']:.3f}"
+            )
+            table = Table(title=title)
+            for col in (
+                "estimator",
+                "non-zero step",
+                "corr(A, progress)",
+                "corr(A, expert)",
+                "step corr(progress)",
+                "step sign acc.",
+                "var(A)",
+                "var(step)",
+            ):
+                table.add_column(col, justify="right" if col != "estimator" else "left")
+            for name, m in entry["estimators"].items():
+                table.add_row(
+                    name,
+                    *(
+                        _fmt(m[k])
+                        for k in (
+                            "nonzero_step_fraction",
+                            "corr_progress",
+                            "corr_expert",
+                            "step_corr_progress",
+                            "step_sign_accuracy",
+                            "advantage_var",
+                            "step_var",
+                        )
+                    ),
+                )
+            console.print(table)
+
+
+def plot(result: dict, path: Path) -> None:
+    """Non-zero step fraction and corr(A, progress or expert) against the noise level, per estimator."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sources = [s for s, v in result["sources"].items() if any(k.startswith("p=") for k in v)]
+    if not sources:
+        return
+    fig, axes = plt.subplots(len(sources), 2, figsize=(11, 3.6 * len(sources)), squeeze=False)
+    for row, source in enumerate(sources):
+        entries = {float(k[2:]): v for k, v in result["sources"][source].items() if k.startswith("p=")}
+        ps = sorted(entries)
+        corr_key = (
+            "corr_progress" if entries[ps[0]]["batch"]["progress_labelled_fraction"] > 0 else "corr_expert"
+        )
+        for name in result["config"]["estimators"]:
+            nz = [entries[p]["estimators"][name]["nonzero_step_fraction"] for p in ps]
+            cr = [entries[p]["estimators"][name][corr_key] for p in ps]
+            axes[row][0].plot(ps, nz, marker="o", label=name)
+            axes[row][1].plot(ps, [np.nan if c is None else c for c in cr], marker="o", label=name)
+        peer = [1 - entries[p]["batch"]["exact_prefix_peer_fraction"] for p in ps]
+        axes[row][0].plot(ps, peer, "k--", label="steps without exact-prefix peer")
+        axes[row][0].set(
+            title=f"{source}: rows with non-zero step signal", xlabel="noise p", ylim=(-0.02, 1.02)
+        )
+        axes[row][1].set(title=f"{source}: {corr_key.replace('_', '(A, ')})", xlabel="noise p")
+        axes[row][1].axhline(0, color="grey", lw=0.5)
+    axes[0][0].legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer tasks, noise levels and steps (~2-4 min)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--noise", type=float, nargs="+", help="noise levels p (default 0.1 0.3 0.5 0.7 0.9)")
+    parser.add_argument("--group-size", type=int)
+    parser.add_argument(
+        "--sources",
+        nargs="*",
+        choices=["alfworld", "webshop"],
+        help="env sources to record (none: only --rollouts files)",
+    )
+    parser.add_argument(
+        "--estimators",
+        nargs="+",
+        help="estimator specs: name or name:key=value,... "
+        "(default: every registered estimator plus progpo:success_potential=0)",
+    )
+    parser.add_argument(
+        "--rollouts",
+        type=Path,
+        action="append",
+        default=[],
+        help="also analyse a saved rollout JSONL (format: load_rollouts_jsonl), e.g. the "
+        "warm-started policy's batches; repeatable",
+    )
+    parser.add_argument("--save-batches", type=Path, help="folder to write every recorded batch as JSONL")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "credit_diagnostics.json")
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    cfg = DiagnosticsConfig(seed=args.seed, **(QUICK if args.quick else {}))
+    for key in ("noise", "group_size", "sources", "estimators"):
+        if getattr(args, key) is not None:
+            setattr(cfg, key, getattr(args, key))
+    if any(not 0.0 <= p <= 1.0 for p in cfg.noise):
+        parser.error("--noise values must lie in [0, 1]")
+    for spec in cfg.estimators:
+        try:
+            parse_estimator_spec(spec)
+        except ValueError as exc:
+            parser.error(str(exc))
+    console = Console(width=160)
+    start = time.perf_counter()
+    result: dict[str, Any] = {
+        "benchmark": "credit_diagnostics",
+        "command": "python benchmarks/credit_diagnostics.py "
+        + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "config": asdict(cfg),
+        "quick": bool(args.quick),
+        "definitions": {
+            "step_signal": "A - A(step term off); 0 for trajectory-level estimators",
+            "progress": "d(s_t) - d(s_t+1), d = length of the expert's plan from the true state (0 once won)",
+            "exact_prefix_peer_fraction": "rows whose (o_0, a_0, ..., o_t) is shared by another row of the "
+            "group",
+            "paper_no_peer_fraction": {"webshop": 0.337, "alfworld": 0.445},
+        },
+        "machine": machine_info(),
+        "git": git_commit(),
+        "sources": {},
+    }
+    if args.save_batches:
+        args.save_batches.mkdir(parents=True, exist_ok=True)
+    with Progress(console=console, transient=True) as bar:
+        for source in cfg.sources:
+            for ni, noise in enumerate(cfg.noise):
+                task = bar.add_task(f"{source} p={noise}", total=None)
+                try:
+                    rows = record_source(source, cfg, ni, lambda t=task: bar.advance(t))
+                except Exception as exc:  # an env that is not usable here is reported, not fatal
+                    result["sources"].setdefault(source, {})["error"] = f"{type(exc).__name__}: {exc}"
+                    console.print(f"[red]{source}: recording failed: {exc}")
+                    break
+                if args.save_batches:
+                    save_rollouts_jsonl(rows, args.save_batches / f"{source}_p{noise}.jsonl")
+                result["sources"].setdefault(source, {})[f"p={noise}"] = analyse(rows, cfg.estimators)
+                bar.remove_task(task)
+    for path in args.rollouts:
+        rows = load_rollouts_jsonl(path)
+        result["sources"].setdefault("rollouts", {})[path.name] = analyse(rows, cfg.estimators)
+    result["seconds"] = time.perf_counter() - start
+    print_table(result, console)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, args.out.with_suffix(".png"))
+    console.print(f"wrote {args.out} ({result['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""``progpo bench``: help, listing, dry run; subprocess runs tolerate missing and failing scripts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import cli, report
+
+
+def test_help_via_subprocess():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cli", "--help"],
+        cwd=report.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0
+    assert "progpo bench" in proc.stdout and "--report-only" in proc.stdout
+
+
+def test_list_shows_every_benchmark(capsys):
+    assert cli.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for bench in report.BENCHMARKS:
+        assert bench.name in out
+
+
+def test_dry_run_prints_quick_commands_and_writes_nothing(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(cli, "PAGE", tmp_path / "README.md")
+    assert cli.main(["--dry-run", "--only", "credit_diagnostics"]) == 0
+    out = capsys.readouterr().out
+    assert "benchmarks/credit_diagnostics.py --quick" in out
+    assert not (tmp_path / "README.md").exists()
+
+
+def test_unknown_benchmark_is_an_argument_error():
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--only", "nope"])
+    assert exc.value.code == 2
+
+
+def test_missing_and_failing_scripts_are_tolerated(monkeypatch, tmp_path, capsys):
+    (tmp_path / "ok.py").write_text("import sys; sys.exit(0)\n")
+    (tmp_path / "bad.py").write_text("import sys; sys.exit(3)\n")
+    benches = [
+        report.Benchmark("ok", "ok.py", "", "", []),
+        report.Benchmark("bad", "bad.py", "", "", []),
+        report.Benchmark("missing", "missing.py", "", "", []),
+        report.Benchmark("noquick", "ok.py", "", "", None),
+    ]
+    monkeypatch.setattr(cli, "BENCHMARKS", benches)
+    monkeypatch.setattr(cli, "ROOT", tmp_path)
+    monkeypatch.setattr(cli, "PAGE", tmp_path / "README.md")
+    monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path / "results")
+    assert cli.main([]) == 1  # one benchmark failed
+    out = capsys.readouterr().out
+    assert (
+        "failed (rc 3)" in out and "skipped (script missing)" in out and "skipped (no quick version)" in out
+    )
+    assert (tmp_path / "README.md").read_text().startswith("# Benchmarks and results")

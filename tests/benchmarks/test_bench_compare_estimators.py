@@ -1,0 +1,85 @@
+"""The estimator-comparison driver: metric extraction and aggregation by hand; a smoke run (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import compare_estimators as ce
+
+RECORDS = [
+    {"kind": "warm_start", "iteration": 0},
+    {"kind": "eval", "label": "before_rl", "iteration": 0, "success": 0.25, "invalid_rate": 0.5},
+    {"kind": "train", "iteration": 1, "success": 0.5},
+    {"kind": "train", "iteration": 2, "success": 0.75},
+    {
+        "kind": "eval",
+        "label": "after_rl",
+        "iteration": 2,
+        "success": 0.5,
+        "score": 5.0,
+        "invalid_rate": 0.25,
+        "episode_steps": 7.0,
+        "success/pick_and_place_simple": 1.0,
+        "success_per_seed": [0.5],
+        "label2": "x",
+    },
+]
+
+
+def test_final_metrics_and_curve():
+    assert ce.final_metrics(RECORDS) == {
+        "success": 0.5,
+        "score": 5.0,
+        "invalid_rate": 0.25,
+        "episode_steps": 7.0,
+        "success/pick_and_place_simple": 1.0,
+    }
+    assert ce.final_metrics(RECORDS, "before_rl") == {"success": 0.25, "invalid_rate": 0.5}
+    assert ce.final_metrics([]) == {}
+    assert ce.curve(RECORDS) == [(1, 0.5), (2, 0.75)]
+
+
+def test_mean_spread_by_hand():
+    s = ce.mean_spread([0.2, 0.4, 0.9])
+    assert s["mean"] == pytest.approx(0.5) and s["n"] == 3
+    assert s["std"] == pytest.approx(((0.09 + 0.01 + 0.16) / 2) ** 0.5)  # sample std, ddof 1
+    assert ce.mean_spread([0.3])["std"] == 0.0
+    assert ce.mean_spread([])["mean"] is None
+
+
+def test_summarise_keeps_every_started_run():
+    runs = [
+        {"env": "alfworld", "estimator": "grpo", "seed": 0, "status": "ok", "final": {"success": 0.2}},
+        {"env": "alfworld", "estimator": "grpo", "seed": 1, "status": "ok", "final": {"success": 0.4}},
+        {"env": "alfworld", "estimator": "progpo", "seed": 0, "status": "timeout", "final": {}},
+    ]
+    display, stats, names = ce.summarise(runs)
+    assert display["alfworld / grpo"]["success"] == "0.300 ± 0.141 (n=2)"
+    assert display["alfworld / progpo"]["success"] == "—"
+    assert display["alfworld / progpo"]["runs finished / started"] == "0 / 1"
+    assert stats["alfworld / grpo"]["started"] == 2 and names[-1] == "runs finished / started"
+
+
+def test_settings_use_known_estimators_and_cover_three_seeds():
+    from training.config import ALGO_CHOICES
+
+    for name, setting in ce.SETTINGS.items():
+        assert set(setting.estimators) <= set(ALGO_CHOICES), name
+        assert set(setting.envs) <= set(ce.ENV_OVERRIDES), name
+    assert len(ce.SETTINGS["cpu"].seeds) >= 3 and len(ce.SETTINGS["gpu"].seeds) >= 3
+    assert set(ce.SETTINGS["cpu"].estimators) == set(ce.ESTIMATORS)
+
+
+@pytest.mark.slow
+def test_smoke_run_end_to_end(tmp_path):
+    out = tmp_path / "compare.json"
+    rc = ce.main(["--setting", "smoke", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert rc == 0, result["runs"]
+    assert [r["estimator"] for r in result["runs"]] == ["grpo", "progpo"]
+    for run in result["runs"]:
+        assert run["status"] == "ok" and "success" in run["final"] and len(run["curve"]) == 1
+    assert result["git"]["commit"] is None or len(result["git"]["commit"]) == 40
+    assert (tmp_path / "compare.png").exists()

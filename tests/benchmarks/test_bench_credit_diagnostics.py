@@ -1,0 +1,164 @@
+"""The credit-assignment diagnostics: hand-computed metrics on a 4-row batch, recording, JSONL, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import credit_diagnostics as cd
+from training.advantages import progpo_report
+
+# One task group, two rollouts of a 2-cell corridor (obs "A" = 2 steps from the goal, "B" = 1 step):
+#   rollout 0: A -forward-> B -forward-> won (reward 10)
+#   rollout 1: A -wait-> A -forward-> B, truncated (failed)
+TINY = [
+    cd.StepRow(0, 0, 0, "A", "forward", 0.0, False, True, "forward", 1.0),
+    cd.StepRow(0, 0, 1, "B", "forward", 10.0, True, True, "forward", 1.0),
+    cd.StepRow(0, 1, 0, "A", "wait", 0.0, False, True, "forward", 0.0),
+    cd.StepRow(0, 1, 1, "A", "forward", 0.0, False, True, "forward", 1.0),
+]
+
+
+def test_peer_fractions_by_hand():
+    # Exact prefix: both step-0 rows share (A); the step-1 histories (A,forward,B) and (A,wait,A) are unique.
+    # Anchor: "A" occurs 3 times, "B" once.
+    assert cd.peer_fractions(TINY) == {"exact_prefix_peer_fraction": 0.5, "anchor_peer_fraction": 0.75}
+    assert progpo_report(cd.rows_to_batch(TINY))["peer_fraction"] == 0.5
+
+
+def test_gigpo_step_signal_by_hand():
+    # Step returns (gamma 0.95): 9.5, 10, 0, 0. Anchor group A = {9.5, 0, 0}, mean 19/6 -> A^S = 19/3, -19/6,
+    # -19/6; B is a singleton -> 0 (norm="mean", so no std division).
+    batch = cd.rows_to_batch(TINY)
+    params = {"norm": "mean"}
+    adv = cd.compute_advantages("gigpo", batch, **params)
+    step = cd.step_signal("gigpo", batch, adv, params)
+    np.testing.assert_allclose(step, [19 / 3, 0.0, -19 / 6, -19 / 6], atol=1e-9)
+
+
+def test_metrics_by_hand():
+    m = cd.estimator_metrics("gigpo", TINY, {"norm": "mean"})
+    assert m["nonzero_step_fraction"] == 0.75
+    # Non-zero step rows: x = (19/3, -19/6, -19/6), progress y = (1, 0, 1): Pearson = (57/18) /
+    # sqrt(1083/18 * 6/9)
+    assert m["step_corr_progress"] == pytest.approx(0.5)
+    # Signed rows (step != 0, progress != 0): +19/3 with +1 (right), -19/6 with +1 (wrong).
+    assert m["step_sign_accuracy"] == 0.5
+    assert m["step_var"] == pytest.approx(np.var([19 / 3, 0, -19 / 6, -19 / 6]))
+    grpo = cd.estimator_metrics("grpo", TINY, {"norm": "mean"})
+    assert (
+        grpo["nonzero_step_fraction"] == 0.0
+        and grpo["step_var"] == 0.0
+        and grpo["step_sign_accuracy"] is None
+    )
+    # GRPO, mean norm: scores 10, 10, 0, 0 (cross-steps) -> +5, +5, -5, -5; expert agreement 1, 1, 0, 1.
+    assert grpo["advantage_var"] == pytest.approx(25.0)
+    assert grpo["corr_expert"] == pytest.approx(np.corrcoef([5, 5, -5, -5], [1, 1, 0, 1])[0, 1])
+
+
+def test_batch_stats_by_hand():
+    stats = cd.batch_stats(TINY)
+    assert stats["rows"] == 4 and stats["trajectories"] == 2 and stats["groups"] == 1
+    assert stats["success_rate"] == 0.5
+    assert stats["expert_agreement"] == 0.75
+    assert stats["mean_progress"] == 0.75
+
+
+def test_estimator_spec_parsing():
+    assert cd.parse_estimator_spec("gigpo") == ("gigpo", {})
+    assert cd.parse_estimator_spec("progpo:omega=0.5,norm=mean") == ("progpo", {"omega": 0.5, "norm": "mean"})
+    with pytest.raises(ValueError, match="unknown estimator"):
+        cd.parse_estimator_spec("nope")
+    with pytest.raises(ValueError, match="key=value"):
+        cd.parse_estimator_spec("gigpo:omega")
+
+
+def test_every_estimator_has_a_defined_step_signal():
+    # Any estimator registered later must either be trajectory-level or say how to switch its step term off.
+    trajectory_level = {"grpo", "rloo", "dapo"}
+    assert set(cd.ESTIMATORS) - trajectory_level == set(cd.STEP_TERM_OFF)
+    for name, off in cd.STEP_TERM_OFF.items():
+        assert set(off) <= set(cd.ESTIMATORS[name].parameters), name
+
+
+def test_record_group_expert_only_is_optimal(corridor_env):
+    rows = cd.record_group(
+        corridor_env, 1, 3, 0.0, [0], lambda e: e.unwrapped.distance(), group_id=0, first_traj_id=0
+    )
+    assert len(rows) == 3 * 3  # corridor of 3, three rollouts
+    assert all(r.action == "forward" and r.progress == 1.0 for r in rows)
+    assert [r.won for r in rows if r.traj_id == 0] == [False, False, True]
+    assert cd.peer_fractions(rows)["exact_prefix_peer_fraction"] == 1.0
+
+
+def test_record_group_noisy_is_seeded_and_labelled(corridor_env):
+    dist = lambda e: e.unwrapped.distance()  # noqa: E731
+    a = cd.record_group(corridor_env, 2, 4, 0.6, [7, 1], dist, group_id=3, first_traj_id=12)
+    b = cd.record_group(corridor_env, 2, 4, 0.6, [7, 1], dist, group_id=3, first_traj_id=12)
+    c = cd.record_group(corridor_env, 2, 4, 0.6, [8, 1], dist, group_id=3, first_traj_id=12)
+    assert a == b and a != c
+    assert {r.traj_id for r in a} == {12, 13, 14, 15} and {r.group_id for r in a} == {3}
+    expected_progress = {"forward": 1.0, "wait": 0.0}
+    for r in a:
+        if r.action == "back":  # back from cell 0 stays, otherwise undoes a step
+            assert r.progress in (0.0, -1.0)
+        else:
+            assert r.progress == expected_progress[r.action]
+    assert any(r.action != "forward" for r in a)
+
+
+def test_jsonl_round_trip_and_errors(tmp_path):
+    path = tmp_path / "rollouts.jsonl"
+    cd.save_rollouts_jsonl(TINY, path)
+    assert cd.load_rollouts_jsonl(path) == TINY
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"group_id": 0, "traj_id": 0, "step": 0}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: missing key"):
+        cd.load_rollouts_jsonl(bad)
+    bad.write_text("\n[1, 2]\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: expected a JSON object"):
+        cd.load_rollouts_jsonl(bad)
+
+
+def test_main_on_a_rollout_file(tmp_path):
+    path = tmp_path / "warm.jsonl"
+    cd.save_rollouts_jsonl(TINY, path)
+    out = tmp_path / "diag.json"
+    assert (
+        cd.main(
+            [
+                "--sources",
+                "--rollouts",
+                str(path),
+                "--estimators",
+                "grpo",
+                "gigpo:norm=mean",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    result = json.loads(out.read_text())
+    entry = result["sources"]["rollouts"]["warm.jsonl"]
+    assert entry["batch"]["exact_prefix_peer_fraction"] == 0.5
+    assert entry["estimators"]["gigpo:norm=mean"]["nonzero_step_fraction"] == 0.75
+    assert result["machine"]["cpu_count"] >= 1 and "commit" in result["git"]
+    assert result["config"]["estimators"] == ["grpo", "gigpo:norm=mean"]
+
+
+def test_alfworld_expert_rollouts_make_progress_every_step():
+    # The plan-length oracle on the real engine: following the expert shortens its plan by exactly one step
+    # each time and wins; random admissible actions give integer progress labels (0 for most detours).
+    env, distance = cd.alfworld_source(max_steps=20)
+    try:
+        (task, _), *_ = cd.alfworld_tasks(env, per_type=1)
+        rows = cd.record_group(env, task, 1, 0.0, [0], distance, group_id=0, first_traj_id=0)
+        assert rows[-1].won and all(r.progress == 1.0 for r in rows)
+        noisy = cd.record_group(env, task, 1, 0.5, [1], distance, group_id=1, first_traj_id=1)
+        assert all(r.progress is not None and float(r.progress).is_integer() for r in noisy)
+        assert any(r.action != r.expert_action for r in noisy)
+    finally:
+        env.close()

@@ -1,0 +1,88 @@
+"""The results page: rendering from fixture JSONs, missing and malformed results, the published numbers."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from benchmarks import report
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def page(tmp_path) -> str:
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURES, results)
+    (results / "credit_diagnostics.png").write_bytes(b"\x89PNG")
+    return report.render_page(results)
+
+
+def section(page: str, name: str) -> str:
+    start = page.index(f"### {name}\n")
+    end = page.find("\n### ", start + 1)
+    return page[start:] if end < 0 else page[start:end]
+
+
+def test_markdown_table_formats_cells():
+    table = report.markdown_table(["a", "b", "c"], [[0.123456, None, "x|y"], [True, [1, 2], 3]])
+    assert table.splitlines() == [
+        "| a | b | c |",
+        "|---|---|---|",
+        "| 0.1235 | — | x\\|y |",
+        "| yes | 1, 2 | 3 |",
+    ]
+
+
+def test_credit_diagnostics_section(page):
+    text = section(page, "credit_diagnostics")
+    # steps without an exact-prefix peer = 1 - 0.25; the paper's 44.5% beside it; anchor: 1 - 0.875
+    assert "| alfworld | p=0.5 | 100 | 8 | 0.625 | 0.5 | 0.75 | 0.445 | 0.125 |" in text
+    assert "| progpo | 0.75 | 0.31 | 0.3 | 0.4 | 0.7 | 1.5 | 0.5 |" in text
+    assert "| grpo | 0 | 0.1235 | 0.2 | — | — | 1 | 0 |" in text
+    assert "recording failed: `RuntimeError: no catalog`" in text
+    assert "commit: `0123456789ab` (with local changes)" in text
+    assert "recorded command: `python benchmarks/credit_diagnostics.py --quick`" in text
+    assert "machine: cpu_count 2, python 3.11.7, platform Linux-test, load 1.5" in text
+    assert "![credit_diagnostics.png](results/credit_diagnostics.png)" in text
+
+
+def test_compare_estimators_section_lists_every_run(page):
+    text = section(page, "compare_estimators")
+    assert "| alfworld / grpo | 0.250 ± 0.071 (n=2) | 0.100 ± 0.000 (n=2) | 2 / 2 |" in text
+    assert "| alfworld / progpo | 0.500 (n=1) | 0.050 (n=1) | 1 / 2 |" in text
+    assert (
+        "| alfworld | progpo | 1 | timeout | 900 | — | — | — |" in text
+    )  # the timed-out run is in the table
+
+
+def test_missing_malformed_and_generic_results(page):
+    assert "**Results: not run yet.**" in section(page, "training")
+    assert "**Results: not run yet.**" in section(page, "webshop")
+    assert "unreadable `alfworld.json`" in section(page, "alfworld")
+    # a curated renderer that does not fit the JSON falls back to the generic table instead of failing
+    assert "| results | unexpected shape |" in section(page, "advantages")
+    hosting = section(page, "hosting")
+    assert "| workers | 2 |" in hosting
+    assert "| alfworld | 12.5 | 2.7 |" in hosting and "| webshop | 1874 | — |" in hosting
+
+
+def test_published_numbers_and_differences(page):
+    assert "| GiGPO w/ std | 94.4 | 67.5 | 94.8 | 94.4 | 79.8 | 76.4 | 86.7 ±1.7 | 83.1 | 65.0 ±3.2 |" in page
+    assert "| ALFWorld All | Qwen2.5-7B-Instruct | 83.33 | 94.27 | 95.31 |" in page
+    assert "What differs in ours" in page
+
+
+def test_empty_results_dir_renders_every_benchmark_as_not_run(tmp_path):
+    page = report.render_page(tmp_path)
+    assert page.count("**Results: not run yet.**") == len(report.BENCHMARKS)
+
+
+def test_main_writes_and_checks(tmp_path):
+    out = tmp_path / "README.md"
+    assert report.main(["--results", str(FIXTURES), "--out", str(out)]) == 0
+    assert report.main(["--results", str(FIXTURES), "--out", str(out), "--check"]) == 0
+    out.write_text(out.read_text() + "edited\n")
+    assert report.main(["--results", str(FIXTURES), "--out", str(out), "--check"]) == 1
