@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 # Set before torch/transformers are imported anywhere: 2 shared cores make OpenMP barriers very slow.
@@ -11,12 +13,22 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# Generated games, catalogs and indexes go to a cache private to this test session (inherited by every server and
+# worker subprocess), so tests never read what another version of the code left in the user's ~/.cache/progpo.
+_OWN_CACHE = "PROGPO_CACHE" not in os.environ
+if _OWN_CACHE:
+    os.environ["PROGPO_CACHE"] = tempfile.mkdtemp(prefix="progpo-test-cache-")
 
 import pytest  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: `shared/` sits beside the repository (in development and in CI).
 SHARED_DIR = REPO_ROOT.parent / "shared"
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE:
+        shutil.rmtree(os.environ["PROGPO_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

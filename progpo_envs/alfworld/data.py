@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import fcntl
 import json
 import multiprocessing
@@ -281,12 +282,23 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@functools.lru_cache(maxsize=1)
+def _generator_fingerprint() -> str:
+    """8 hex digits of xxh3 over the sources of ``progpo_envs.alfworld`` (what generated games depend on)."""
+    digest = xxhash.xxh3_64()
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:8]
+
+
 def generated_data_dir(split: str, num_games: int | None = None, seed: int = 0) -> Path:
     """The folder (containing ``json_2.1.1``) of the generated games, generating ``split`` on first use.
 
     Each split is generated the first time it is asked for (``num_games`` games, one task type after the
-    other), under ``<cache>/alfworld/generated/v<generator version>-n<num_games>-s<seed>/``; a lock keeps
-    concurrent processes (async vector env workers) from generating it twice.
+    other), under ``<cache>/alfworld/generated/v<version>-<code digest>-n<num_games>-s<seed>/``; a lock keeps
+    concurrent processes (async vector env workers) from generating it twice. The code digest covers the
+    sources of this package (generator, expert walkthroughs, engine, task texts), so games cached by another
+    version of the code are never reused, even where ``GENERATOR_VERSION`` was not bumped.
     """
     from progpo_envs.alfworld import generator
 
@@ -295,7 +307,7 @@ def generated_data_dir(split: str, num_games: int | None = None, seed: int = 0) 
         raise FileNotFoundError(
             f"generated games have the splits {[s.value for s in generator.Split]}, not {split!r}"
         )
-    key = f"v{generator.GENERATOR_VERSION}-n{num_games}-s{seed}"
+    key = f"v{generator.GENERATOR_VERSION}-{_generator_fingerprint()}-n{num_games}-s{seed}"
     out = cache_dir() / "alfworld" / "generated" / key
     done = out / f".complete-{split}"
     if done.exists():
