@@ -107,14 +107,22 @@ class ALFWorldTask:
 
 
 def is_current_game(game: dict[str, Any]) -> bool:
-    """Whether a game uses the installed wheel's domain and grammar (only the task line may differ)."""
-    before, _, after = _wheel.wheel_grammar().partition("UNKNOWN GOAL")
+    """Whether a game uses the installed wheel's domain and grammar (only the task line may differ).
+
+    Both placing wordings count as current: the wheel's ``move X to Y`` and the ``put X in/on Y`` that the
+    generator writes on request (the grammar of older ALFWorld releases).
+    """
+    from progpo_envs.alfworld.expert import PlaceWording  # the generator imports this module
+    from progpo_envs.alfworld.generator import grammar_with_wording
+
+    if game.get("pddl_domain") != _wheel.wheel_domain():
+        return False
     grammar = game.get("grammar", "")
-    return (
-        game.get("pddl_domain") == _wheel.wheel_domain()
-        and grammar.startswith(before)
-        and grammar.endswith(after)
-    )
+    for wording in PlaceWording:
+        before, _, after = grammar_with_wording(_wheel.wheel_grammar(), wording).partition("UNKNOWN GOAL")
+        if grammar.startswith(before) and grammar.endswith(after):
+            return True
+    return False
 
 
 def templated_task_description(traj_data: dict[str, Any], rng: random.Random) -> str:

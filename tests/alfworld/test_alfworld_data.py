@@ -59,9 +59,12 @@ def test_selection_rules_and_rebuilds(data_root, shared_alfworld_data, progpo_ca
 
 def test_old_grammar_games_are_rebuilt_keeping_their_task_text(data_root, shared_alfworld_data, progpo_cache):
     trial = copy_trial(shared_alfworld_data, data_root, "valid_seen", "pick_and_place_simple")
-    # Pre-0.4 games say ``put O in/on R``: the generator's "put" wording reproduces that grammar.
-    old_grammar = grammar_with_wording(_wheel.wheel_grammar(), PlaceWording.PUT).replace(
-        "UNKNOWN GOAL", "put a pencil in dresser"
+    # Pre-0.4 games say ``put O in/on R`` and "You arrive at loc 10.": the generator's "put" wording plus the old
+    # arrival text stands in for such a grammar.
+    old_grammar = (
+        grammar_with_wording(_wheel.wheel_grammar(), PlaceWording.PUT)
+        .replace("UNKNOWN GOAL", "put a pencil in dresser")
+        .replace('"You arrive at {r.name}.', '"You arrive at loc {r.name}.')
     )
     old = {
         "pddl_domain": _wheel.wheel_domain(),
@@ -127,3 +130,20 @@ def test_generated_games_are_the_default_and_cached(generated_root, progpo_cache
     )  # one of each type
     with pytest.raises(FileNotFoundError, match="splits"):
         load_tasks("valid_train", num_generated=6)
+
+
+def test_generated_put_wording_is_current_and_kept(tmp_path, progpo_cache):
+    """A game set generated with the older ``put`` wording loads as it is (the option must survive loading)."""
+    from progpo_envs.alfworld.generator import generate_games
+
+    root = tmp_path / "put_games"
+    generate_games(root, 1, seed=3, splits=["valid_seen"], wording="put", workers=1, progress=False)
+    task = load_tasks("valid_seen", root)[0]
+    game = json.loads(task.game_file().read_text())
+    assert is_current_game(game)
+    assert task.game_file().is_relative_to(root)
+    engine = AlfredEngine()
+    engine.reset(task.game_file())
+    for command in game["walkthrough"]:
+        engine.step(command)
+    assert engine.won and any(command.startswith("put ") for command in game["walkthrough"])
