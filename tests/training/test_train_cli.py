@@ -1,0 +1,281 @@
+"""``progpo train`` end to end on the toy env: smoke runs, config errors, and resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from training_helpers import TINY_OVERRIDES, subprocess_env
+
+from training.cli import main
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+VOLATILE = ("time", "per_s")  # wall-clock measurements differ between runs; everything else must not
+
+
+def _train_cmd(run_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "training.cli",
+        "--config",
+        str(CONFIGS / "quickstart.yaml"),
+        *TINY_OVERRIDES,
+        f"run_dir={run_dir}",
+        *extra,
+    ]
+
+
+def _stable_records(run_dir: Path) -> list[dict]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not any(word in k for word in VOLATILE)} for r in records]
+
+
+RUN_ARGS = ("iterations=3", "checkpoint_every=1", "tensorboard=true")
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory) -> Path:
+    """An uninterrupted 3-iteration run (checkpoint every iteration)."""
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    done = subprocess.run(
+        _train_cmd(run_dir, *RUN_ARGS), env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
+def test_cli_run_writes_every_artefact(straight_run):
+    run_dir = straight_run
+    records = _stable_records(run_dir)
+    kinds = [r["kind"] for r in records]
+    assert kinds == ["warm_start", "eval", "train", "train", "train", "eval"]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["iteration"] for r in train] == [1, 2, 3]
+    for key in (
+        "success",
+        "advantage_mean",
+        "ratio",
+        "kl",
+        "entropy",
+        "exact_prefix_peer_fraction",
+        "grad_norm",
+        "first_ratio_mean",
+        "rows",
+        "success/pick_and_place_simple",
+    ):
+        assert key in train[0], key
+    assert train[0]["first_ratio_mean"] == pytest.approx(
+        1.0, abs=1e-4
+    )  # sampler/trainer parity inside the loop
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert {"before_rl", "after_rl"} <= set(summary)
+    assert (run_dir / "learning_curve.png").stat().st_size > 1000
+    assert list((run_dir / "tensorboard").iterdir())
+    assert (run_dir / "checkpoints" / "latest").read_text() == "iter_000003"
+    # the export is a plain transformers folder
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(run_dir / "final").config.model_type == "qwen2"
+
+
+@pytest.mark.parametrize("algo", ["gigpo"])
+def test_algo_flag_selects_the_estimator(tmp_path, algo, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
+    code = main(
+        [
+            "--config",
+            str(CONFIGS / "quickstart.yaml"),
+            *TINY_OVERRIDES,
+            f"run_dir={tmp_path}",
+            "iterations=1",
+            "warm_start.enabled=false",
+            "eval.num_tasks=0",
+            "--algo",
+            algo,
+        ]
+    )
+    assert code == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["algo"] == algo
+
+
+def test_config_errors_exit_2(capsys):
+    assert main(["rollout.group_sise=3"]) == 2
+    assert "unknown key 'rollout.group_sise'" in capsys.readouterr().err
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tmp_path, straight_run):
+    extra = RUN_ARGS
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(
+        _train_cmd(killed, *extra),
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    latest = killed / "checkpoints" / "latest"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if latest.is_file() and latest.read_text() == "iter_000001":
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the run ended before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (killed / "summary.json").exists()
+
+    resumed = subprocess.run(
+        _train_cmd(killed, *extra, "--resume"),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from iteration" in resumed.stdout
+    assert _stable_records(killed) == _stable_records(straight_run)
+
+
+def test_lora_run_trains_adapters_only_and_exports_a_plain_model(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from training.config import load_config
+    from training.trainer import Trainer
+
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
+    config = load_config(
+        CONFIGS / "quickstart.yaml",
+        [
+            *TINY_OVERRIDES,
+            f"run_dir={tmp_path}",
+            "iterations=1",
+            "warm_start.enabled=false",
+            "eval.num_tasks=0",
+            "model.lora_rank=4",
+            "model.lora_target_modules=[q_proj]",
+        ],
+    )
+    trainer = Trainer(config)
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.run()
+    trainer.close()
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    assert not any("lora" in n for n, _ in exported.named_parameters())
+
+
+@pytest.mark.parametrize("preset", ["alfworld_progpo_qwen2.5-1.5b.yaml", "webshop_progpo_qwen2.5-1.5b.yaml"])
+def test_gpu_presets_run_two_iterations_on_cpu(tmp_path, preset, tiny_policy_dir, monkeypatch):
+    """The GPU presets' own settings (gradient checkpointing, async envs, no warm start, periodic validation)
+    with
+    the model, sizes and env shrunk to CPU scale."""
+    from training.config import load_config
+    from training.trainer import Trainer
+
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
+    shrink = [o for o in TINY_OVERRIDES if not o.startswith(("warm_start", "model.tiny"))]
+    config = load_config(
+        CONFIGS / preset,
+        [
+            *shrink,
+            f"run_dir={tmp_path}",
+            f"model.path={tiny_policy_dir}",
+            "device=cpu",
+            "model.dtype=float32",
+            "iterations=2",
+            "eval.every=1",
+            "env.num_workers=2",
+            "rollout.max_new_tokens=8",
+        ],
+    )
+    assert config.model.gradient_checkpointing and config.env.vector_mode == "async"
+    trainer = Trainer(config)
+    try:
+        summary = trainer.run()
+    finally:
+        trainer.close()
+    assert summary["iterations"] == 2
+    records = trainer.metrics.read()
+    assert [r["label"] for r in records if r["kind"] == "eval"] == ["before_rl", "periodic", "after_rl"]
+
+
+def test_dynamic_sampling_runs_more_rounds(tmp_path, monkeypatch):
+    from training.config import load_config
+    from training.trainer import Trainer
+
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
+    config = load_config(
+        CONFIGS / "quickstart.yaml",
+        [
+            *TINY_OVERRIDES,
+            f"run_dir={tmp_path}",
+            "iterations=1",
+            "warm_start.enabled=false",
+            "eval.num_tasks=0",
+            "rollout.dynamic_sampling=true",
+            "rollout.max_sampling_rounds=2",
+            "algo.name=dapo",
+        ],
+    )
+    trainer = Trainer(config)
+    try:
+        result = trainer.collect(0)
+    finally:
+        trainer.close()
+    # an untrained policy never wins: no group has mixed outcomes, both rounds run, the last one is kept
+    assert result.env_steps == 2 * 4 * config.env.max_steps
+    assert result.rows.num_rows == 4 * config.env.max_steps
+
+
+def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypatch):
+    """One update on real rollout rows: responses with A > 0 gain log-probability, A < 0 lose it."""
+    from training.config import load_config
+    from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy
+    from training.trainer import Trainer
+
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
+    config = load_config(
+        CONFIGS / "quickstart.yaml",
+        [
+            *TINY_OVERRIDES,
+            f"run_dir={tmp_path}",
+            "iterations=1",
+            "warm_start.enabled=false",
+            "eval.num_tasks=0",
+            "loss.kl_coef=0",
+            "optim.lr=1e-3",
+        ],
+    )
+    trainer = Trainer(config)
+    try:
+        rows = trainer.collect(0).rows
+    finally:
+        trainer.close()
+    advantages = np.where(np.arange(rows.num_rows) % 2 == 0, 1.0, -1.0)
+
+    def sequence_logprobs() -> np.ndarray:
+        packed = pack_sequences(rows.prompt_ids, rows.response_ids, trainer.tokenizer.pad_token_id)
+        with torch.no_grad():
+            logits = response_logits(trainer.model, packed, config.rollout.temperature)
+            logprobs, _ = token_logprobs_and_entropy(logits, packed.response_ids)
+        return (logprobs * packed.response_mask).sum(-1).numpy()
+
+    before = sequence_logprobs()
+    stats = trainer.update(rows, advantages, 0)
+    after = sequence_logprobs()
+    assert stats["first_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    change = after - before
+    assert change[advantages > 0].mean() > 0 > change[advantages < 0].mean()

@@ -1,0 +1,46 @@
+"""Constants and helpers shared by the training tests (a module with a unique name: every test folder has a
+``conftest.py``, so tests import from here, never from ``conftest``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+#: Make the toy env from any process (Gymnasium imports ``training_toy_env`` first; it must be on PYTHONPATH).
+TOY_ENV_ID = "training_toy_env:progpo-test/ToyALFWorld-v0"
+
+#: Overrides that turn any preset into a seconds-long run on the toy env with a tiny model.
+TINY_OVERRIDES = [
+    f"env.id={TOY_ENV_ID}",
+    "env.max_steps=4",
+    "env.data_dir=",
+    "env.train_split=train",
+    "env.eval_split=valid_seen",
+    "model.tiny.vocab_size=2048",
+    "model.tiny.hidden_size=64",
+    "model.tiny.intermediate_size=128",
+    "rollout.num_groups=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "rollout.max_prompt_tokens=512",
+    "warm_start.num_tasks=4",
+    "warm_start.epochs=1",
+    "eval.num_tasks=2",
+    "eval.seeds=1",
+    "tensorboard=false",
+    "progress=false",
+    "num_threads=1",
+    "optim.micro_batch_rows=4",
+    "optim.mini_batch_rows=8",
+]
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for CLI subprocesses: repo and the toy env importable, one thread, offline."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")])
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env

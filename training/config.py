@@ -1,0 +1,370 @@
+"""Dataclass configuration of ``progpo train``: self-documenting fields, YAML in, dotted overrides on top.
+
+The defaults of :class:`TrainConfig` *are* the quickstart (CPU, a tiny Qwen2-architecture policy built
+locally, generated ALFWorld tasks), so ``progpo train`` with no arguments runs it. Presets in
+``configs/*.yaml`` override fields; command-line overrides (``rollout.group_size=4``) override the file.
+Unknown keys are errors, with the list of valid keys in the message.
+
+Example:
+    >>> cfg = load_config(None, ["rollout.group_size=4", "algo.name=grpo"])
+    >>> cfg.rollout.group_size, cfg.algo.name
+    (4, 'grpo')
+    >>> load_config(None, ["rollout.group_sise=4"])  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ConfigError: unknown key 'rollout.group_sise' ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: The estimator names ``--algo`` accepts (registered in :mod:`training.advantages`).
+ALGO_CHOICES = ("grpo", "rloo", "dapo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage")
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is malformed or names an unknown key."""
+
+
+def _field(default: Any, doc: str) -> Any:
+    """A dataclass field carrying its documentation (shown by ``progpo train --help-config``)."""
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata={"doc": doc})
+    return dataclasses.field(default=default, metadata={"doc": doc})
+
+
+@dataclasses.dataclass
+class TinyModelConfig:
+    """Shape of the random-initialised Qwen2 policy built when ``model.path`` is empty."""
+
+    vocab_size: int = _field(8192, "BPE ids kept from Qwen's tokenizer (specials are renumbered after them)")
+    hidden_size: int = _field(128, "model width")
+    intermediate_size: int = _field(384, "MLP width")
+    num_hidden_layers: int = _field(2, "decoder layers")
+    num_attention_heads: int = _field(4, "query heads")
+    num_key_value_heads: int = _field(2, "key/value heads (grouped-query attention as in Qwen2.5)")
+    max_position_embeddings: int = _field(4096, "longest sequence (prompt + response)")
+    embedding_rows: int = _field(
+        0,
+        "rows of the embedding matrix; 0 = the tokenizer's length (Qwen2.5-1.5B pads "
+        "its 151,665 ids to 151,936 rows)",
+    )
+    seed: int = _field(0, "seed of the random initialisation")
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """The policy: any transformers causal LM folder or hub id, or a tiny model built locally."""
+
+    path: str = _field(
+        "",
+        "folder or hub id loaded with AutoModelForCausalLM.from_pretrained "
+        "(e.g. Qwen/Qwen2.5-1.5B-Instruct); empty = build `tiny` into <run_dir>/tiny_policy",
+    )
+    tiny: TinyModelConfig = dataclasses.field(
+        default_factory=TinyModelConfig, metadata={"doc": "shape of the locally built model"}
+    )
+    dtype: str = _field("auto", "float32 | bfloat16 | float16 | auto (bfloat16 on CUDA, float32 on CPU)")
+    gradient_checkpointing: bool = _field(False, "recompute activations in backward (saves memory on GPU)")
+    lora_rank: int = _field(0, "LoRA rank (peft); 0 = full fine-tuning")
+    lora_alpha: int = _field(32, "LoRA alpha")
+    lora_target_modules: list = _field(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        "modules that get LoRA adapters",
+    )
+
+
+@dataclasses.dataclass
+class EnvConfig:
+    """The group vector env rollouts run in."""
+
+    id: str = _field("progpo/ALFWorld-v0", "registered env id")
+    train_split: str = _field("train", "split the training groups are drawn from")
+    eval_split: str = _field("valid_seen", "held-out split used for validation")
+    data_dir: str = _field("", "folder containing json_2.1.1/ (real ALFWorld data); empty = generated tasks")
+    max_steps: int = _field(12, "actions per episode before truncation (paper: 50 ALFWorld, 15 WebShop)")
+    url: str = _field(
+        "", "env server URL (progpo serve): play `id` remotely through progpo/Remote-v0; empty = in-process"
+    )
+    vector_mode: str = _field("sync", "sync (in-process) | async (one subprocess per worker)")
+    num_workers: int = _field(0, "subprocesses for async mode; 0 = one per CPU core")
+    kwargs: dict = _field({}, "extra keyword arguments for every env copy (env-specific)")
+
+
+@dataclasses.dataclass
+class RolloutConfig:
+    """How groups of episodes are sampled."""
+
+    num_groups: int = _field(4, "task groups per iteration (paper: 16)")
+    group_size: int = _field(4, "rollouts per task group (paper: 8)")
+    history_length: int = _field(1, "past (observation, action) pairs in each prompt (paper: 2)")
+    temperature: float = _field(1.0, "sampling temperature during training (paper: 1.0)")
+    top_p: float = _field(1.0, "nucleus sampling threshold (1.0 = off)")
+    max_new_tokens: int = _field(40, "response tokens per step (paper: 512)")
+    max_prompt_tokens: int = _field(1024, "longer prompts keep their last tokens (paper: 2048 / 4096)")
+    sample_batch_size: int = _field(64, "sequences decoded together (bounds memory)")
+    engine: str = _field("transformers", "transformers | vllm")
+    dynamic_sampling: bool = _field(
+        False, "DAPO dynamic sampling: drop groups whose episodes all score the same and roll more groups"
+    )
+    max_sampling_rounds: int = _field(3, "rollout rounds per iteration at most with dynamic sampling")
+
+
+@dataclasses.dataclass
+class AlgoConfig:
+    """The advantage estimator (any name registered in training.advantages)."""
+
+    name: str = _field("progpo", "estimator: " + " | ".join(ALGO_CHOICES))
+    invalid_penalty: float = _field(
+        0.1, "subtracted from the score of a step whose output was not a valid action"
+    )
+    params: dict = _field({}, "extra keyword arguments of the estimator (e.g. gamma, norm, stats_scope)")
+
+
+@dataclasses.dataclass
+class LossConfig:
+    """The PPO-style token-level objective (verl-agent, algorithms.md section 8)."""
+
+    clip_low: float = _field(0.2, "epsilon_low: ratio floor 1 - clip_low")
+    clip_high: float = _field(0.2, "epsilon_high: ratio ceiling 1 + clip_high (DAPO's clip-higher: 0.28)")
+    dual_clip: float = _field(3.0, "dual-clip constant c for negative advantages (0 = off)")
+    kl_coef: float = _field(0.01, "weight of the k3 KL to the frozen reference (0 = no reference model)")
+    entropy_coef: float = _field(0.001, "weight of the entropy bonus")
+    ppo_epochs: int = _field(1, "passes over each batch")
+
+
+@dataclasses.dataclass
+class OptimConfig:
+    """AdamW and batching of the update."""
+
+    lr: float = _field(2e-4, "learning rate (paper: 1e-6 for 1.5B models)")
+    weight_decay: float = _field(0.0, "AdamW weight decay")
+    betas: list = _field([0.9, 0.999], "AdamW betas")
+    grad_clip: float = _field(1.0, "max global gradient norm")
+    mini_batch_rows: int = _field(64, "step rows per optimizer step (paper: 256 ALFWorld, 64 WebShop)")
+    micro_batch_rows: int = _field(
+        16, "step rows per forward/backward (gradient accumulation inside a mini-batch)"
+    )
+
+
+@dataclasses.dataclass
+class WarmStartConfig:
+    """Optional supervised stage on expert demonstrations (for models that cannot act yet)."""
+
+    enabled: bool = _field(True, "run the warm start before RL")
+    num_tasks: int = _field(36, "training tasks whose expert episodes are collected")
+    epochs: int = _field(24, "passes over the demonstrations")
+    lr: float = _field(1e-2, "learning rate (linear decay to 0)")
+    batch_rows: int = _field(8, "demonstration steps per optimizer step")
+    only_successful: bool = _field(True, "keep only expert episodes that won")
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """Periodic validation on the held-out split."""
+
+    every: int = _field(0, "validate every N iterations (0 = only before and after training)")
+    num_tasks: int = _field(
+        16, "held-out tasks, spread evenly over the eval split (so every task type is in)"
+    )
+    temperature: float = _field(0.4, "sampling temperature (paper: 0.4)")
+    seeds: int = _field(2, "sampling seeds per task; success is reported as mean and spread over seeds")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything ``progpo train`` needs. The defaults are the CPU quickstart."""
+
+    seed: int = _field(0, "seed of task order, sampling and initialisation")
+    iterations: int = _field(6, "RL iterations (paper: 150)")
+    run_dir: str = _field("runs/quickstart", "output folder: checkpoints, metrics, plots, final model")
+    device: str = _field("auto", "auto | cpu | cuda | cuda:N")
+    num_threads: int = _field(1, "torch CPU threads (1 is fastest on shared cores)")
+    checkpoint_every: int = _field(4, "save a checkpoint every N iterations (0 = only at the end)")
+    keep_checkpoints: int = _field(2, "most recent checkpoints kept")
+    tensorboard: bool = _field(True, "also write TensorBoard event files")
+    progress: bool = _field(True, "show a rich progress display")
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig, metadata={"doc": "policy"})
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig, metadata={"doc": "environment"})
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig, metadata={"doc": "rollouts"})
+    algo: AlgoConfig = dataclasses.field(default_factory=AlgoConfig, metadata={"doc": "advantage estimator"})
+    loss: LossConfig = dataclasses.field(default_factory=LossConfig, metadata={"doc": "objective"})
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig, metadata={"doc": "optimizer"})
+    warm_start: WarmStartConfig = dataclasses.field(
+        default_factory=WarmStartConfig, metadata={"doc": "supervised warm start"}
+    )
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig, metadata={"doc": "validation"})
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` on values that cannot work together."""
+        checks = [
+            (self.iterations >= 0, "iterations must be >= 0"),
+            (
+                self.rollout.num_groups >= 1 and self.rollout.group_size >= 1,
+                "num_groups and group_size must be >= 1",
+            ),
+            (self.rollout.engine in ("transformers", "vllm"), "rollout.engine must be transformers or vllm"),
+            (self.rollout.temperature > 0, "rollout.temperature must be > 0"),
+            (0 < self.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
+            (
+                self.optim.micro_batch_rows >= 1 and self.optim.mini_batch_rows >= 1,
+                "batch sizes must be >= 1",
+            ),
+            (self.loss.dual_clip == 0 or self.loss.dual_clip > 1, "loss.dual_clip must be 0 (off) or > 1"),
+            (self.env.vector_mode in ("sync", "async"), "env.vector_mode must be sync or async"),
+            (
+                self.model.dtype in ("auto", "float32", "bfloat16", "float16"),
+                "model.dtype is not a known dtype",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+
+def _resolve_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Check ``value`` against a field's annotation (ints are accepted where floats are expected)."""
+    origin = typing.get_origin(annotation)
+    if dataclasses.is_dataclass(annotation):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        return _from_dict(annotation, value, prefix=key + ".")
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation is bool and not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    if annotation is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    if annotation is float and not isinstance(value, float):
+        raise ConfigError(f"{key} must be a number, got {value!r}")
+    if annotation is str and not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, got {value!r}")
+    if (annotation is list or origin is list) and not isinstance(value, list):
+        raise ConfigError(f"{key} must be a list, got {value!r}")
+    if (annotation is dict or origin is dict) and not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a mapping, got {value!r}")
+    if isinstance(annotation, types.UnionType):
+        return value
+    return value
+
+
+def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    hints = _resolve_types(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"unknown key {prefix + unknown[0]!r}; valid keys here: {', '.join(prefix + n for n in names)}"
+        )
+    base = cls()
+    values = {}
+    for name in names:
+        if name in data:
+            current = getattr(base, name)
+            if dataclasses.is_dataclass(current):
+                merged = (
+                    {**dataclasses.asdict(current), **(data[name] or {})}
+                    if isinstance(data[name], dict)
+                    else data[name]
+                )
+                values[name] = _coerce(merged, hints[name], prefix + name)
+            else:
+                values[name] = _coerce(data[name], hints[name], prefix + name)
+    return dataclasses.replace(base, **values)
+
+
+def _set_dotted(data: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot set {dotted!r}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"optim.lr=1e-5"`` -> ``("optim.lr", 1e-05)``; values are parsed as YAML scalars/lists."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key=value (e.g. rollout.group_size=8)")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"cannot parse the value of {key!r}: {exc}") from exc
+    if isinstance(value, str) and _looks_like_float(value):  # YAML 1.1 reads "1e-5" as a string
+        value = float(value)
+    return key.strip(), value
+
+
+def _looks_like_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return any(c in text.lower() for c in ".e") and text.lower() not in ("inf", "nan", "-inf", "+inf")
+
+
+def _yaml_floats(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _yaml_floats(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_yaml_floats(v) for v in node]
+    if isinstance(node, str) and _looks_like_float(node):
+        return float(node)
+    return node
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Build a :class:`TrainConfig`: defaults, then the YAML at ``path``, then ``key=value`` overrides."""
+    data: dict = {}
+    if path is not None:
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            loaded = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+        data = _yaml_floats(loaded)
+    for override in overrides or []:
+        key, value = parse_override(override)
+        _set_dotted(data, key, value)
+    config = _from_dict(TrainConfig, data)
+    config.validate()
+    return config
+
+
+def config_to_dict(config: TrainConfig) -> dict:
+    """Plain nested dict (what checkpoints and ``config.yaml`` store)."""
+    return dataclasses.asdict(config)
+
+
+def config_from_dict(data: dict) -> TrainConfig:
+    """Inverse of :func:`config_to_dict` (unknown keys are errors)."""
+    config = _from_dict(TrainConfig, data)
+    config.validate()
+    return config
+
+
+def describe_fields(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(dotted key, default, doc)`` for every leaf field (for ``--help-config``)."""
+    rows = []
+    base = cls()
+    for f in dataclasses.fields(cls):
+        value = getattr(base, f.name)
+        if dataclasses.is_dataclass(value):
+            rows += describe_fields(type(value), prefix + f.name + ".")
+        else:
+            rows.append((prefix + f.name, repr(value), f.metadata.get("doc", "")))
+    return rows

@@ -1,0 +1,181 @@
+"""Loading the policy: any transformers causal LM by path, or a tiny random Qwen2 built locally first.
+
+Production loads ``Qwen/Qwen2.5-1.5B-Instruct`` through :func:`load_policy`; tests and the quickstart build a
+tiny random-initialised Qwen2 with :func:`build_tiny_policy`, save it with ``save_pretrained`` and load it
+through the *same* :func:`load_policy` call, so the code path under test is the production one.
+
+Example:
+    >>> import tempfile
+    >>> folder = build_tiny_policy(tempfile.mkdtemp(), TinyModelConfig(vocab_size=1024, hidden_size=32,
+    ...                            intermediate_size=64, num_attention_heads=2, num_key_value_heads=1))
+    >>> policy = load_policy(folder, device="cpu")
+    >>> type(policy.model).__name__, policy.tokenizer.eos_token
+    ('Qwen2ForCausalLM', '<|im_end|>')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from training.config import ModelConfig, TinyModelConfig
+from training.tokenizer import QWEN25_CHAT_TEMPLATE, qwen25_tokenizer_truncated
+
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+@dataclasses.dataclass
+class Policy:
+    """A causal LM with its tokenizer.
+
+    Attributes:
+        model: The trainable model (possibly a peft model with LoRA adapters).
+        tokenizer: Its tokenizer, left padding, with a chat template.
+        stop_token_ids: Token ids that end a response (``<|im_end|>``, ``<|endoftext|>``).
+    """
+
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    stop_token_ids: list[int]
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's parameters."""
+        return next(self.model.parameters()).device
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``"auto"`` -> bfloat16 on CUDA, float32 on CPU."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def build_tiny_policy(folder: str | Path, shape: TinyModelConfig | None = None) -> Path:
+    """Build a random-initialised Qwen2 with a truncated Qwen2.5 tokenizer; ``save_pretrained`` to ``folder``.
+
+    The tokenizer keeps Qwen's first ``shape.vocab_size`` BPE ids (:func:`qwen25_tokenizer_truncated`);
+    embeddings are tied as in Qwen2.5-1.5B. Building is deterministic in ``shape.seed``. Returns ``folder``.
+    """
+    shape = shape or TinyModelConfig()
+    folder = Path(folder)
+    tokenizer = qwen25_tokenizer_truncated(shape.vocab_size)
+    config = Qwen2Config(
+        vocab_size=max(len(tokenizer), shape.embedding_rows),
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        max_position_embeddings=shape.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):  # seeded init without disturbing the caller's RNG
+        torch.manual_seed(shape.seed)
+        model = Qwen2ForCausalLM(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _stop_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    ids = {tokenizer.eos_token_id}
+    for token in ("<|im_end|>", "<|endoftext|>"):
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            ids.add(token_id)
+    return sorted(i for i in ids if i is not None)
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of ``path``, left-padded, with the Qwen2.5 template when the folder has none."""
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = QWEN25_CHAT_TEMPLATE
+    return tokenizer
+
+
+def load_policy(
+    path: str | Path,
+    device: str | torch.device = "auto",
+    dtype: str = "auto",
+    config: ModelConfig | None = None,
+) -> Policy:
+    """Load a causal LM folder or hub id with ``AutoModelForCausalLM.from_pretrained`` for training.
+
+    Args:
+        path: Folder or hub id (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``).
+        device: ``auto``, ``cpu``, ``cuda``...
+        dtype: ``auto`` (bfloat16 on CUDA, float32 on CPU) or a dtype name.
+        config: Gradient checkpointing and LoRA settings (defaults: off).
+    """
+    config = config or ModelConfig()
+    device = resolve_device(str(device))
+    torch_dtype = resolve_dtype(dtype, device)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+    model.to(device)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if config.lora_rank > 0:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=config.lora_rank,
+                lora_alpha=config.lora_alpha,
+                target_modules=list(config.lora_target_modules),
+                task_type="CAUSAL_LM",
+            ),
+        )
+    tokenizer = load_tokenizer(path)
+    return Policy(model=model, tokenizer=tokenizer, stop_token_ids=_stop_ids(tokenizer))
+
+
+def load_reference(
+    path: str | Path, device: str | torch.device = "auto", dtype: str = "auto"
+) -> torch.nn.Module:
+    """A frozen copy of the initial policy for the KL term (eval mode, no gradients)."""
+    device = resolve_device(str(device))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(dtype, device)).to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def export_policy(policy: Policy, folder: str | Path) -> Path:
+    """Save a plain transformers folder (LoRA merged) for ``from_pretrained``, ``progpo eval``, vLLM."""
+    folder = Path(folder)
+    model = policy.model
+    if hasattr(model, "merge_and_unload"):
+        import copy
+
+        model = copy.deepcopy(model).merge_and_unload()
+    model.save_pretrained(folder)
+    policy.tokenizer.save_pretrained(folder)
+    return folder

@@ -1,0 +1,238 @@
+"""Batched KV-cached sampling with the sampled tokens' log-probs, and the matching trainer-side forward.
+
+Both sides compute token log-probs as ``log_softmax(logits / temperature)`` over left-padded batches with
+``position_ids = cumsum(attention_mask) - 1``, so a sequence gets the same positions in the sampler (prompt +
+cache) and in the trainer (one forward over prompt + response). That is what makes the first PPO ratio exactly
+1 up to floating-point noise (tested in ``tests/training/test_sampling.py``). verl computes "old" log-probs
+with a second forward pass; we record them at sampling time and *check* them against the trainer's forward
+instead.
+
+Example:
+    >>> import torch
+    >>> from transformers import Qwen2Config, Qwen2ForCausalLM
+    >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32,
+    ...                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    >>> out = sample_responses(model, [[1, 2, 3], [4, 5]], max_new_tokens=4, stop_token_ids=[0],
+    ...                        pad_token_id=0, generator=torch.Generator().manual_seed(0))
+    >>> len(out.token_ids), len(out.token_ids[0]) == len(out.logprobs[0])
+    (2, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+
+@dataclasses.dataclass
+class SampleOutput:
+    """Sampled responses, one per prompt.
+
+    Attributes:
+        token_ids: Response token ids (including the stop token when one was sampled).
+        logprobs: Log-probability of each response token under ``softmax(logits / temperature)``.
+        finished: Whether the response ended with a stop token (else it hit ``max_new_tokens``).
+    """
+
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    finished: list[bool]
+
+
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_token_id: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into ``(input_ids, attention_mask)`` of shape ``(B, T)``."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if len(seq):
+            ids[row, width - len(seq) :] = torch.as_tensor(list(seq), dtype=torch.long)
+            mask[row, width - len(seq) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that start at 0 at each row's first real token (padding gets 0)."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+    cumulative = sorted_logits.softmax(-1).cumsum(-1)
+    drop = cumulative - sorted_logits.softmax(-1) > top_p  # keep the smallest prefix reaching top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+@torch.no_grad()
+def sample_responses(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    stop_token_ids: Sequence[int],
+    pad_token_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    batch_size: int = 64,
+) -> SampleOutput:
+    """Sample one response per prompt with a KV cache, recording each sampled token's log-prob.
+
+    Args:
+        model: A causal LM (``forward(input_ids, attention_mask, position_ids, past_key_values,
+            logits_to_keep)``).
+        prompts: Prompt token ids (no padding).
+        max_new_tokens: Response length limit.
+        stop_token_ids: Tokens that end a response (kept as its last token).
+        pad_token_id: Padding id.
+        temperature: Logits are divided by it (also for the recorded log-probs). Use a small value for
+            near-greedy.
+        top_p: Nucleus filtering for *sampling*; recorded log-probs are of the unfiltered tempered
+            distribution (the one the trainer differentiates).
+        generator: Torch generator on the model's device (reproducible sampling).
+        batch_size: Prompts decoded together.
+    """
+    out = SampleOutput([], [], [])
+    for start in range(0, len(prompts), batch_size):
+        chunk = _sample_chunk(
+            model,
+            prompts[start : start + batch_size],
+            max_new_tokens,
+            stop_token_ids,
+            pad_token_id,
+            temperature,
+            top_p,
+            generator,
+        )
+        out.token_ids += chunk.token_ids
+        out.logprobs += chunk.logprobs
+        out.finished += chunk.finished
+    return out
+
+
+def _sample_chunk(
+    model, prompts, max_new_tokens, stop_token_ids, pad_token_id, temperature, top_p, generator
+):
+    device = next(model.parameters()).device
+    ids, mask = left_pad(prompts, pad_token_id, device)
+    batch = ids.shape[0]
+    cache = DynamicCache()
+    stop = torch.tensor(sorted(set(stop_token_ids)), device=device)
+    tokens = torch.zeros((batch, max_new_tokens), dtype=torch.long, device=device)
+    logprobs = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)
+    step_ids, positions = ids, positions_from_mask(mask)
+    for t in range(max_new_tokens):
+        logits = (
+            model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            .logits[:, -1, :]
+            .float()
+        )
+        scaled = logits / temperature
+        log_dist = torch.log_softmax(scaled, dim=-1)
+        sample_dist = _filter_top_p(scaled, top_p).softmax(-1)
+        chosen = torch.multinomial(sample_dist, 1, generator=generator).squeeze(-1)
+        chosen = torch.where(done, torch.full_like(chosen, pad_token_id), chosen)
+        tokens[:, t] = chosen
+        logprobs[:, t] = log_dist.gather(-1, chosen[:, None]).squeeze(-1)
+        lengths += (~done).long()
+        done |= torch.isin(chosen, stop)
+        if bool(done.all()):
+            break
+        step_ids = chosen[:, None]
+        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
+        positions = positions[:, -1:] + 1
+    token_lists, logprob_lists, finished = [], [], []
+    for row in range(batch):
+        n = int(lengths[row])
+        token_lists.append(tokens[row, :n].tolist())
+        logprob_lists.append(logprobs[row, :n].tolist())
+        finished.append(n > 0 and int(tokens[row, n - 1]) in set(stop_token_ids))
+    return SampleOutput(token_lists, logprob_lists, finished)
+
+
+@dataclasses.dataclass
+class PackedBatch:
+    """Prompt + response sequences, left-padded, with the response tokens aligned at the right end.
+
+    Attributes:
+        input_ids: ``(B, T)`` prompt + response, left-padded.
+        attention_mask: ``(B, T)``.
+        response_mask: ``(B, R)`` 1 on real response tokens; ``R`` is the longest response. Response token
+            ``j`` of every row is ``input_ids[:, T - R + j]`` (responses start together, shorter ones padded
+            after).
+        response_ids: ``(B, R)`` response token ids (pad where masked).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    response_ids: torch.Tensor
+
+
+def pack_sequences(
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    pad_token_id: int,
+    device: torch.device | str = "cpu",
+) -> PackedBatch:
+    """Pack rows as ``[pad..., prompt, response, pad...]`` with every response starting at column ``T - R``.
+
+    Prompts are left-padded to a common width and responses right-padded to ``R``; position ids from the
+    attention mask give each real token the same position as in the sampler, and the logits needed are only
+    the last ``R + 1`` columns (``logits_to_keep``), which bounds memory for large vocabularies.
+    """
+    width = max(len(r) for r in responses) if responses else 0
+    width = max(width, 1)
+    prompt_ids, prompt_mask = left_pad(prompts, pad_token_id)
+    resp = torch.full((len(responses), width), pad_token_id, dtype=torch.long)
+    resp_mask = torch.zeros((len(responses), width), dtype=torch.long)
+    for row, seq in enumerate(responses):
+        if len(seq):
+            resp[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+            resp_mask[row, : len(seq)] = 1
+    return PackedBatch(
+        input_ids=torch.cat([prompt_ids, resp], 1).to(device),
+        attention_mask=torch.cat([prompt_mask, resp_mask], 1).to(device),
+        response_mask=resp_mask.to(device),
+        response_ids=resp.to(device),
+    )
+
+
+def response_logits(model: torch.nn.Module, batch: PackedBatch, temperature: float = 1.0) -> torch.Tensor:
+    """Tempered logits ``(B, R, V)`` predicting each response token (one forward over prompt + response)."""
+    width = batch.response_ids.shape[1]
+    logits = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=positions_from_mask(batch.attention_mask),
+        use_cache=False,
+        logits_to_keep=width + 1,
+    ).logits
+    return logits[:, :-1, :].float() / temperature
+
+
+def token_logprobs_and_entropy(
+    logits: torch.Tensor, token_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``(log p(token), entropy)`` from logits ``(B, R, V)`` and token ids ``(B, R)``."""
+    log_dist = torch.log_softmax(logits, dim=-1)
+    logprobs = log_dist.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
+    entropy = -(log_dist.exp() * log_dist).sum(-1)
+    return logprobs, entropy
