@@ -36,7 +36,8 @@ from tqdm.auto import tqdm
 from agents.base import Agent, AgentAction, PromptConfig, Task
 from agents.prompts import EnvKind, env_kind_from_id, task_text_from_observation
 from agents.report import write_reports
-from agents.vector_info import unbatch_info
+from agents.vector_info import unbatch_copy_infos, unbatch_info
+from progpo_envs.core.vector import GroupVectorEnv
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
 RUN_FILE = "run.json"
@@ -445,14 +446,33 @@ def evaluate(
     return write_reports(out_dir, records, config)
 
 
+def _reset(
+    envs: gym.vector.VectorEnv, *, seed: int, options: dict[str, Any]
+) -> tuple[Sequence[str], list[dict[str, Any]]]:
+    """``envs.reset`` with one info per copy (a :class:`GroupVectorEnv` skips batching its copies' infos)."""
+    if isinstance(envs, GroupVectorEnv):
+        observations, copy_infos = envs.reset_copies(seed=seed, options=options)
+        return observations, unbatch_copy_infos(copy_infos, envs.batch_infos)
+    observations, info = envs.reset(seed=seed, options=options)
+    return observations, unbatch_info(info, envs.num_envs)
+
+
+def _step(envs: gym.vector.VectorEnv, actions: list[str]) -> tuple[Any, Any, Any, Any, list[dict[str, Any]]]:
+    """``envs.step`` with one info per copy (a :class:`GroupVectorEnv` skips batching its copies' infos)."""
+    if isinstance(envs, GroupVectorEnv):
+        *results, copy_infos = envs.step_copies(actions)
+        return (*results, unbatch_copy_infos(copy_infos, envs.batch_infos))
+    *results, info = envs.step(actions)
+    return (*results, unbatch_info(info, envs.num_envs))
+
+
 def _play_batch(
     envs: gym.vector.VectorEnv, agent: Agent, kind: EnvKind, batch: list[int], config: EvalConfig
 ) -> Iterator[dict[str, Any]]:
     """Play one batch of consecutive tasks; yields each episode's record as soon as it ends."""
     num_envs = envs.num_envs
     padded = batch + [batch[-1]] * (num_envs - len(batch))
-    observations, info = envs.reset(seed=config.seed + batch[0], options={"task_indices": padded})
-    infos = unbatch_info(info, num_envs)
+    observations, infos = _reset(envs, seed=config.seed + batch[0], options={"task_indices": padded})
     tasks = [
         Task(
             env_kind=kind.value,
@@ -473,8 +493,11 @@ def _play_batch(
         actions = [
             d.action if (on and d is not None) else "" for d, on in zip(decisions, active, strict=True)
         ]
-        observations, rewards, terminations, truncations, info = envs.step(actions)
-        infos = unbatch_info(info, num_envs)
+        observations, reward_array, terminated_array, truncated_array, infos = _step(envs, actions)
+        # plain Python values: indexing a list is several times cheaper than indexing an array per slot
+        rewards = np.asarray(reward_array).tolist()
+        terminations = np.asarray(terminated_array).tolist()
+        truncations = np.asarray(truncated_array).tolist()
         for i in range(num_envs):
             if not active[i]:
                 continue

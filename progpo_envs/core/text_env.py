@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from progpo_envs.core.history import HistoryTracker
 from progpo_envs.core.spaces import MAX_ACTION_LENGTH, MAX_OBSERVATION_LENGTH, Unicode
@@ -57,6 +58,46 @@ class EngineStep:
     reward: float
     terminated: bool
     info: dict[str, Any]
+
+
+#: Types whose values ``copy.deepcopy`` returns as they are (immutable scalars).
+_ATOMIC_TYPES = frozenset({str, int, float, bool, type(None), bytes})
+
+
+def copy_info(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """``copy.deepcopy(value)``, several times faster on what infos are made of (plain dicts, lists, scalars).
+
+    Plain dicts and lists are rebuilt here, sharing ``deepcopy``'s memo so that an object reached twice is
+    copied once, as ``deepcopy`` does; builtin scalars and numpy numbers (immutable) are returned as they are;
+    everything else goes to ``copy.deepcopy``.
+
+    Example:
+        >>> info = {"actions": ["look"], "won": False}
+        >>> copied = copy_info(info)
+        >>> copied == info and copied["actions"] is not info["actions"]
+        True
+    """
+    kind = type(value)
+    if kind in _ATOMIC_TYPES or isinstance(value, (np.number, np.bool_)):
+        return value
+    if memo is None:
+        memo = {}
+    if kind is dict:
+        copied = memo.get(id(value))
+        if copied is None:
+            copied = memo[id(value)] = {}
+            for key, item in value.items():
+                copied[key if type(key) in _ATOMIC_TYPES else copy_info(key, memo)] = (
+                    item if type(item) in _ATOMIC_TYPES else copy_info(item, memo)
+                )
+        return copied
+    if kind is list:
+        copied = memo.get(id(value))
+        if copied is None:
+            copied = memo[id(value)] = []
+            copied.extend(item if type(item) in _ATOMIC_TYPES else copy_info(item, memo) for item in value)
+        return copied
+    return copy.deepcopy(value, memo)
 
 
 def is_well_formed_action(action: Any, max_length: int) -> bool:
@@ -155,7 +196,7 @@ class TextEnv(gym.Env[str, str]):
             raise gym.error.ResetNeeded("call reset() before step()")
         observation, terminated, truncated, info = self._last
         if terminated or truncated:
-            return observation, 0.0, terminated, truncated, copy.deepcopy(info)
+            return observation, 0.0, terminated, truncated, copy_info(info)
         if is_well_formed_action(action, self.max_action_length):
             result = self._engine_step(action.strip())
         else:

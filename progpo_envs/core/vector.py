@@ -13,7 +13,9 @@ Autoreset is disabled (:attr:`gymnasium.vector.AutoresetMode.DISABLED`): a group
 done, and a copy whose episode ended keeps returning its final observation with ``terminated``/``truncated`` set and
 reward 0, without stepping its engine (that latch lives in :class:`~progpo_envs.core.text_env.TextEnv`). Call
 ``reset`` to start the next batch of groups. ``info`` is Gymnasium's dict of arrays (with ``_key`` masks) and carries
-each copy's ``group_id`` and ``task_id`` besides the env's own entries.
+each copy's ``group_id`` and ``task_id`` besides the env's own entries. ``step_copies``/``reset_copies``
+return the same with one info dict per copy instead, for callers that want those (batching costs more than a
+step of a fast env); ``batch_infos`` turns them into the batched info.
 
 Gymnasium's ``make_vec(..., vectorization_mode="sync"|"async")`` always builds its own Sync/AsyncVectorEnv, whose
 copies are seeded ``s + i`` and autoreset by default, so it cannot form groups. Registered ``progpo/*`` envs
@@ -208,19 +210,35 @@ class GroupVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.group_ids = np.arange(self.num_envs) // self.group_size
-        self._group_seeds = np.random.default_rng()
+        self._group_id_values = self.group_ids.tolist()  # as plain ints, the type every info's group_id has
+        # The generator of seedless resets, built on first use from the last reset seed (None: fresh entropy):
+        # building one costs more than stepping a fast env, and most runs only ever reset with a seed.
+        self._group_seeds: np.random.Generator | None = None
+        self._group_seeds_seed: int | None = None
         self.closed = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[tuple[str, ...], dict]:
         """Reset every copy; all copies of a group get the same seed and task (see the module docstring)."""
+        observations, copy_infos = self.reset_copies(seed=seed, options=options)
+        return observations, self.batch_infos(copy_infos)
+
+    def reset_copies(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+        """:meth:`reset`, with ``info`` as one dict per copy (each with its ``group_id``) instead of batched.
+
+        For callers that want per-copy infos anyway; :meth:`batch_infos` turns them into :meth:`reset`'s info.
+        """
         options = dict(options or {})
         task_indices = options.pop("task_indices", None)
         if task_indices is not None and len(task_indices) != self.num_groups:
             raise ValueError(f"task_indices needs one task per group ({self.num_groups}), got {len(task_indices)}")
         if seed is not None:
-            self._group_seeds = np.random.default_rng(seed)
+            self._group_seeds, self._group_seeds_seed = None, seed
             group_seeds = [seed + b for b in range(self.num_groups)]
         else:
+            if self._group_seeds is None:
+                self._group_seeds = np.random.default_rng(self._group_seeds_seed)
             group_seeds = [int(s) for s in self._group_seeds.integers(0, 2**31 - 1, self.num_groups)]
         per_env = []
         for i in range(self.num_envs):
@@ -231,10 +249,22 @@ class GroupVectorEnv(VectorEnv):
             per_env.append((group_seeds[b], env_options))
         results = self._backend.run("reset", per_env)
         observations = tuple(obs for obs, _ in results)
-        return observations, self._merge_infos([info for _, info in results])
+        return observations, self._tag_groups([info for _, info in results])
 
     def step(self, actions: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, dict]:
         """Step every copy; copies whose episode ended return their final observation again."""
+        *results, copy_infos = self.step_copies(actions)
+        return (*results, self.batch_infos(copy_infos))
+
+    def step_copies(
+        self, actions: Sequence[str]
+    ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """:meth:`step`, with ``info`` as one dict per copy (each with its ``group_id``) instead of batched.
+
+        Batching costs more than a step of a fast in-process env; a caller that wants per-copy infos (the
+        agent harness, a training loop) saves that and the unbatching. :meth:`batch_infos` turns them into
+        :meth:`step`'s info.
+        """
         if len(actions) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
         results = self._backend.run("step", [(action,) for action in actions])
@@ -242,7 +272,7 @@ class GroupVectorEnv(VectorEnv):
         rewards = np.array([r[1] for r in results], dtype=np.float64)
         terminations = np.array([r[2] for r in results], dtype=bool)
         truncations = np.array([r[3] for r in results], dtype=bool)
-        return observations, rewards, terminations, truncations, self._merge_infos([r[4] for r in results])
+        return observations, rewards, terminations, truncations, self._tag_groups([r[4] for r in results])
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` of every copy (or read attribute ``name``); one result per copy."""
@@ -256,11 +286,104 @@ class GroupVectorEnv(VectorEnv):
         """Close every copy and stop the workers."""
         self._backend.close()
 
-    def _merge_infos(self, infos: list[dict[str, Any]]) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        for i, info in enumerate(infos):
-            merged = self._add_info(merged, {**info, "group_id": int(self.group_ids[i])}, i)
-        return merged
+    def batch_infos(self, copy_infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Gymnasium's vector ``info`` (dict of arrays with ``_key`` masks) from one info per copy.
+
+        The same as folding Gymnasium's ``VectorEnv._add_info`` over the copies, built a key at a time.
+        """
+        try:
+            return _batch_infos(copy_infos, self.num_envs)
+        except _IrregularInfos:  # shapes _batch_infos leaves to Gymnasium: fold its _add_info over the copies
+            merged: dict[str, Any] = {}
+            for i, info in enumerate(copy_infos):
+                merged = self._add_info(merged, info, i)
+            return merged
+
+    def _tag_groups(self, infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each copy's info with its ``group_id`` added."""
+        return [
+            {**info, "group_id": group_id}
+            for info, group_id in zip(infos, self._group_id_values, strict=True)
+        ]
+
+
+class _IrregularInfos(Exception):
+    """Per-copy infos whose keys do not batch cleanly (see :func:`_batch_infos`)."""
+
+
+#: Value types whose column gets their own dtype in ``VectorEnv._add_info`` (besides numpy scalars).
+_SCALAR_TYPES = (int, float, bool)
+
+
+def _batch_entries(
+    indices: Sequence[int], infos: Sequence[dict[str, Any]], num_envs: int, all_present: np.ndarray
+) -> dict[str, Any]:
+    """Batch ``infos[n]`` (the info of copy ``indices[n]``); ``all_present``: an all-True mask to copy."""
+    # key -> ([copy index, ...], [value, ...]), keys in order of first appearance (as _add_info inserts them)
+    columns: dict[Any, tuple[list[int], list[Any]]] = {}
+    for n, info in enumerate(infos):  # (zip(strict=True) costs more than this loop body for one copy)
+        i = indices[n]
+        for key, value in info.items():
+            column = columns.get(key)
+            if column is None:
+                columns[key] = ([i], [value])
+            else:
+                column[0].append(i)
+                column[1].append(value)
+    batched: dict[str, Any] = {}
+    for key, (where, values) in columns.items():
+        mask_key = f"_{key}"
+        # a key named like another key's mask, or two keys with one mask name (1 and "1"): in _add_info they
+        # overwrite each other
+        if mask_key in columns or mask_key in batched:
+            raise _IrregularInfos(key)
+        if len(where) == num_envs:  # in every copy, so where == [0, 1, ..., num_envs - 1]
+            mask = all_present.copy()
+        else:
+            mask = np.zeros(num_envs, dtype=np.bool_)
+            mask[where] = True
+        first = values[0]
+        kind = type(first)
+        if key == "final_obs":  # kept as objects, whatever they are
+            array: Any = np.empty(num_envs, dtype=object)  # all None, like _add_info's np.full(.., None)
+        elif kind is dict or isinstance(first, dict):  # nested infos batch recursively, like _add_info
+            if not all(isinstance(value, dict) for value in values):
+                raise _IrregularInfos(key)
+            batched[key], batched[mask_key] = _batch_entries(where, values, num_envs, all_present), mask
+            continue
+        elif kind in _SCALAR_TYPES or issubclass(kind, np.number):  # _add_info's dtype: the first value's
+            array = np.zeros(num_envs, dtype=kind)
+        elif isinstance(first, np.ndarray):
+            array = np.zeros((num_envs, *first.shape), dtype=first.dtype)
+        else:
+            array = np.empty(num_envs, dtype=object)
+        for n, value in enumerate(values):
+            if isinstance(value, dict):
+                raise _IrregularInfos(key)
+            array[where[n]] = value  # numpy's own casting, exactly as _add_info assigns
+        batched[key], batched[mask_key] = array, mask
+    return batched
+
+
+def _batch_infos(infos: Sequence[dict[str, Any]], num_envs: int) -> dict[str, Any]:
+    """Gymnasium's vector ``info`` (dict of arrays with ``_key`` masks) from one info per copy, key by key.
+
+    The result equals folding :meth:`gymnasium.vector.VectorEnv._add_info` over the copies in order (same keys
+    in the same order, same dtypes: a column's dtype comes from its first value; same masks; nested dicts
+    batched recursively; ``final_obs`` an object array), without its per-copy, per-key dict and mask updates.
+
+    Raises:
+        _IrregularInfos: For shapes whose result ``_add_info`` defines only by accident (a key that is a dict
+            in one copy and a plain value in another, or a key named like another key's ``_`` mask); the
+            caller then folds ``_add_info`` itself.
+
+    Example:
+        >>> _batch_infos([{"won": True, "hint": "look"}, {"won": False}], 2)["_hint"].tolist()
+        [True, False]
+    """
+    all_present = np.zeros(num_envs, dtype=np.bool_)
+    all_present.fill(True)  # (np.ones is a Python function, several times slower for a few copies)
+    return _batch_entries(list(range(num_envs)), infos, num_envs, all_present)
 
 
 def make_group_vector_env(entry_point: str, num_envs: int = 1, **kwargs: Any) -> GroupVectorEnv:

@@ -155,3 +155,148 @@ def test_info_masks_are_present():
         assert info["history_key"].dtype == np.uint64 or info["history_key"].dtype == object
     finally:
         envs.close()
+
+
+def _fold_add_info(envs: GroupVectorEnv, infos: list[dict]) -> dict:
+    """Gymnasium's own merge (``_add_info`` folded over the copies): what ``batch_infos`` must give."""
+    merged: dict = {}
+    for i, info in enumerate(infos):
+        merged = envs._add_info(merged, {**info, "group_id": int(envs.group_ids[i])}, i)
+    return merged
+
+
+def _merge(envs: GroupVectorEnv, infos: list[dict]) -> dict:
+    return envs.batch_infos(envs._tag_groups(infos))
+
+
+def _assert_same_batched(got: dict, want: dict, path: str = "info") -> None:
+    assert list(got) == list(want), f"{path}: keys {list(got)} != {list(want)}"
+    for key, expected in want.items():
+        value = got[key]
+        if isinstance(expected, dict):
+            assert isinstance(value, dict), f"{path}.{key}"
+            _assert_same_batched(value, expected, f"{path}.{key}")
+            continue
+        if not isinstance(expected, np.ndarray):  # only irregular infos put other values in Gymnasium's merge
+            assert type(value) is type(expected) and value == expected, f"{path}.{key}"
+            continue
+        assert isinstance(value, np.ndarray) and value.dtype == expected.dtype, f"{path}.{key}: {value!r}"
+        assert value.shape == expected.shape, f"{path}.{key}"
+        flat, flat_expected = value.reshape(len(value), -1), expected.reshape(len(value), -1)
+        for a, b in zip(flat.tolist(), flat_expected.tolist(), strict=True):
+            assert [type(x) for x in a] == [type(x) for x in b] and a == b, f"{path}.{key}: {a!r} != {b!r}"
+
+
+MIXED_INFOS = [
+    {  # every kind of value _add_info distinguishes, nested history_keys, a final_obs
+        "won": False, "score": 1, "ratio": 0.5, "hash": np.uint64(2**63 + 5), "small": np.int8(-3),
+        "flag": np.bool_(True), "vec": np.arange(3, dtype=np.float32), "text": "look", "actions": ["a", "b"],
+        "none": None, "history_keys": {1: np.uint64(7), 2: np.uint64(9)}, "final_obs": "the end",
+    },
+    {  # missing keys, a key first seen here, an int into a float column and a float into an int column
+        "won": True, "score": 2.75, "ratio": 3, "hash": np.uint64(1), "history_keys": {2: np.uint64(11)},
+        "late": {"deep": {"x": 1}}, "text": None, "final_obs": ["kept", "as", "one", "object"],
+    },
+    {},
+    {"actions": [], "vec": np.ones(3), "late": {"deep": {"y": "z"}}, "flag": False, "group_id": 99},
+]
+
+
+def test_merged_infos_equal_gymnasium_add_info_on_mixed_infos():
+    envs = make("sync", num_envs=4, group_size=2)
+    try:
+        _assert_same_batched(_merge(envs, MIXED_INFOS), _fold_add_info(envs, MIXED_INFOS))
+        one = MIXED_INFOS[:1] * 4  # every copy with every key: all-True masks
+        _assert_same_batched(_merge(envs, one), _fold_add_info(envs, one))
+    finally:
+        envs.close()
+
+
+def test_merged_infos_fall_back_to_gymnasium_on_irregular_keys():
+    envs = make("sync", num_envs=2, group_size=1)
+    try:
+        for clash in (
+            [{"x": 1, "_x": 5}, {"x": 2}],  # a key named like another key's mask
+            [{1: 5, "1": 6}, {1: 7}],  # two keys with one mask name
+        ):
+            _assert_same_batched(_merge(envs, clash), _fold_add_info(envs, clash))
+        flat_then_nested = [{"x": {"y": 2}}, {"x": 1}]  # Gymnasium puts the 1 under key 1 of the nested dict
+        merged = _merge(envs, flat_then_nested)
+        assert merged["x"][1] == 1
+        _assert_same_batched(merged, _fold_add_info(envs, flat_then_nested))
+        nested_then_flat = [{"x": 1}, {"x": {"y": 2}}]  # Gymnasium's merge fails on this; so must ours, alike
+        with pytest.raises(Exception) as ours:
+            _merge(envs, nested_then_flat)
+        with pytest.raises(Exception) as theirs:
+            _fold_add_info(envs, nested_then_flat)
+        assert type(ours.value) is type(theirs.value)
+    finally:
+        envs.close()
+
+
+def test_merged_infos_equal_gymnasium_add_info_on_rollouts(vector_mode):
+    envs = make(vector_mode, num_envs=4, group_size=2, max_steps=3)
+    try:
+        envs.reset(seed=3)
+        for _ in range(4):  # past the step limit: ended copies latch
+            results = envs._backend.run("step", [("inc",)] * 4)
+            infos = [r[4] for r in results]
+            _assert_same_batched(_merge(envs, infos), _fold_add_info(envs, infos))
+    finally:
+        envs.close()
+
+
+def test_seedless_resets_continue_the_generator_of_the_last_seeded_reset():
+    envs = make("sync", num_envs=4, group_size=2)
+    try:
+        expected = np.random.default_rng(3)
+        envs.reset(seed=3)
+        for _ in range(2):
+            envs.reset()
+            group_seeds = [int(s) for s in expected.integers(0, 2**31 - 1, 2)]
+            assert list(envs.get_attr("np_random_seed")) == [s for s in group_seeds for _ in range(2)]
+        envs.reset(seed=3)  # a seeded reset restarts the sequence
+        envs.reset()
+        first = [int(s) for s in np.random.default_rng(3).integers(0, 2**31 - 1, 2)]
+        assert list(envs.get_attr("np_random_seed")) == [s for s in first for _ in range(2)]
+    finally:
+        envs.close()
+
+
+def test_copy_info_copies_like_deepcopy():
+    """The info of a latched copy (``TextEnv.step`` after the episode ended) is a deep copy, aliasing kept."""
+    import copy
+
+    from progpo_envs.core.text_env import copy_info
+
+    shared = ["a", "b"]
+    info = {
+        "admissible_actions": shared, "again": shared, "nested": {"list": [1, [2.5, None]], "same": shared},
+        "hash": np.uint64(5), "flag": np.bool_(True), "array": np.arange(3), "pair": ([1], "x"), 7: b"raw",
+    }
+    info["self"] = info  # a cycle
+    copied, expected = copy_info(info), copy.deepcopy(info)
+    assert list(copied) == list(expected)
+    assert copied["admissible_actions"] == shared and copied["admissible_actions"] is not shared
+    assert copied["again"] is copied["admissible_actions"] is copied["nested"]["same"]  # aliasing kept
+    assert copied["self"] is copied and copied["nested"]["list"][1] is not info["nested"]["list"][1]
+    assert copied["pair"] == expected["pair"] and copied["pair"][0] is not info["pair"][0]
+    assert copied["array"] is not info["array"] and copied["array"].tolist() == [0, 1, 2]
+    assert type(copied["hash"]) is np.uint64 and copied["hash"] == 5 and type(copied["flag"]) is np.bool_
+
+
+def test_latched_copies_return_independent_copies_of_the_final_info():
+    envs = make("sync", num_envs=2, group_size=1, max_steps=1, history_depths=(1, 2))
+    try:
+        envs.reset(seed=0)
+        *_, final = envs.step(["inc", "inc"])
+        for _ in range(2):  # callers that change the (nested) infos of ended copies change nothing in the env
+            for _, _, _, _, info in envs._backend.run("step", [("inc",)] * 2):
+                info["history_keys"].clear()
+                info["task_id"] = "changed"
+        *_, latched = envs.step(["inc", "inc"])
+        assert latched["task_id"].tolist() == final["task_id"].tolist()
+        for depth in (1, 2):
+            assert latched["history_keys"][depth].tolist() == final["history_keys"][depth].tolist()
+    finally:
+        envs.close()
