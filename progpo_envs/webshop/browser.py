@@ -29,8 +29,8 @@ from typing import Any
 from bs4 import BeautifulSoup, Comment
 
 from progpo_envs.core.text_env import EngineStep, TaskStart, TextEnv
-from progpo_envs.webshop.env import DEFAULT_MAX_STEPS, SUCCESS_REWARD, HttpBackend, RewardMode
-from webshop_server.engine import ObservationMode, Split, admissible_actions, parse_action, split_range
+from progpo_envs.webshop.env import DEFAULT_MAX_STEPS, SUCCESS_REWARD, HttpBackend, RewardMode, step_info
+from webshop_server.engine import ObservationMode, Split, parse_action, split_range
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -232,17 +232,9 @@ class WebShopBrowserEnv(TextEnv):
 
     def _info(self, *, valid: bool, score: float, done: bool) -> dict[str, Any]:
         available = html_available_actions(self._browser().page_source)
-        info = {
-            "available_actions": available,
-            "admissible_actions": admissible_actions(available),
-            "action_valid": valid,
-            "task_score": score,
-            "won": bool(done and score == 1.0),
-            "goal_index": self._goal_index,
-        }
-        if self.expert:
-            info["expert_action"] = None if done else self._api.expert_action(self._sid)
-        return info
+        expert_action = (lambda: self._api.expert_action(self._sid)) if self.expert else None
+        return step_info(available, valid=valid, score=score, done=done, goal_index=self._goal_index,
+                         expert_action=expert_action)
 
     def close(self) -> None:
         """Quit the browser, close the session and remove the browser profile (safe to call twice)."""

@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +158,31 @@ class HttpBackend:
         self._http.close()
 
 
+def step_info(available: dict, *, valid: bool, score: float, done: bool, goal_index: int,
+              expert_action: Callable[[], str] | None) -> dict[str, Any]:
+    """The ``info`` of a WebShop step (shared by the in-process/HTTP env and the browser env).
+
+    Args:
+        available: The page's ``{has_search_bar, clickables}``.
+        valid: Whether the action was a well-formed, available action.
+        score: The raw 0–1 purchase score (0 until Buy Now).
+        done: Whether the episode ended (a purchase).
+        goal_index: The goal played.
+        expert_action: Asks the expert for its next action (only when the env was made with ``expert=True``).
+    """
+    info = {
+        "available_actions": available,
+        "admissible_actions": admissible_actions(available),
+        "action_valid": valid,
+        "task_score": score,
+        "won": bool(done and score == 1.0),
+        "goal_index": goal_index,
+    }
+    if expert_action is not None:
+        info["expert_action"] = None if done else expert_action()
+    return info
+
+
 class WebShopEnv(TextEnv):
     """WebShop goals as text episodes (see the module docstring).
 
@@ -257,17 +282,9 @@ class WebShopEnv(TextEnv):
         return EngineStep(observation, 0.0, False, self._info(available, valid=False, score=0.0, done=False))
 
     def _info(self, available: dict, *, valid: bool, score: float, done: bool) -> dict[str, Any]:
-        info = {
-            "available_actions": available,
-            "admissible_actions": admissible_actions(available),
-            "action_valid": valid,
-            "task_score": score,
-            "won": bool(done and score == 1.0),
-            "goal_index": self._goal_index,
-        }
-        if self.expert:
-            info["expert_action"] = None if done else self._backend.expert_action(self._sid)
-        return info
+        expert_action = (lambda: self._backend.expert_action(self._sid)) if self.expert else None
+        return step_info(available, valid=valid, score=score, done=done, goal_index=self._goal_index,
+                         expert_action=expert_action)
 
     def close(self) -> None:
         """Close the current session and the backend (safe to call twice)."""
