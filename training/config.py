@@ -43,7 +43,7 @@ def _field(default: Any, doc: str) -> Any:
 class TinyModelConfig:
     """Shape of the random-initialised Qwen2 policy built when ``model.path`` is empty."""
 
-    vocab_size: int = _field(8192, "BPE ids kept from Qwen's tokenizer (specials are renumbered after them)")
+    vocab_size: int = _field(65536, "BPE ids kept from Qwen's tokenizer (specials are renumbered after them)")
     hidden_size: int = _field(128, "model width")
     intermediate_size: int = _field(384, "MLP width")
     num_hidden_layers: int = _field(2, "decoder layers")
@@ -95,6 +95,11 @@ class EnvConfig:
     vector_mode: str = _field("sync", "sync (in-process) | async (one subprocess per worker)")
     num_workers: int = _field(0, "subprocesses for async mode; 0 = one per CPU core")
     kwargs: dict = _field({}, "extra keyword arguments for every env copy (env-specific)")
+    train_kwargs: dict = _field(
+        {"num_generated": 144},
+        "extra keyword arguments for the training split's env copies only, over `kwargs` (e.g. ALFWorld's "
+        "num_generated: more generated training games while the held-out split keeps its size)",
+    )
 
 
 @dataclasses.dataclass
@@ -158,8 +163,8 @@ class WarmStartConfig:
     """Optional supervised stage on expert demonstrations (for models that cannot act yet)."""
 
     enabled: bool = _field(True, "run the warm start before RL")
-    num_tasks: int = _field(36, "training tasks whose expert episodes are collected")
-    epochs: int = _field(24, "passes over the demonstrations")
+    num_tasks: int = _field(144, "training tasks whose expert episodes are collected")
+    epochs: int = _field(4, "passes over the demonstrations")
     lr: float = _field(1e-2, "learning rate (linear decay to 0)")
     batch_rows: int = _field(8, "demonstration steps per optimizer step")
     only_successful: bool = _field(True, "keep only expert episodes that won")

@@ -195,6 +195,8 @@ class Trainer:
     def _make_envs(self, split: str, num_groups: int, group_size: int, expert: bool = False):
         env = self.config.env
         kwargs = dict(env.kwargs)
+        if split == env.train_split:
+            kwargs.update(env.train_kwargs)
         kwargs.update(split=split, max_steps=env.max_steps)
         if env.data_dir:
             kwargs["data_dir"] = env.data_dir

@@ -42,6 +42,33 @@ def demonstration_text(action: str, think: str = "") -> str:
     return f"<think>{think}</think><action>{action}</action>"
 
 
+def length_bucketed_batches(
+    lengths: list[int], batch_rows: int, rng: np.random.Generator, window_batches: int = 16
+) -> list[list[int]]:
+    """Row indices cut into shuffled batches of similar length.
+
+    A random permutation is cut into windows of ``window_batches`` batches; each window is sorted by length
+    before it is cut into batches, and the batch order is shuffled. Which rows can meet stays random, but a
+    batch pads to a near neighbour's length instead of the longest of ``batch_rows`` random rows (ALFWorld
+    prompts run from ~300 to ~900 tokens, so random batches spend about a third of their compute on padding).
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> batches = length_bucketed_batches([5, 1, 4, 2, 3, 6], 2, rng, window_batches=3)
+        >>> sorted(i for b in batches for i in b), sorted(len(b) for b in batches)
+        ([0, 1, 2, 3, 4, 5], [2, 2, 2])
+    """
+    n = len(lengths)
+    order = rng.permutation(n).tolist()
+    window = max(1, batch_rows * window_batches)
+    batches: list[list[int]] = []
+    for start in range(0, n, window):
+        chunk = sorted(order[start : start + window], key=lambda i: lengths[i])
+        parts = max(1, math.ceil(len(chunk) / batch_rows))
+        batches += [chunk[p * len(chunk) // parts : (p + 1) * len(chunk) // parts] for p in range(parts)]
+    return [batches[i] for i in rng.permutation(len(batches))] if n else []
+
+
 def collect_demonstrations(
     trainer: Trainer, num_tasks: int, batch_envs: int = 16, only_successful: bool = True
 ) -> tuple[StepRows, dict]:
@@ -85,16 +112,14 @@ def warm_start(trainer: Trainer) -> dict[str, Any]:
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
     model.train()
     rng = np.random.default_rng(trainer.config.seed)
-    n = rows.num_rows
-    num_batches = max(1, math.ceil(n / cfg.batch_rows))
+    lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids, strict=True)]
+    num_batches = len(length_bucketed_batches(lengths, cfg.batch_rows, rng))
     total_steps = cfg.epochs * num_batches
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 - s / max(total_steps, 1))
     losses = []
     for _epoch in range(cfg.epochs):
-        order = rng.permutation(n).tolist()
         epoch_loss, epoch_tokens = 0.0, 0.0
-        for b in range(num_batches):
-            batch = order[b * n // num_batches : (b + 1) * n // num_batches]
+        for batch in length_bucketed_batches(lengths, cfg.batch_rows, rng):
             mine = dist.shard(batch)
             weight = 1.0 if mine else 0.0
             mine = mine or batch[:1]

@@ -17,6 +17,7 @@ TINY_OVERRIDES = [
     f"env.id={TOY_ENV_ID}",
     "env.max_steps=4",
     "env.data_dir=",
+    "env.train_kwargs={}",  # the quickstart's ALFWorld-only generator settings
     "env.train_split=train",
     "env.eval_split=valid_seen",
     "model.tiny.vocab_size=2048",
