@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import fcntl
+import functools
 import json
 import multiprocessing
 import os
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -238,12 +238,42 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
     return Path(from_env).expanduser() if from_env else None
 
 
+def task_type_names(task_types: Sequence[str | int] | None) -> tuple[str, ...] | None:
+    """Task types by name or by ALFWorld's number (``env.task_types: [1, 2]`` in its config) → names.
+
+    Example:
+        >>> task_type_names([1, "look_at_obj_in_light"])
+        ('pick_and_place_simple', 'look_at_obj_in_light')
+    """
+    if task_types is None:
+        return None
+    names = []
+    for t in task_types:
+        if isinstance(t, int) and not isinstance(t, bool) and 1 <= t <= len(TASK_TYPES):
+            names.append(TASK_TYPES[t - 1])
+        elif t in TASK_TYPES:
+            names.append(str(t))
+        else:
+            raise ValueError(f"unknown ALFWorld task type {t!r}: use 1..6 or one of {list(TASK_TYPES)}")
+    if not names:
+        raise ValueError("task_types must name at least one task type")
+    return tuple(names)
+
+
+def scene_number(task_id: str) -> int | None:
+    """The FloorPlan of a trial from its task folder name (``<type>-<object>-<mrecep>-<parent>-<scene>``)."""
+    tail = task_id.split("/", 1)[0].rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
 def load_tasks(
     split: str = "train",
     data_dir: str | Path | None = None,
     *,
     num_generated: int | None = None,
     generator_seed: int = 0,
+    task_types: Sequence[str | int] | None = None,
+    scenes: Sequence[int] | None = None,
 ) -> list[ALFWorldTask]:
     """The tasks of ``split``, in a fixed sorted order.
 
@@ -253,15 +283,20 @@ def load_tasks(
         num_generated: Games per split generated when there is no real data (default
             :data:`DEFAULT_NUM_GENERATED`).
         generator_seed: Seed of the generated set.
+        task_types: Only these task types (names or ALFWorld's numbers 1..6, as its ``env.task_types``);
+            generated sets are generated with only these types.
+        scenes: Only trials in these FloorPlans; generated sets are drawn in only these scenes.
 
     Raises:
         FileNotFoundError: ``data_dir`` has no ``json_2.1.1/<split>``.
-        ValueError: the split holds no playable trial.
+        ValueError: the split holds no playable trial (of the requested types and scenes).
     """
+    types = task_type_names(task_types)
+    scene_set = None if scenes is None else {int(n) for n in scenes}
     root = resolve_data_dir(data_dir)
     trust = root is None
     if root is None:
-        root = generated_data_dir(split, num_generated, generator_seed)
+        root = generated_data_dir(split, num_generated, generator_seed, task_types=types, scenes=scenes)
     split_dir = root / "json_2.1.1" / split
     if not split_dir.is_dir():
         splits = available_splits(root)
@@ -269,9 +304,15 @@ def load_tasks(
             f"no ALFWorld split {split!r} in {root}/json_2.1.1 (available: {splits or 'none'}); "
             "data_dir must be the folder that contains json_2.1.1/"
         )
-    tasks = collect_tasks(split_dir, trust_game_files=trust)
+    tasks = [
+        task
+        for task in collect_tasks(split_dir, trust_game_files=trust)
+        if (types is None or task.task_type in types)
+        and (scene_set is None or scene_number(task.task_id) in scene_set)
+    ]
     if not tasks:
-        raise ValueError(f"{split_dir} holds no playable ALFWorld trial")
+        wanted = "" if types is None and scenes is None else f" of task_types={types} in scenes={scenes}"
+        raise ValueError(f"{split_dir} holds no playable ALFWorld trial{wanted}")
     return tasks
 
 
@@ -299,14 +340,22 @@ def _generator_fingerprint() -> str:
     return digest.hexdigest()[:8]
 
 
-def generated_data_dir(split: str, num_games: int | None = None, seed: int = 0) -> Path:
+def generated_data_dir(
+    split: str,
+    num_games: int | None = None,
+    seed: int = 0,
+    *,
+    task_types: Sequence[str] | None = None,
+    scenes: Sequence[int] | None = None,
+) -> Path:
     """The folder (containing ``json_2.1.1``) of the generated games, generating ``split`` on first use.
 
     Each split is generated the first time it is asked for (``num_games`` games, one task type after the
     other), under ``<cache>/alfworld/generated/v<version>-<code digest>-n<num_games>-s<seed>/``; a lock keeps
     concurrent processes (async vector env workers) from generating it twice. The code digest covers the
     sources of this package (generator, expert walkthroughs, engine, task texts), so games cached by another
-    version of the code are never reused, even where ``GENERATOR_VERSION`` was not bumped.
+    version of the code are never reused, even where ``GENERATOR_VERSION`` was not bumped. A set restricted
+    to some ``task_types``/``scenes`` gets its own folder (the key ends with a digest of the restriction).
     """
     from progpo_envs.alfworld import generator
 
@@ -316,6 +365,10 @@ def generated_data_dir(split: str, num_games: int | None = None, seed: int = 0) 
             f"generated games have the splits {[s.value for s in generator.Split]}, not {split!r}"
         )
     key = f"v{generator.GENERATOR_VERSION}-{_generator_fingerprint()}-n{num_games}-s{seed}"
+    if task_types is not None or scenes is not None:
+        generator.check_restriction([split], task_types, scenes)
+        order = tuple(generator.TaskType(t) for t in task_types or [t.value for t in generator.TASK_ORDER])
+        key += "-r" + xxhash.xxh3_64_hexdigest(generator.restriction_key(order, scenes).encode())[:8]
     out = cache_dir() / "alfworld" / "generated" / key
     done = out / f".complete-{split}"
     if done.exists():
@@ -324,6 +377,8 @@ def generated_data_dir(split: str, num_games: int | None = None, seed: int = 0) 
         if not done.exists():
             # Daemonic processes (async vector env workers) may not start a process pool.
             workers = 1 if multiprocessing.current_process().daemon else min(4, os.cpu_count() or 1)
-            generator.generate_games(out, num_games, seed, splits=[split], workers=workers)
+            generator.generate_games(
+                out, num_games, seed, splits=[split], workers=workers, task_types=task_types, scenes=scenes
+            )
             done.write_text(key)
     return out

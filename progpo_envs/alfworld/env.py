@@ -48,6 +48,8 @@ class ALFWorldEnv(TextEnv):
         history_depths: Depths ``k`` of ``info["history_keys"][k]``.
         num_generated: Games per split generated when there is no real data (default 36).
         generator_seed: Seed of the generated game set.
+        task_types: Only these task types (names, or ALFWorld's numbers 1..6 as in its ``env.task_types``).
+        scenes: Only trials in these FloorPlans (generated sets are drawn in them).
         engine_patches: Fixes applied to the stock engine (all on by default).
         max_cached_games: Loaded games kept per env, so resetting one again is cheap.
         render_mode: ``"ansi"`` or ``None``.
@@ -63,6 +65,8 @@ class ALFWorldEnv(TextEnv):
         history_depths: Sequence[int] = (),
         num_generated: int | None = None,
         generator_seed: int = 0,
+        task_types: Sequence[str | int] | None = None,
+        scenes: Sequence[int] | None = None,
         engine_patches: EnginePatches | None = None,
         max_cached_games: int = 16,
         render_mode: str | None = None,
@@ -72,7 +76,12 @@ class ALFWorldEnv(TextEnv):
         self.expert = bool(expert)
         self.success_reward = float(success_reward)
         self.tasks: list[ALFWorldTask] = load_tasks(
-            split, data_dir, num_generated=num_generated, generator_seed=generator_seed
+            split,
+            data_dir,
+            num_generated=num_generated,
+            generator_seed=generator_seed,
+            task_types=task_types,
+            scenes=scenes,
         )
         self.engine = AlfredEngine(engine_patches, max_cached_games=max_cached_games)
         self._game_files: dict[str, Path] = {}

@@ -278,11 +278,20 @@ def _accepts(receptacle_cls: str, object_cls: str) -> bool:
     return object_cls in _constants().VAL_RECEPTACLE_OBJECTS.get(receptacle_cls, ())
 
 
-def _draw(rng: random.Random, task_type: TaskType, split: Split) -> _Draft | None:
+def task_scenes(task_type: TaskType, split: Split, scenes: Sequence[int] | None = None) -> list[int]:
+    """The FloorPlans of ``split`` whose room can host ``task_type`` (ALFRED's ``GOALS_VALID``), optionally
+    only those in ``scenes``."""
+    rooms = _constants().GOALS_VALID[task_type.value]
+    allowed = None if scenes is None else set(scenes)
+    return [n for n in split_scenes(split) if _room_of(n) in rooms and (allowed is None or n in allowed)]
+
+
+def _draw(
+    rng: random.Random, task_type: TaskType, split: Split, scenes: Sequence[int] | None = None
+) -> _Draft | None:
     """Draw a scene, targets and a placement; ``None`` when the drawn scene cannot host the task."""
     constants = _constants()
-    rooms = constants.GOALS_VALID[task_type.value]
-    scene = load_scene(rng.choice([n for n in split_scenes(split) if _room_of(n) in rooms]))
+    scene = load_scene(rng.choice(task_scenes(task_type, split, scenes)))
     classes = scene.receptacle_classes()
     appliance = _APPLIANCE.get(task_type)
     if appliance is not None and appliance not in classes:
@@ -456,23 +465,36 @@ class GeneratedGame:
 
 
 def make_game(
-    seed: int, split: Split | str, index: int, wording: PlaceWording | str = PlaceWording.MOVE
+    seed: int,
+    split: Split | str,
+    index: int,
+    wording: PlaceWording | str = PlaceWording.MOVE,
+    task_types: Sequence[TaskType | str] | None = None,
+    scenes: Sequence[int] | None = None,
 ) -> GeneratedGame:
     """Generate and verify game ``index`` of ``split`` (a pure function of the arguments).
+
+    ``task_types`` (default: all six, :data:`TASK_ORDER`) are cycled through by index; ``scenes`` keeps the
+    draws to those FloorPlans (default: every scene of the split).
 
     Raises:
         RuntimeError: if no verified game came out of :data:`MAX_ATTEMPTS` draws.
     """
     split, wording = Split(split), PlaceWording(wording)
-    task_type = TASK_ORDER[index % len(TASK_ORDER)]
+    order = TASK_ORDER if task_types is None else tuple(TaskType(t) for t in task_types)
+    task_type = order[index % len(order)]
+    # The default set keeps its historical keys; a restricted set salts them with its restriction.
+    salt = "" if task_types is None and scenes is None else f"/{restriction_key(order, scenes)}"
     domain = _wheel.wheel_domain()
     grammar = grammar_with_wording(_wheel.wheel_grammar(), wording)
     for attempt in range(MAX_ATTEMPTS):
         key = hex_key(
-            text_digest(f"progpo-alfworld-gen/v{GENERATOR_VERSION}/{seed}/{split.value}/{index}/{attempt}")
+            text_digest(
+                f"progpo-alfworld-gen/v{GENERATOR_VERSION}/{seed}/{split.value}/{index}/{attempt}{salt}"
+            )
         )
         rng = random.Random(int(key, 16))
-        draft = _draw(rng, task_type, split)
+        draft = _draw(rng, task_type, split, scenes)
         if draft is None:
             continue
         trial = f"trial_G{index:06d}_{key[:12]}"
@@ -522,7 +544,27 @@ def make_game(
 # --- many games ---
 
 
-def _make_game_job(job: tuple[int, str, int, str]) -> GeneratedGame:
+def restriction_key(task_types: Sequence[TaskType], scenes: Sequence[int] | None) -> str:
+    """A stable text naming a restriction (part of the draw seeds and of the cache folder)."""
+    scene_part = "all" if scenes is None else "+".join(str(n) for n in sorted(set(scenes)))
+    return f"types={'+'.join(t.value for t in task_types)};scenes={scene_part}"
+
+
+def check_restriction(
+    splits: Iterable[Split | str], task_types: Sequence[TaskType | str] | None, scenes: Sequence[int] | None
+) -> None:
+    """Raise ``ValueError`` unless every requested task type has a scene to be drawn in, in every split."""
+    for split in splits:
+        for task_type in TASK_ORDER if task_types is None else [TaskType(t) for t in task_types]:
+            if not task_scenes(task_type, Split(split), scenes):
+                raise ValueError(
+                    f"no scene of split {Split(split).value!r} in scenes={list(scenes or [])} can host "
+                    f"{task_type.value} (rooms: {sorted(_constants().GOALS_VALID[task_type.value])}; "
+                    f"valid_unseen has only FloorPlans {list(UNSEEN_SCENES)})"
+                )
+
+
+def _make_game_job(job: tuple) -> GeneratedGame:
     return make_game(*job)
 
 
@@ -534,6 +576,8 @@ def generate_games(
     wording: PlaceWording | str = PlaceWording.MOVE,
     workers: int | None = None,
     progress: bool = True,
+    task_types: Sequence[TaskType | str] | None = None,
+    scenes: Sequence[int] | None = None,
 ) -> list[Path]:
     """Generate ``n`` verified games per split under ``out_dir/json_2.1.1/<split>/``.
 
@@ -546,6 +590,9 @@ def generate_games(
         workers: Processes that generate and verify in parallel (default: one per CPU, at most 4); the files
             do not depend on it.
         progress: Show a progress bar.
+        task_types: Only these task types, cycled by index (default: all six).
+        scenes: Only these FloorPlans (default: every scene of each split), e.g. a few small bedrooms for a
+            task family a tiny model can learn on a CPU.
 
     Returns:
         The trial folders written, in (split, index) order.
@@ -557,8 +604,15 @@ def generate_games(
         raise ValueError(f"n must be >= 0, got {n}")
     split_list = [Split(s) for s in splits]
     wording = PlaceWording(wording)
+    check_restriction(split_list, task_types, scenes)
+    types = None if task_types is None else tuple(TaskType(t).value for t in task_types)
+    scene_list = None if scenes is None else tuple(sorted(set(int(n) for n in scenes)))
     root = Path(out_dir)
-    jobs = [(seed, split.value, index, wording.value) for split in split_list for index in range(n)]
+    jobs = [
+        (seed, split.value, index, wording.value, types, scene_list)
+        for split in split_list
+        for index in range(n)
+    ]
     if workers is None:
         # A worker and its engine cost about one game to start: below a few games each, one process wins.
         workers = min(4, os.cpu_count() or 1, len(jobs) // 4)
@@ -593,6 +647,8 @@ def generate_games(
             "n": n,
             "split": split.value,
             "wording": wording.value,
+            "task_types": list(types) if types else None,
+            "scenes": list(scene_list) if scene_list else None,
             "games": [
                 g.relative_dir for g in games if g.relative_dir.startswith(f"{DATA_FOLDER}/{split.value}/")
             ],
@@ -630,11 +686,33 @@ def generate_main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=int, default=None, help="parallel processes (default: one per CPU, <= 4)"
     )
+    parser.add_argument(
+        "--task-types",
+        nargs="+",
+        choices=[t.value for t in TaskType],
+        default=None,
+        help="only these task types (default: all six)",
+    )
+    parser.add_argument(
+        "--scenes", nargs="+", type=int, default=None, help="only these FloorPlan numbers (default: all)"
+    )
     args = parser.parse_args(argv)
     if args.n < 0 or (args.workers is not None and args.workers < 1):
         parser.error("--n must be >= 0 and --workers >= 1")
     started = time.perf_counter()
-    paths = generate_games(args.out, args.n, args.seed, args.splits, args.wording, args.workers)
+    try:
+        paths = generate_games(
+            args.out,
+            args.n,
+            args.seed,
+            args.splits,
+            args.wording,
+            args.workers,
+            task_types=args.task_types,
+            scenes=args.scenes,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     print(
         f"wrote {len(paths)} games to {Path(args.out) / DATA_FOLDER} in {time.perf_counter() - started:.1f} s"
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from progpo_envs.alfworld import _wheel
-from progpo_envs.alfworld.data import cache_dir, is_current_game, load_tasks
+from progpo_envs.alfworld.data import cache_dir, is_current_game, load_tasks, scene_number
 from progpo_envs.alfworld.engine import AlfredEngine
 from progpo_envs.alfworld.expert import PlaceWording
 from progpo_envs.alfworld.generator import grammar_with_wording
@@ -59,8 +59,8 @@ def test_selection_rules_and_rebuilds(data_root, shared_alfworld_data, progpo_ca
 
 def test_old_grammar_games_are_rebuilt_keeping_their_task_text(data_root, shared_alfworld_data, progpo_cache):
     trial = copy_trial(shared_alfworld_data, data_root, "valid_seen", "pick_and_place_simple")
-    # Pre-0.4 games say ``put O in/on R`` and "You arrive at loc 10.": the generator's "put" wording plus the old
-    # arrival text stands in for such a grammar.
+    # Pre-0.4 games say ``put O in/on R`` and "You arrive at loc 10.": the generator's "put" wording plus the
+    # old arrival text stands in for such a grammar.
     old_grammar = (
         grammar_with_wording(_wheel.wheel_grammar(), PlaceWording.PUT)
         .replace("UNKNOWN GOAL", "put a pencil in dresser")
@@ -133,7 +133,7 @@ def test_generated_games_are_the_default_and_cached(generated_root, progpo_cache
 
 
 def test_generated_put_wording_is_current_and_kept(tmp_path, progpo_cache):
-    """A game set generated with the older ``put`` wording loads as it is (the option must survive loading)."""
+    """A game set generated with the older ``put`` wording loads as it is (the option survives loading)."""
     from progpo_envs.alfworld.generator import generate_games
 
     root = tmp_path / "put_games"
@@ -147,3 +147,33 @@ def test_generated_put_wording_is_current_and_kept(tmp_path, progpo_cache):
     for command in game["walkthrough"]:
         engine.step(command)
     assert engine.won and any(command.startswith("put ") for command in game["walkthrough"])
+
+
+def test_task_types_and_scenes_select_real_trials(shared_alfworld_data):
+    everything = load_tasks("valid_seen", shared_alfworld_data)
+    picks = load_tasks("valid_seen", shared_alfworld_data, task_types=[1])  # ALFWorld's numbering
+    assert picks and {t.task_type for t in picks} == {"pick_and_place_simple"}
+    assert len(picks) == sum(t.task_type == "pick_and_place_simple" for t in everything)
+    scene = scene_number(picks[0].task_id)
+    json_scene = json.loads((picks[0].trial_dir / "traj_data.json").read_text())["scene"]["scene_num"]
+    assert scene == json_scene  # the folder name's scene is the trial's scene
+    in_scene = load_tasks("valid_seen", shared_alfworld_data, scenes=[scene])
+    assert in_scene and all(scene_number(t.task_id) == scene for t in in_scene)
+    assert len(in_scene) < len(everything)
+    with pytest.raises(ValueError, match="unknown ALFWorld task type"):
+        load_tasks("valid_seen", shared_alfworld_data, task_types=["pick_and_plaec_simple"])
+    with pytest.raises(ValueError, match="no playable ALFWorld trial of task_types"):
+        load_tasks("valid_seen", shared_alfworld_data, task_types=[1], scenes=[99999])
+
+
+def test_restricted_generated_sets_hold_only_the_requested_tasks(progpo_cache):
+    types, scenes = ["pick_and_place_simple", "look_at_obj_in_light"], [304, 316]
+    tasks = load_tasks("valid_seen", num_generated=4, task_types=types, scenes=scenes)
+    assert sorted(t.task_type for t in tasks) == sorted(types * 2)
+    assert {scene_number(t.task_id) for t in tasks} <= set(scenes)
+    default = load_tasks("valid_seen", num_generated=4)
+    assert tasks[0].trial_dir.parents[2] != default[0].trial_dir.parents[2]  # its own cache folder
+    again = load_tasks("valid_seen", num_generated=4, task_types=types, scenes=scenes)
+    assert [t.trial_dir for t in again] == [t.trial_dir for t in tasks]
+    with pytest.raises(ValueError, match="valid_unseen has only FloorPlans"):
+        load_tasks("valid_unseen", num_generated=2, task_types=types, scenes=scenes)
