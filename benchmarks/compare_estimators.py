@@ -76,6 +76,7 @@ class Setting:
     overrides: list[str]
     env_overrides: dict[str, list[str]] = field(default_factory=dict)
     timeout_s: float = 3600.0
+    jobs: int = 1
 
 
 _COMMON = ["progress=false", "tensorboard=false", "checkpoint_every=0", "keep_checkpoints=1", "eval.every=0"]
@@ -107,17 +108,22 @@ SETTINGS: dict[str, Setting] = {
         overrides=[
             *_COMMON,
             "device=cpu",
-            "iterations=3",
-            "rollout.num_groups=2",
+            "iterations=4",
+            "rollout.num_groups=4",
             "rollout.group_size=4",
-            "env.max_steps=8",
-            "rollout.max_new_tokens=32",
-            "warm_start.num_tasks=36",
-            "warm_start.epochs=8",
-            "eval.num_tasks=8",
+            "rollout.constrained_actions=true",
+            "env.max_steps=12",
+            "env.kwargs={task_types: [pick_and_place_simple, look_at_obj_in_light], scenes: [304, 316, 328, 329]}",
+            "env.train_kwargs={num_generated: 160}",
+            "optim.lr=1e-3",
+            "warm_start.num_tasks=160",
+            "warm_start.epochs=3",
+            "eval.num_tasks=32",
             "eval.seeds=1",
+            "eval.temperature=1.0",
         ],
-        timeout_s=900.0,
+        timeout_s=1200.0,
+        jobs=2,
     ),
     "gpu": Setting(
         envs=["alfworld", "webshop"],
@@ -295,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, help="seconds per training run (default: the setting's)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "compare_estimators.json")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="training runs at once (default: the setting's)"
+    )
     args = parser.parse_args(argv)
 
     from rich.console import Console
@@ -305,56 +314,67 @@ def main(argv: list[str] | None = None) -> int:
     estimators = args.estimators or setting.estimators
     envs = args.envs or setting.envs
     timeout_s = args.timeout or setting.timeout_s
+    args.jobs = args.jobs or setting.jobs
     runs_dir = args.runs_dir or ROOT / "runs" / "compare_estimators" / args.setting
     base = [*setting.overrides, *([f"model.path={args.model_path}"] if args.model_path else []), *args.extra]
     console = Console(width=160)
     started = time.perf_counter()
     warm_starts: list[dict[str, Any]] = []
-    runs: list[dict[str, Any]] = []
+    jobs: list[tuple[dict[str, Any], list[str], Path]] = []
     for env in envs:
         env_base = [*base, *ENV_OVERRIDES[env], *setting.env_overrides.get(env, [])]
+        # One warm start per env, shared by every estimator and seed: runs differ only in estimator and RL
+        # seed. Its held-out evaluation is every run's ``before_rl``.
+        ws_dir = runs_dir / env / "warm_start"
+        console.print(f"[bold]{env}: warm start (seed {seeds[0]})")
+        ws = run_training(
+            [*env_base, f"seed={seeds[0]}", "iterations=0", "warm_start.enabled=true"],
+            ws_dir,
+            timeout_s,
+            ws_dir / "train.log",
+        )
+        ws.update(env=env, seed=seeds[0], run_dir=str(ws_dir))
+        ws["before_rl"] = final_metrics(read_metrics(ws_dir), "before_rl")
+        warm_starts.append(ws)
+        console.print(f"  {ws['status']} in {ws['seconds']:.0f} s; held-out {ws['before_rl'] or '—'}")
+        policy = ws_dir / "final"
         for seed in seeds:
-            ws_dir = runs_dir / env / f"seed{seed}" / "warm_start"
-            console.print(f"[bold]{env} seed {seed}: warm start")
-            ws = run_training(
-                [*env_base, f"seed={seed}", "iterations=0", "warm_start.enabled=true", "eval.num_tasks=0"],
-                ws_dir,
-                timeout_s,
-                ws_dir / "train.log",
-            )
-            ws.update(env=env, seed=seed, run_dir=str(ws_dir))
-            warm_starts.append(ws)
-            policy = ws_dir / "final"
             for est in estimators:
                 run_dir = runs_dir / env / f"seed{seed}" / est
                 record: dict[str, Any] = {"env": env, "seed": seed, "estimator": est, "run_dir": str(run_dir)}
+                record["before_rl"] = ws["before_rl"]
                 if ws["status"] != "ok" or not policy.is_dir():
-                    record.update(status="skipped: warm start failed", seconds=0.0)
-                    runs.append(record)
+                    record.update(status="skipped: warm start failed", seconds=0.0, final={})
+                    jobs.append((record, [], run_dir))
                     continue
-                console.print(f"  {env} seed {seed}: {est}")
-                record.update(
-                    run_training(
-                        [
-                            *env_base,
-                            f"seed={seed}",
-                            f"algo.name={est}",
-                            f"model.path={policy}",
-                            "warm_start.enabled=false",
-                        ],
-                        run_dir,
-                        timeout_s,
-                        run_dir / "train.log",
-                    )
-                )
-                records = read_metrics(run_dir)
-                record["final"] = final_metrics(records) if record["status"] == "ok" else {}
-                record["before_rl"] = final_metrics(records, "before_rl")
-                record["curve"] = curve(records)
-                runs.append(record)
-                console.print(
-                    f"    {record['status']} in {record['seconds']:.0f} s; final {record['final'] or '—'}"
-                )
+                overrides = [
+                    *env_base,
+                    f"seed={seed}",
+                    f"algo.name={est}",
+                    f"model.path={policy}",
+                    "warm_start.enabled=false",
+                    "eval.before_rl=false",
+                ]
+                jobs.append((record, overrides, run_dir))
+
+    def run_one(job: tuple[dict[str, Any], list[str], Path]) -> dict[str, Any]:
+        record, overrides, run_dir = job
+        if not overrides:
+            return record
+        record.update(run_training(overrides, run_dir, timeout_s, run_dir / "train.log"))
+        records = read_metrics(run_dir)
+        record["final"] = final_metrics(records) if record["status"] == "ok" else {}
+        record["curve"] = curve(records)
+        console.print(
+            f"  {record['env']} seed {record['seed']} {record['estimator']}: {record['status']} in "
+            f"{record['seconds']:.0f} s; success {record['final'].get('success', '—')}"
+        )
+        return record
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:  # runs are subprocesses: threads suffice
+        runs = list(pool.map(run_one, jobs))
     display, stats, metric_names = summarise(runs)
     result = {
         "benchmark": "compare_estimators",

@@ -64,8 +64,10 @@ class GenerationEngine(Protocol):
         temperature: float,
         max_new_tokens: int,
         generator: torch.Generator | None,
+        candidates: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> SampleOutput:
-        """One sampled response per prompt, with per-token log-probs."""
+        """One sampled response per prompt, with per-token log-probs (constrained to ``candidates`` per
+        prompt when given: :mod:`training.constrained`)."""
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load the trainer's current weights (no-op when the engine *is* the trainer's model)."""
@@ -96,7 +98,7 @@ class TransformersEngine:
         self.top_p = top_p
         self.batch_size = batch_size
 
-    def generate(self, prompts, *, temperature, max_new_tokens, generator):
+    def generate(self, prompts, *, temperature, max_new_tokens, generator, candidates=None):
         """See :class:`GenerationEngine`."""
         was_training = self.model.training
         self.model.eval()
@@ -111,6 +113,7 @@ class TransformersEngine:
                 top_p=self.top_p,
                 generator=generator,
                 batch_size=self.batch_size,
+                candidates=candidates,
             )
         finally:
             self.model.train(was_training)
@@ -132,6 +135,8 @@ class StepRows:
         history_key: Exact-prefix key of the state (uint64).
         obs_text: Raw observation the action was taken in.
         action_text: The action played.
+        choices: With constrained decoding, the candidate responses (token ids) the response was drawn from;
+            empty for free-text rows.
     """
 
     prompt_ids: list[list[int]]
@@ -149,6 +154,7 @@ class StepRows:
     history_key: list[int]
     obs_text: list[str]
     action_text: list[str]
+    choices: list[list[list[int]]]
 
     @classmethod
     def empty(cls) -> StepRows:
@@ -257,6 +263,8 @@ class RolloutWorker:
         history_length: Past (observation, action) pairs shown in each prompt.
         max_prompt_tokens: Prompt length bound (see :class:`PromptEncoder`).
         template: Harness prompt template (``default`` or ``react``).
+        constrained_actions: Sample only admissible actions in the answer format
+            (:mod:`training.constrained`).
     """
 
     def __init__(
@@ -267,6 +275,7 @@ class RolloutWorker:
         history_length: int,
         max_prompt_tokens: int,
         template: str = "default",
+        constrained_actions: bool = False,
     ):
         self.envs = envs
         self.env_kind = env_kind_from_id(env_id)
@@ -274,6 +283,18 @@ class RolloutWorker:
         self.history_length = history_length
         self.encode = PromptEncoder(tokenizer, max_prompt_tokens)
         self.template = template
+        self.constrained_actions = constrained_actions
+        self._answer_ids: dict[str, list[int]] = {}
+
+    def answer_ids(self, action: str) -> list[int]:
+        """Token ids of ``action`` in the answer format, ending with the end-of-turn token (cached)."""
+        ids = self._answer_ids.get(action)
+        if ids is None:
+            from training.warm_start import demonstration_text  # the one answer format (import cycle)
+
+            text = demonstration_text(action) + self.tokenizer.eos_token
+            ids = self._answer_ids[action] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids
 
     def run(
         self,
@@ -335,6 +356,11 @@ class RolloutWorker:
                 )
                 for i, adm in zip(index, admissible, strict=True)
             ]
+            choices = (
+                [[self.answer_ids(a) for a in adm] for adm in admissible]
+                if self.constrained_actions
+                else [[] for _ in index]
+            )
             started = time.perf_counter()
             if scripted is not None:
                 texts = [scripted(infos[i]) for i in index]
@@ -342,10 +368,17 @@ class RolloutWorker:
                     self.tokenizer(t + self.tokenizer.eos_token, add_special_tokens=False)["input_ids"]
                     for t in texts
                 ]
+                for options, response in zip(choices, responses, strict=True):
+                    if self.constrained_actions and response not in options:
+                        options.append(response)  # a demonstration outside the list stays learnable
                 logprobs = [[] for _ in index]
             else:
                 sampled = engine.generate(
-                    prompts, temperature=temperature, max_new_tokens=max_new_tokens, generator=generator
+                    prompts,
+                    temperature=temperature,
+                    max_new_tokens=max_new_tokens,
+                    generator=generator,
+                    candidates=choices if self.constrained_actions else None,
                 )
                 responses, logprobs = sampled.token_ids, sampled.logprobs
                 texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
@@ -376,6 +409,7 @@ class RolloutWorker:
                 rows.history_key.append(int(infos[i].get("history_key", 0)))
                 rows.obs_text.append(obs[i])
                 rows.action_text.append(actions[i])
+                rows.choices.append(choices[k])
                 result.prompt_tokens += len(prompts[k])
                 result.generated_tokens += len(responses[k])
                 result.env_steps += 1

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from training.constrained import ChoiceTrie, allowed_token_sets, constrained_logprobs_and_entropy
+
 
 @dataclasses.dataclass
 class SampleOutput:
@@ -83,6 +85,7 @@ def sample_responses(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     batch_size: int = 64,
+    candidates: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> SampleOutput:
     """Sample one response per prompt with a KV cache, recording each sampled token's log-prob.
 
@@ -99,6 +102,8 @@ def sample_responses(
             distribution (the one the trainer differentiates).
         generator: Torch generator on the model's device (reproducible sampling).
         batch_size: Prompts decoded together.
+        candidates: Constrained decoding (:mod:`training.constrained`): per prompt, the token sequences the
+            response must be one of; logits outside them are masked and log-probs renormalised over the rest.
     """
     out = SampleOutput([], [], [])
     for start in range(0, len(prompts), batch_size):
@@ -111,6 +116,7 @@ def sample_responses(
             temperature,
             top_p,
             generator,
+            None if candidates is None else candidates[start : start + batch_size],
         )
         out.token_ids += chunk.token_ids
         out.logprobs += chunk.logprobs
@@ -119,9 +125,10 @@ def sample_responses(
 
 
 def _sample_chunk(
-    model, prompts, max_new_tokens, stop_token_ids, pad_token_id, temperature, top_p, generator
+    model, prompts, max_new_tokens, stop_token_ids, pad_token_id, temperature, top_p, generator, candidates
 ):
     device = next(model.parameters()).device
+    nodes = None if candidates is None else [ChoiceTrie(c).root for c in candidates]
     ids, mask = left_pad(prompts, pad_token_id, device)
     batch = ids.shape[0]
     cache = DynamicCache()
@@ -145,6 +152,14 @@ def _sample_chunk(
             .float()
         )
         scaled = logits / temperature
+        if nodes is not None:  # keep only tokens that continue some candidate (finished rows: anything)
+            allowed = torch.zeros_like(scaled, dtype=torch.bool)
+            for row, node in enumerate(nodes):
+                if node and not bool(done[row]):
+                    allowed[row, list(node)] = True
+                else:
+                    allowed[row] = True
+            scaled = scaled.masked_fill(~allowed, float("-inf"))
         log_dist = torch.log_softmax(scaled, dim=-1)
         sample_dist = _filter_top_p(scaled, top_p).softmax(-1)
         chosen = torch.multinomial(sample_dist, 1, generator=generator).squeeze(-1)
@@ -152,6 +167,9 @@ def _sample_chunk(
         tokens[:, t] = chosen
         logprobs[:, t] = log_dist.gather(-1, chosen[:, None]).squeeze(-1)
         lengths += (~done).long()
+        if nodes is not None:
+            nodes = [node.get(int(token), {}) for node, token in zip(nodes, chosen.tolist(), strict=True)]
+            done |= torch.tensor([not node for node in nodes], device=device)  # a complete candidate
         done |= torch.isin(chosen, stop)
         if bool(done.all()):
             break
@@ -236,3 +254,19 @@ def token_logprobs_and_entropy(
     logprobs = log_dist.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)
     entropy = -(log_dist.exp() * log_dist).sum(-1)
     return logprobs, entropy
+
+
+def policy_logprobs_and_entropy(
+    logits: torch.Tensor,
+    batch: PackedBatch,
+    responses: Sequence[Sequence[int]],
+    choices: Sequence[Sequence[Sequence[int]]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``(log p, entropy)`` of the policy that sampled the rows: the plain tempered softmax, or for
+    constrained rows (non-empty ``choices``) the softmax renormalised over the allowed tokens."""
+    if not any(choices):
+        return token_logprobs_and_entropy(logits, batch.response_ids)
+    if not all(choices):
+        raise ValueError("a batch mixes constrained and free-text rows")
+    allowed = [allowed_token_sets(c, r) for c, r in zip(choices, responses, strict=True)]
+    return constrained_logprobs_and_entropy(logits, batch.response_ids, allowed)

@@ -60,7 +60,7 @@ from training.policy import (
     resolve_device,
 )
 from training.rollout import Episode, RolloutResult, RolloutWorker, StepRows, TransformersEngine
-from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy
+from training.sampling import pack_sequences, policy_logprobs_and_entropy, response_logits
 
 transformers_logging.disable_progress_bar()  # checkpoint writes are not worth a progress bar each
 
@@ -178,7 +178,14 @@ class Trainer:
         if cfg.engine == "vllm":
             from training.vllm_engine import VLLMEngine
 
-            return VLLMEngine(str(self.policy_path), self.tokenizer, top_p=cfg.top_p, seed=self.config.seed)
+            return VLLMEngine(
+                str(self.policy_path),
+                self.tokenizer,
+                top_p=cfg.top_p,
+                seed=self.config.seed,
+                dtype=self.config.model.dtype,
+                max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
+            )
         return TransformersEngine(
             self.rollout_model,
             self.policy.stop_token_ids,
@@ -240,6 +247,7 @@ class Trainer:
             self.tokenizer,
             self.config.rollout.history_length,
             self.config.rollout.max_prompt_tokens,
+            constrained_actions=self.config.rollout.constrained_actions,
         )
 
     # ------------------------------------------------------------------ rollout
@@ -311,12 +319,12 @@ class Trainer:
             **self.config.algo.params,
         )
 
-    def _reference_logprobs(self, packed, temperature: float) -> torch.Tensor | None:
+    def _reference_logprobs(self, packed, temperature: float, responses, choices) -> torch.Tensor | None:
         if self.reference is None:
             return None
         with torch.no_grad():
             logits = response_logits(self.reference, packed, temperature)
-            return torch.log_softmax(logits, -1).gather(-1, packed.response_ids.unsqueeze(-1)).squeeze(-1)
+            return policy_logprobs_and_entropy(logits, packed, responses, choices)[0]
 
     def update(self, rows: StepRows, advantages: np.ndarray, iteration: int) -> dict[str, float]:
         """PPO epochs over shuffled mini-batches; returns loss/ratio/KL/entropy statistics."""
@@ -361,8 +369,10 @@ class Trainer:
                     adv = torch.tensor(
                         [advantages[i] for i in micro], dtype=torch.float32, device=self.device
                     )[:, None].expand(-1, width)
+                    responses = [rows.response_ids[i] for i in micro]
+                    choices = [rows.choices[i] for i in micro]
                     logits = response_logits(self.model, packed, temperature)
-                    logprobs, entropy = token_logprobs_and_entropy(logits, packed.response_ids)
+                    logprobs, entropy = policy_logprobs_and_entropy(logits, packed, responses, choices)
                     terms = policy_loss_terms(
                         logprobs,
                         old,
@@ -372,7 +382,7 @@ class Trainer:
                         clip_high=loss_cfg.clip_high,
                         dual_clip=loss_cfg.dual_clip,
                     )
-                    ref = self._reference_logprobs(packed, temperature)
+                    ref = self._reference_logprobs(packed, temperature, responses, choices)
                     kl_sum = masked_sum(kl_k3(logprobs, ref), mask) if ref is not None else torch.zeros(())
                     entropy_sum = masked_sum(entropy, mask)
                     objective = terms.pg_sum + loss_cfg.kl_coef * kl_sum - loss_cfg.entropy_coef * entropy_sum
@@ -583,7 +593,7 @@ class Trainer:
                 self.optimizer = self._make_optimizer(cfg.optim.lr)
                 self._sync_rollout_weights()
             self._setup_reference()  # before the first checkpoint, so a resumed run finds the same reference
-            record = self.evaluate(0, "before_rl")
+            record = self.evaluate(0, "before_rl") if cfg.eval.before_rl else {}
             if record:
                 self.metrics.write(record)
                 self.state["evaluations"].append(record)
@@ -625,7 +635,13 @@ class Trainer:
                     self.save(self.iteration)
         final = None
         if not any(e.get("label") == "after_rl" for e in self.state["evaluations"]):
-            final = self.evaluate(self.iteration, "after_rl")
+            before = [e for e in self.state["evaluations"] if e.get("label") == "before_rl"]
+            # without RL iterations the policy is the one just measured: reuse, do not re-run, that evaluation
+            final = (
+                {**before[0], "label": "after_rl"}
+                if before and self.iteration == 0
+                else self.evaluate(self.iteration, "after_rl")
+            )
             if final:
                 self.metrics.write(final)
                 self.state["evaluations"].append(final)

@@ -25,7 +25,7 @@ import torch
 
 from training.loss import sft_loss_sum
 from training.rollout import StepRows
-from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy
+from training.sampling import pack_sequences, policy_logprobs_and_entropy, response_logits
 
 if TYPE_CHECKING:
     from training.trainer import Trainer
@@ -130,7 +130,12 @@ def warm_start(trainer: Trainer) -> dict[str, Any]:
                 trainer.tokenizer.pad_token_id,
                 trainer.device,
             )
-            logprobs, _ = token_logprobs_and_entropy(response_logits(model, packed), packed.response_ids)
+            logprobs, _ = policy_logprobs_and_entropy(
+                response_logits(model, packed),
+                packed,
+                [rows.response_ids[i] for i in mine],
+                [rows.choices[i] for i in mine],
+            )
             loss_sum = sft_loss_sum(logprobs, packed.response_mask)
             optimizer.zero_grad(set_to_none=True)
             (loss_sum * weight * dist.world_size / max(tokens, 1.0)).backward()

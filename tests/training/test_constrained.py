@@ -1,0 +1,136 @@
+"""Constrained decoding (``rollout.constrained_actions``): the trie, the sampler, the trainer's log-probs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from training_helpers import TINY_OVERRIDES, subprocess_env
+
+from training.config import ConfigError, load_config
+from training.constrained import ChoiceTrie, allowed_token_sets, constrained_logprobs_and_entropy
+from training.policy import load_policy
+from training.sampling import pack_sequences, policy_logprobs_and_entropy, response_logits, sample_responses
+from training.warm_start import demonstration_text
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+ACTIONS = [
+    ["go to bed 1", "go to desk 1", "go to desk 2", "take book 1 from bed 1", "look"],
+    ["inventory", "look", "examine desk 1"],
+]
+
+
+def test_trie_lists_continuations_and_rejects_responses_off_the_trie():
+    trie = ChoiceTrie([[1, 2, 3], [1, 4], [5]])
+    assert trie.allowed([]) == [1, 5]
+    assert trie.allowed([1]) == [2, 4]
+    assert trie.allowed([1, 2, 3]) == [] and trie.allowed([9]) == []
+    assert allowed_token_sets([[1, 2, 3], [1, 4]], [1, 4]) == [[1], [2, 4]]
+    with pytest.raises(ValueError, match="not an allowed continuation"):
+        allowed_token_sets([[1, 2, 3], [1, 4]], [1, 3])
+    with pytest.raises(ValueError, match="at least one candidate"):
+        ChoiceTrie([])
+
+
+def test_constrained_logprobs_renormalise_over_the_allowed_tokens():
+    logits = torch.tensor([[[0.0, 1.0, 2.0, 3.0], [5.0, 0.0, 0.0, 0.0]]])
+    logprobs, entropy = constrained_logprobs_and_entropy(logits, torch.tensor([[1, 0]]), [[[1, 2], [0]]])
+    assert logprobs[0, 0].item() == pytest.approx(1.0 - np.log(np.exp(1.0) + np.exp(2.0)))
+    assert logprobs[0, 1].item() == pytest.approx(0.0)  # a forced token costs nothing
+    p = np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum()
+    assert entropy[0, 0].item() == pytest.approx(-(p * np.log(p)).sum())
+    assert entropy[0, 1].item() == pytest.approx(0.0)
+
+
+def _candidates(tokenizer):
+    return [
+        [
+            tokenizer(demonstration_text(a) + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+            for a in actions
+        ]
+        for actions in ACTIONS
+    ]
+
+
+def test_sampler_writes_only_candidates_and_the_trainer_recomputes_its_logprobs(tiny_policy_dir):
+    policy = load_policy(tiny_policy_dir, device="cpu")
+    tok = policy.tokenizer
+    candidates = _candidates(tok)
+    prompts = [tok("Your task is to: put a book on the desk.")["input_ids"], tok("look around")["input_ids"]]
+    seen: set[str] = set()
+    for seed in range(6):
+        out = sample_responses(
+            policy.model,
+            prompts,
+            max_new_tokens=40,
+            stop_token_ids=policy.stop_token_ids,
+            pad_token_id=tok.pad_token_id,
+            temperature=1.0,
+            generator=torch.Generator().manual_seed(seed),
+            candidates=candidates,
+        )
+        assert out.finished == [True, True]
+        for row, response in enumerate(out.token_ids):
+            assert response in candidates[row]  # an untrained model writes nothing else
+            seen.add(tok.decode(response))
+        packed = pack_sequences(prompts, out.token_ids, tok.pad_token_id)
+        with torch.no_grad():
+            logprobs, _ = policy_logprobs_and_entropy(
+                response_logits(policy.model, packed), packed, out.token_ids, candidates
+            )
+        for row, recorded in enumerate(out.logprobs):
+            assert torch.allclose(logprobs[row, : len(recorded)], torch.tensor(recorded), atol=1e-5)
+    assert len(seen) >= 3  # it samples among the candidates, not one fixed answer
+
+
+def test_candidate_sequence_probabilities_sum_to_one(tiny_policy_dir):
+    """The constrained policy is a distribution over the admissible actions."""
+    policy = load_policy(tiny_policy_dir, device="cpu")
+    tok = policy.tokenizer
+    options = _candidates(tok)[0]
+    prompt = tok("Your task is to: put a book on the desk.")["input_ids"]
+    packed = pack_sequences([prompt] * len(options), options, tok.pad_token_id)
+    with torch.no_grad():
+        logprobs, _ = policy_logprobs_and_entropy(
+            response_logits(policy.model, packed, temperature=0.7), packed, options, [options] * len(options)
+        )
+    total = float((logprobs * packed.response_mask).sum(-1).exp().sum())
+    assert total == pytest.approx(1.0, abs=1e-5)
+
+
+def test_config_refuses_constrained_decoding_where_it_cannot_work():
+    with pytest.raises(ConfigError, match="engine=transformers"):
+        load_config(None, ["rollout.constrained_actions=true", "rollout.engine=vllm"])
+    with pytest.raises(ConfigError, match="WebShop"):
+        load_config(None, ["rollout.constrained_actions=true", "env.id=progpo/WebShop-v0"])
+
+
+def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, monkeypatch):
+    from training.trainer import Trainer
+
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
+    config = load_config(
+        CONFIGS / "quickstart.yaml",
+        [
+            *TINY_OVERRIDES,
+            f"run_dir={tmp_path}",
+            "iterations=1",
+            "eval.num_tasks=0",
+            "rollout.constrained_actions=true",
+            "rollout.max_new_tokens=40",
+        ],
+    )
+    trainer = Trainer(config)
+    try:
+        from training.warm_start import warm_start
+
+        stats = warm_start(trainer)  # demonstrations carry their candidates; the SFT loss is constrained
+        metrics = trainer.train_iteration(0)
+    finally:
+        trainer.close()
+    assert stats["demo_steps"] > 0 and np.isfinite(stats["sft_loss_last_epoch"])
+    assert metrics["admissible_rate"] == 1.0 and metrics["valid_rate"] == 1.0
+    assert metrics["first_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["logprob_diff_max"] < 1e-4
