@@ -1,24 +1,23 @@
 """Estimator comparison at equal compute: the same policy, warm start, iterations, groups, group size and
 seeds, trained with each advantage estimator (issue 8, part 1).
 
-For every (env, seed) the warm start runs **once** (``progpo train`` with ``iterations=0``: behaviour cloning
-on expert demonstrations, then export); every estimator then starts RL from that exported policy
-(``model.path=<warm start>/final``, ``warm_start.enabled=false``) with identical settings and seed, so the
-only difference between runs of a seed is the estimator. Each run is a ``python -m training.cli`` subprocess;
-its ``metrics.jsonl`` gives the learning curve (training success per iteration) and the held-out evaluations
-(``before_rl`` = the warm start, ``after_rl`` = the result): success overall and per task type, WebShop score,
-invalid-action rate and mean episode steps (all episodes, not only successful ones). The table shows mean ±
-sample std over seeds; **every started run is listed**, failed and timed-out ones included, and is left out of
-the means only because it has no result.
+For every env the warm start runs **once** (``progpo train`` with ``iterations=0``: behaviour cloning on
+expert demonstrations, its held-out evaluation, then export); every (estimator, seed) run starts RL from that
+exported policy (``model.path=<warm start>/final``, ``warm_start.enabled=false``, ``eval.before_rl=false``)
+with identical settings, so runs differ only in estimator and RL seed (task draws, sampling), and the spread
+over seeds is the RL noise. Each run is a ``python -m training.cli`` subprocess (``--jobs`` at once); its
+``metrics.jsonl`` gives the learning curve (training success per iteration) and the held-out evaluation after
+RL: success overall and per task type, WebShop score, invalid-action rate and mean episode steps (all
+episodes, not only successful ones). The table shows mean ± sample std over seeds; **every started run is
+listed**, failed and timed-out ones included, and is left out of the means only because it has no result.
 
 Settings (``--setting``):
 
 * ``smoke``: 1 seed, GRPO + ProGPO, 1 iteration, tiny groups — checks the pipeline (a few minutes on CPU).
-* ``cpu``: the quick comparison, 3 seeds × 7 estimators on generated ALFWorld games with the tiny policy;
-  sized for under 60 minutes on a 2-core CPU (extrapolated from the smoke run: ~28 s per 16 step rows on a
-  machine at load 14; not yet measured end to end).
-* ``gpu``: the larger setting: ALFWorld and WebShop, a ~25M-parameter policy (or ``--model-path`` to a local
-  causal LM folder), 30 iterations of 8 groups × 8, 3 seeds.
+* ``cpu``: the quick comparison, 3 seeds × 7 estimators on the quickstart (generated ALFWorld tasks, the tiny
+  policy and its warm start), 4 RL iterations each, two runs at a time: under 60 minutes on 2 cores.
+* ``gpu``: the larger setting: ALFWorld (all six task types, every scene) and WebShop, a ~25M-parameter policy
+  (or ``--model-path`` to a local causal LM folder), 30 iterations of 8 groups × 8, 3 seeds.
 
 Run: ``.venv/bin/python benchmarks/compare_estimators.py --setting cpu``. Writes
 ``benchmarks/results/compare_estimators.json`` and ``compare_estimators.png`` (learning curves); run folders
@@ -60,6 +59,8 @@ ENV_OVERRIDES = {
         "env.train_split=train",
         "env.eval_split=test",
         "env.kwargs={num_products: 1000}",
+        "env.train_kwargs={}",
+        "rollout.constrained_actions=false",  # WebShop's search is free text
     ],
 }
 #: Headline metrics of the held-out evaluation, in table order (per-task-type success is added when present).
@@ -102,26 +103,12 @@ SETTINGS: dict[str, Setting] = {
         timeout_s=900.0,
     ),
     "cpu": Setting(
+        # The quickstart (the embedded defaults: tiny policy, two task types in four small bedrooms, searching
+        # expert warm start, constrained decoding) with fewer RL iterations and one evaluation seed.
         envs=["alfworld"],
         seeds=[0, 1, 2],
         estimators=ESTIMATORS,
-        overrides=[
-            *_COMMON,
-            "device=cpu",
-            "iterations=4",
-            "rollout.num_groups=4",
-            "rollout.group_size=4",
-            "rollout.constrained_actions=true",
-            "env.max_steps=12",
-            "env.kwargs={task_types: [pick_and_place_simple, look_at_obj_in_light], scenes: [304, 316, 328, 329]}",
-            "env.train_kwargs={num_generated: 160}",
-            "optim.lr=1e-3",
-            "warm_start.num_tasks=160",
-            "warm_start.epochs=3",
-            "eval.num_tasks=32",
-            "eval.seeds=1",
-            "eval.temperature=1.0",
-        ],
+        overrides=[*_COMMON, "device=cpu", "iterations=4", "eval.num_tasks=32", "eval.seeds=1"],
         timeout_s=1200.0,
         jobs=2,
     ),
@@ -150,7 +137,15 @@ SETTINGS: dict[str, Setting] = {
             "eval.num_tasks=64",
             "eval.seeds=2",
         ],
-        env_overrides={"alfworld": ["env.max_steps=30"], "webshop": ["env.max_steps=15"]},
+        env_overrides={
+            # all six task types in every scene (the quickstart keeps two types in four bedrooms)
+            "alfworld": [
+                "env.max_steps=30",
+                "env.kwargs={}",
+                "env.train_kwargs={num_generated: 600, expert_mode: searching}",
+            ],
+            "webshop": ["env.max_steps=15"],
+        },
         timeout_s=3600.0,
     ),
 }

@@ -27,7 +27,7 @@ from typing import Any
 
 from progpo_envs.alfworld.data import ALFWorldTask, load_tasks
 from progpo_envs.alfworld.engine import NOTHING_HAPPENS, AlfredEngine, EnginePatches
-from progpo_envs.alfworld.expert import ALFWorldExpert
+from progpo_envs.alfworld.expert import ALFWorldExpert, ExpertMode, SearchingExpert
 from progpo_envs.core.text_env import EngineStep, TaskStart, TextEnv
 
 #: Admissible command the engine always offers and prompts leave out.
@@ -44,6 +44,8 @@ class ALFWorldEnv(TextEnv):
             games).
         max_steps: Actions per episode before truncation.
         expert: Put the expert's next command in ``info["expert_action"]``.
+        expert_mode: ``"planner"`` (from the true state) or ``"searching"`` (only what the agent has seen:
+            it searches receptacles in order; :class:`~progpo_envs.alfworld.expert.SearchingExpert`).
         success_reward: Reward for winning (10; ALFWorld's own score is 1).
         history_depths: Depths ``k`` of ``info["history_keys"][k]``.
         num_generated: Games per split generated when there is no real data (default 36).
@@ -61,6 +63,7 @@ class ALFWorldEnv(TextEnv):
         data_dir: str | Path | None = None,
         max_steps: int = 50,
         expert: bool = False,
+        expert_mode: ExpertMode | str = ExpertMode.PLANNER,
         success_reward: float = 10.0,
         history_depths: Sequence[int] = (),
         num_generated: int | None = None,
@@ -74,6 +77,8 @@ class ALFWorldEnv(TextEnv):
         super().__init__(max_steps=max_steps, history_depths=history_depths, render_mode=render_mode)
         self.split = split
         self.expert = bool(expert)
+        self.expert_mode = ExpertMode(expert_mode)
+        self._searcher: SearchingExpert | None = None
         self.success_reward = float(success_reward)
         self.tasks: list[ALFWorldTask] = load_tasks(
             split,
@@ -109,11 +114,15 @@ class ALFWorldEnv(TextEnv):
         if game_file is None:
             game_file = self._game_files[task.task_id] = task.game_file()
         self._task = task
+        self._searcher = None
         observation = self.engine.reset(game_file)
         return TaskStart(observation=observation, task_id=task.task_id, info=self._info())
 
     def _engine_step(self, action: str) -> EngineStep:
+        executed = action in self.engine.admissible_commands
         observation = self.engine.step(action)
+        if self._searcher is not None and executed:
+            self._searcher.record(action)
         won = self.engine.won
         return EngineStep(
             observation=observation,
@@ -134,7 +143,12 @@ class ALFWorldEnv(TextEnv):
             "won": self.engine.won,
         }
         if self.expert:
-            info["expert_action"] = self._expert().next_action(self.engine.facts(), admissible)
+            if self.expert_mode is ExpertMode.SEARCHING:
+                if self._searcher is None:
+                    self._searcher = SearchingExpert(self._expert())
+                info["expert_action"] = self._searcher.next_action(self.engine.facts(), admissible)
+            else:
+                info["expert_action"] = self._expert().next_action(self.engine.facts(), admissible)
         return info
 
     def _expert(self) -> ALFWorldExpert:

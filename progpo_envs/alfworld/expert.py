@@ -455,3 +455,79 @@ class ALFWorldExpert:
                         yield sim.commands
 
         return _shortest(candidates())
+
+
+class ExpertMode(str, enum.Enum):
+    """What the env's expert may know (``expert_mode`` of ``progpo/ALFWorld-v0``)."""
+
+    PLANNER = "planner"
+    """The true state: it walks straight to objects it has never seen (:class:`ALFWorldExpert`)."""
+    SEARCHING = "searching"
+    """Only what the agent has seen: :class:`SearchingExpert`."""
+
+
+class SearchingExpert:
+    """The planner limited to what the agent has observed: it searches for what it has not seen yet.
+
+    Demonstrations of the true-state planner cannot be imitated from observations: its first command goes
+    straight to a receptacle where the target hides, which nothing in the agent's prompt reveals. This expert
+    follows the planner's command except when that command is ``go to X`` for an ``X`` the agent has no
+    reason to visit — not yet searched, and not the goal receptacle named by the task. It then searches
+    instead: at an unsearched closed receptacle it opens it; otherwise it goes to the first unsearched
+    receptacle in the order of the admissible ``go to`` commands (the order the prompt lists them). A
+    receptacle counts as searched once the agent has stood at it with its content visible (open, or not
+    openable). Everything it does is thus explainable from the episode's observations, like a person's
+    search.
+
+    Call :meth:`reset` at the start of an episode and :meth:`record` after each command the engine executed.
+
+    Example:
+        >>> expert = SearchingExpert(ALFWorldExpert({"task_type": "pick_and_place_simple",
+        ...     "pddl_params": {"object_target": "Pen", "parent_target": "Desk"}}))
+        >>> expert.reset()
+        >>> expert.search_step(["go to bed 1", "go to desk 1", "go to drawer 1", "look"])
+        'go to bed 1'
+    """
+
+    def __init__(self, planner: ALFWorldExpert) -> None:
+        self.planner = planner
+        self.location: str | None = None
+        self.searched: set[str] = set()
+
+    def reset(self) -> None:
+        """Forget the previous episode (the agent starts in the middle of the room)."""
+        self.location, self.searched = None, set()
+
+    def record(self, command: str) -> None:
+        """Update what the agent has seen after the engine executed ``command``."""
+        if command.startswith("go to "):
+            self.location = command[len("go to ") :]
+        elif command.startswith("open ") and command[len("open ") :] == self.location:
+            self.searched.add(self.location)
+
+    def next_action(self, facts: Iterable[Any], admissible_commands: Sequence[str]) -> str:
+        """The next command, given the true facts (for the planner) and what the agent has seen."""
+        self._note_visible(admissible_commands)
+        planned = self.planner.next_action(facts, admissible_commands)
+        if not planned.startswith("go to "):
+            return planned  # take/move/open/use/heat...: act on what is in front of the agent
+        target = planned[len("go to ") :]
+        goal_type = self.planner.goal_receptacle_type
+        if target in self.searched or (goal_type and target.split(" ")[0] == goal_type):
+            return planned
+        return self.search_step(admissible_commands) or planned
+
+    def search_step(self, admissible_commands: Sequence[str]) -> str | None:
+        """Open the unsearched receptacle the agent stands at, else go to the next unsearched one."""
+        self._note_visible(admissible_commands)
+        if self.location is not None and self.location not in self.searched:
+            return f"open {self.location}"  # _note_visible left it unsearched: it is closed
+        for command in admissible_commands:
+            if command.startswith("go to ") and command[len("go to ") :] not in self.searched:
+                return command
+        return None
+
+    def _note_visible(self, admissible_commands: Sequence[str]) -> None:
+        # At a receptacle that cannot be opened now, its content is in the arrival observation.
+        if self.location is not None and f"open {self.location}" not in admissible_commands:
+            self.searched.add(self.location)

@@ -345,3 +345,47 @@ def test_expert_sweep_on_real_trials(shared_alfworld_data, tmp_path, split):
     assert sum(won.values()) >= 0.98 * total, dict(won)
     for task_type, r in results.items():
         assert won[task_type] >= 0.9 * len(r), (task_type, won[task_type], len(r))
+
+
+# --- the searching expert ---
+
+
+def test_searching_expert_wins_every_type_going_only_where_the_agent_has_reason_to(generated, progpo_cache):
+    """Through the env (``expert_mode="searching"``) on one generated game of each type: it wins, and every
+    ``go to X`` it issues goes to a searched receptacle, the task's goal receptacle, or the first unsearched
+    receptacle in the admissible order — never straight to where an unseen target hides."""
+    from progpo_envs.alfworld.env import ALFWorldEnv
+
+    env = ALFWorldEnv(split="train", data_dir=generated, expert=True, expert_mode="searching", max_steps=60)
+    planner_steps, searching_steps = [], []
+    for index in range(env.num_tasks):
+        obs, info = env.reset(options={"task_index": index})
+        goal_type = ALFWorldExpert(env.task.traj_data()).goal_receptacle_type
+        searched: set[str] = set()
+        location, steps = None, 0
+        while True:
+            action = info["expert_action"]
+            admissible = info["admissible_actions"]
+            if location is not None and f"open {location}" not in admissible:
+                searched.add(location)
+            if action.startswith("go to "):
+                target = action[len("go to ") :]
+                unsearched = [a[6:] for a in admissible if a.startswith("go to ") and a[6:] not in searched]
+                assert (
+                    target in searched
+                    or (goal_type and target.split(" ")[0] == goal_type)
+                    or target == unsearched[0]
+                ), (env.task.task_id, action, sorted(searched))
+                location = target
+            elif action == f"open {location}":
+                searched.add(location)
+            obs, _, terminated, truncated, info = env.step(action)
+            steps += 1
+            if terminated or truncated:
+                break
+        assert info["won"], f"searching expert failed {env.task.task_id}"
+        searching_steps.append(steps)
+        planner_steps.append(len(json.loads(env.game_file.read_text())["walkthrough"]))
+    assert sum(searching_steps) >= sum(planner_steps)  # searching costs steps the true-state plan saves
+    with pytest.raises(ValueError):
+        ALFWorldEnv(split="train", data_dir=generated, expert=True, expert_mode="clairvoyant")
