@@ -1,0 +1,40 @@
+"""Training on an env hosted by an env server (``env.url``) gives the run an in-process env gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from training_helpers import TINY_OVERRIDES, subprocess_env
+
+from training.cli import main
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+VOLATILE = ("time", "per_s")
+#: The training toy env under a hostable id (env servers host ``progpo/*`` ids only).
+HOSTED_ID = "progpo/ToyALFWorldTraining-v0"
+
+
+def _records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if not any(w in k for w in VOLATILE)} for x in lines]
+
+
+def test_remote_env_training_matches_in_process(tmp_path, monkeypatch):
+    from progpo_envs.server.app import ServerConfig, create_app
+    from progpo_envs.server.pool import PoolConfig
+    from progpo_envs.core.registration import register_text_env
+    from progpo_envs.server.serving import BackgroundServer
+
+    register_text_env(HOSTED_ID, "training_toy_env:ToyEnv")
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])  # env workers import the toy env
+    args = ["--config", str(CONFIGS / "quickstart.yaml"), *TINY_OVERRIDES, "iterations=2", "checkpoint_every=0"]
+    assert main([*args, f"run_dir={tmp_path / 'local'}"]) == 0
+    app = create_app(ServerConfig(env_ids=(HOSTED_ID,), pool=PoolConfig(num_workers=1)))
+    with BackgroundServer(app) as server:
+        remote_args = [f"run_dir={tmp_path / 'remote'}", f"env.url={server.url}", f"env.id={HOSTED_ID}"]
+        assert main([*args, *remote_args]) == 0
+    local, remote = _records(tmp_path / "local"), _records(tmp_path / "remote")
+    assert [r["kind"] for r in remote] == [r["kind"] for r in local]
+    assert remote == local  # same tasks, same episodes, same updates
+    assert any(r["kind"] == "train" and r["rows"] > 0 for r in remote)
