@@ -21,14 +21,14 @@ def _records(run_dir: Path) -> list[dict]:
 
 
 def test_remote_env_training_matches_in_process(tmp_path, monkeypatch):
+    from progpo_envs.core.registration import register_text_env
     from progpo_envs.server.app import ServerConfig, create_app
     from progpo_envs.server.pool import PoolConfig
-    from progpo_envs.core.registration import register_text_env
     from progpo_envs.server.serving import BackgroundServer
 
     register_text_env(HOSTED_ID, "training_toy_env:ToyEnv")
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])  # env workers import the toy env
-    args = ["--config", str(CONFIGS / "quickstart.yaml"), *TINY_OVERRIDES, "iterations=2", "checkpoint_every=0"]
+    args = ["--config", str(CONFIGS / "quickstart.yaml"), *TINY_OVERRIDES, "iterations=2"]
     assert main([*args, f"run_dir={tmp_path / 'local'}"]) == 0
     app = create_app(ServerConfig(env_ids=(HOSTED_ID,), pool=PoolConfig(num_workers=1)))
     with BackgroundServer(app) as server:
