@@ -194,6 +194,12 @@ def render_compare_estimators(data: dict) -> str:
         f"Setting `{data.get('setting', '—')}`, seeds {_fmt(data.get('config', {}).get('seeds'))}: held-out "
         "success etc. after RL, mean ± sample std over seeds (n = finished runs)."
     ]
+    for ws in data.get("warm_starts", []):
+        parts.append(
+            f"Warm start of `{ws.get('env')}` (shared by every run): {ws.get('status')} in "
+            f"{_fmt(ws.get('seconds'))} s, held-out success {_fmt(ws.get('before_rl', {}).get('success'))}. "
+            f"Whole comparison: {_fmt(data.get('seconds'))} s."
+        )
     parts.append(
         markdown_table(
             ["env / estimator", *metrics], [[k, *(row.get(m) for m in metrics)] for k, row in summary.items()]
