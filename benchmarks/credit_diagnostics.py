@@ -215,14 +215,17 @@ def record_group(
     return rows
 
 
-def alfworld_source(max_steps: int, generator_seed: int = 0):
-    """``(env, distance)`` for the generated ALFWorld games with the expert and its plan-length oracle."""
+def alfworld_source(max_steps: int, generator_seed: int = 0, **env_kwargs: Any):
+    """``(env, distance)`` for the generated ALFWorld games with the expert and its plan-length oracle
+    (``env_kwargs``: more ``progpo/ALFWorld-v0`` options, e.g. a task restriction)."""
     import gymnasium as gym
 
     import progpo_envs  # noqa: F401  (registers the envs)
     from progpo_envs.alfworld.expert import ALFWorldExpert
 
-    env = gym.make("progpo/ALFWorld-v0", expert=True, max_steps=max_steps, generator_seed=generator_seed)
+    env = gym.make(
+        "progpo/ALFWorld-v0", expert=True, max_steps=max_steps, generator_seed=generator_seed, **env_kwargs
+    )
     experts: dict[str, ALFWorldExpert] = {}
 
     def distance(e) -> int | None:
