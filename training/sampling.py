@@ -270,3 +270,16 @@ def policy_logprobs_and_entropy(
         raise ValueError("a batch mixes constrained and free-text rows")
     allowed = [allowed_token_sets(c, r) for c, r in zip(choices, responses, strict=True)]
     return constrained_logprobs_and_entropy(logits, batch.response_ids, allowed)
+
+
+def policy_logprobs(
+    logits: torch.Tensor,
+    batch: PackedBatch,
+    responses: Sequence[Sequence[int]],
+    choices: Sequence[Sequence[Sequence[int]]],
+) -> torch.Tensor:
+    """Only the log-probs of :func:`policy_logprobs_and_entropy`, without the entropy pass over the vocabulary
+    (the KL reference and the warm start need no entropy)."""
+    if not any(choices):
+        return torch.log_softmax(logits, -1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+    return policy_logprobs_and_entropy(logits, batch, responses, choices)[0]

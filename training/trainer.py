@@ -60,7 +60,12 @@ from training.policy import (
     resolve_device,
 )
 from training.rollout import Episode, RolloutResult, RolloutWorker, StepRows, TransformersEngine
-from training.sampling import pack_sequences, policy_logprobs_and_entropy, response_logits
+from training.sampling import (
+    pack_sequences,
+    policy_logprobs,
+    policy_logprobs_and_entropy,
+    response_logits,
+)
 
 transformers_logging.disable_progress_bar()  # checkpoint writes are not worth a progress bar each
 
@@ -324,7 +329,7 @@ class Trainer:
             return None
         with torch.no_grad():
             logits = response_logits(self.reference, packed, temperature)
-            return policy_logprobs_and_entropy(logits, packed, responses, choices)[0]
+            return policy_logprobs(logits, packed, responses, choices)
 
     def update(self, rows: StepRows, advantages: np.ndarray, iteration: int) -> dict[str, float]:
         """PPO epochs over shuffled mini-batches; returns loss/ratio/KL/entropy statistics."""

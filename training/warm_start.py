@@ -25,7 +25,7 @@ import torch
 
 from training.loss import sft_loss_sum
 from training.rollout import StepRows
-from training.sampling import pack_sequences, policy_logprobs_and_entropy, response_logits
+from training.sampling import pack_sequences, policy_logprobs, response_logits
 
 if TYPE_CHECKING:
     from training.trainer import Trainer
@@ -130,7 +130,7 @@ def warm_start(trainer: Trainer) -> dict[str, Any]:
                 trainer.tokenizer.pad_token_id,
                 trainer.device,
             )
-            logprobs, _ = policy_logprobs_and_entropy(
+            logprobs = policy_logprobs(
                 response_logits(model, packed),
                 packed,
                 [rows.response_ids[i] for i in mine],
