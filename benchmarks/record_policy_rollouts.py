@@ -38,7 +38,7 @@ def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list
     from agents.prompts import admissible_actions_from_info, build_prompt, task_text_from_observation
     from training.config import load_config
     from training.policy import load_policy
-    from training.rollout import PromptEncoder
+    from training.rollout import PromptEncoder, response_token_ids
     from training.sampling import sample_responses
     from training.warm_start import demonstration_text
 
@@ -63,10 +63,7 @@ def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list
                         "alfworld", history.task_text, history, obs, admissible, cfg.rollout.history_length
                     )
                 )
-                options = [
-                    tok(demonstration_text(a) + tok.eos_token, add_special_tokens=False)["input_ids"]
-                    for a in admissible
-                ]
+                options = [response_token_ids(tok, demonstration_text(a)) for a in admissible]
                 out = sample_responses(
                     policy.model,
                     [prompt],

@@ -233,6 +233,11 @@ def info_for(info: dict[str, Any], index: int) -> dict[str, Any]:
     return out
 
 
+def response_token_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of a response ``text`` as the policy writes it: followed by the end-of-turn token."""
+    return tokenizer(text + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+
+
 class PromptEncoder:
     """Chat messages -> prompt token ids (the tokenizer's chat template); over-long prompts keep their tail.
 
@@ -292,8 +297,7 @@ class RolloutWorker:
         if ids is None:
             from training.warm_start import demonstration_text  # the one answer format (import cycle)
 
-            text = demonstration_text(action) + self.tokenizer.eos_token
-            ids = self._answer_ids[action] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = self._answer_ids[action] = response_token_ids(self.tokenizer, demonstration_text(action))
         return ids
 
     def run(
@@ -364,10 +368,7 @@ class RolloutWorker:
             started = time.perf_counter()
             if scripted is not None:
                 texts = [scripted(infos[i]) for i in index]
-                responses = [
-                    self.tokenizer(t + self.tokenizer.eos_token, add_special_tokens=False)["input_ids"]
-                    for t in texts
-                ]
+                responses = [response_token_ids(self.tokenizer, t) for t in texts]
                 for options, response in zip(choices, responses, strict=True):
                     if self.constrained_actions and response not in options:
                         options.append(response)  # a demonstration outside the list stays learnable
