@@ -366,9 +366,8 @@ def generated_data_dir(
         )
     key = f"v{generator.GENERATOR_VERSION}-{_generator_fingerprint()}-n{num_games}-s{seed}"
     if task_types is not None or scenes is not None:
-        generator.check_restriction([split], task_types, scenes)
-        order = tuple(generator.TaskType(t) for t in task_types or [t.value for t in generator.TASK_ORDER])
-        key += "-r" + xxhash.xxh3_64_hexdigest(generator.restriction_key(order, scenes).encode())[:8]
+        restriction = generator.restriction_key(generator.task_order(task_types), scenes)
+        key += "-r" + xxhash.xxh3_64_hexdigest(restriction.encode())[:8]
     out = cache_dir() / "alfworld" / "generated" / key
     done = out / f".complete-{split}"
     if done.exists():

@@ -119,10 +119,12 @@ class ALFWorldEnv(TextEnv):
         return TaskStart(observation=observation, task_id=task.task_id, info=self._info())
 
     def _engine_step(self, action: str) -> EngineStep:
-        executed = action in self.engine.admissible_commands
+        searcher = self._searcher
+        if searcher is not None and action not in self.engine.admissible_commands:
+            searcher = None  # the engine will not execute it: nothing new is seen
         observation = self.engine.step(action)
-        if self._searcher is not None and executed:
-            self._searcher.record(action)
+        if searcher is not None:
+            searcher.record(action)
         won = self.engine.won
         return EngineStep(
             observation=observation,

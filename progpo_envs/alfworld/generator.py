@@ -278,6 +278,11 @@ def _accepts(receptacle_cls: str, object_cls: str) -> bool:
     return object_cls in _constants().VAL_RECEPTACLE_OBJECTS.get(receptacle_cls, ())
 
 
+def task_order(task_types: Sequence[TaskType | str] | None = None) -> tuple[TaskType, ...]:
+    """The task types games cycle through: ``task_types`` in order, or all six (:data:`TASK_ORDER`)."""
+    return TASK_ORDER if task_types is None else tuple(TaskType(t) for t in task_types)
+
+
 def task_scenes(task_type: TaskType, split: Split, scenes: Sequence[int] | None = None) -> list[int]:
     """The FloorPlans of ``split`` whose room can host ``task_type`` (ALFRED's ``GOALS_VALID``), optionally
     only those in ``scenes``."""
@@ -481,7 +486,7 @@ def make_game(
         RuntimeError: if no verified game came out of :data:`MAX_ATTEMPTS` draws.
     """
     split, wording = Split(split), PlaceWording(wording)
-    order = TASK_ORDER if task_types is None else tuple(TaskType(t) for t in task_types)
+    order = task_order(task_types)
     task_type = order[index % len(order)]
     # The default set keeps its historical keys; a restricted set salts them with its restriction.
     salt = "" if task_types is None and scenes is None else f"/{restriction_key(order, scenes)}"
@@ -555,7 +560,7 @@ def check_restriction(
 ) -> None:
     """Raise ``ValueError`` unless every requested task type has a scene to be drawn in, in every split."""
     for split in splits:
-        for task_type in TASK_ORDER if task_types is None else [TaskType(t) for t in task_types]:
+        for task_type in task_order(task_types):
             if not task_scenes(task_type, Split(split), scenes):
                 raise ValueError(
                     f"no scene of split {Split(split).value!r} in scenes={list(scenes or [])} can host "
