@@ -20,6 +20,13 @@ if _OWN_CACHE:
     os.environ["PROGPO_CACHE"] = tempfile.mkdtemp(prefix="progpo-test-cache-")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests draw the same examples on every run and machine, so CI never fails by chance;
+# `HYPOTHESIS_PROFILE=explore` draws fresh random examples when hunting for new failures.
+settings.register_profile("deterministic", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: `shared/` sits beside the repository (in development and in CI).

@@ -382,6 +382,8 @@ class EnvPool:
 
     def create(self, env_id: Any, client_kwargs: Any) -> tuple[str, dict[str, Any]]:
         """Build an instance; returns its id and metadata (``num_tasks``, ``max_steps``, ...)."""
+        if not isinstance(env_id, str):
+            raise ServerError(400, f"env_id must be a string naming a hosted env, got {env_id!r}")
         if env_id not in self.policies:
             raise ServerError(
                 404, f"env {env_id!r} is not hosted here (hosted: {', '.join(sorted(self.policies))})"

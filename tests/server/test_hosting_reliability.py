@@ -13,7 +13,7 @@ import pytest
 import requests
 from hosting_helpers import serve_toy
 from hosting_toy_env import TOY_ENV_ID
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from progpo_envs.server.remote import InstanceLostError, RemoteEnv, RemoteEnvError
@@ -214,6 +214,8 @@ _fields = st.dictionaries(
     body=st.one_of(_fields, _json, st.binary(max_size=40)),
     valid_id=st.booleans(),
 )
+# Found by a CI run: a non-string env id reached a dict lookup (TypeError, 500).
+@example(method="POST", path="/instances", body={"env_id": []}, valid_id=False)
 def test_fuzzed_requests_never_500(toy_server, fuzz_instance, method, path, body, valid_id):
     url = toy_server.url + path.replace("{id}", fuzz_instance if valid_id else "zz")
     if isinstance(body, bytes):
