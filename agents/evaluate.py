@@ -85,7 +85,7 @@ class EvalConfig:
         vector_mode: ``sync`` (in-process) or ``async`` (subprocesses).
         max_steps: Passed to the env as ``max_steps=`` (``None``: the env's default).
         history_length: Steps of history in LLM prompts.
-        template: ``default`` or ``react``.
+        template: ``default``, ``react`` or ``compact`` (:class:`agents.prompts.PromptTemplate`).
         max_prompt_chars: Prompt length bound (characters).
         model: Model name (openai) or path (transformers).
         base_url: OpenAI-compatible endpoint.

@@ -113,6 +113,11 @@ class RolloutConfig:
     num_groups: int = _field(4, "task groups per iteration (paper: 16)")
     group_size: int = _field(4, "rollouts per task group (paper: 8)")
     history_length: int = _field(1, "past (observation, action) pairs in each prompt (paper: 2)")
+    template: str = _field(
+        "compact",
+        "harness prompt template: default (the papers' layout), react (multi-turn chat) or compact (short, "
+        "task last: for small policies trained from scratch)",
+    )
     temperature: float = _field(1.0, "sampling temperature during training (paper: 1.0)")
     top_p: float = _field(1.0, "nucleus sampling threshold (1.0 = off)")
     max_new_tokens: int = _field(40, "response tokens per step (paper: 512)")
@@ -174,8 +179,8 @@ class WarmStartConfig:
 
     enabled: bool = _field(True, "run the warm start before RL")
     num_tasks: int = _field(160, "training tasks whose expert episodes are collected")
-    epochs: int = _field(3, "passes over the demonstrations")
-    lr: float = _field(1e-2, "learning rate (linear decay to 0)")
+    epochs: int = _field(8, "passes over the demonstrations")
+    lr: float = _field(3e-3, "learning rate (linear decay to 0)")
     batch_rows: int = _field(8, "demonstration steps per optimizer step")
     only_successful: bool = _field(True, "keep only expert episodes that won")
 
@@ -191,7 +196,7 @@ class EvalConfig:
     temperature: float = _field(
         1.0, "sampling temperature (paper: 0.4; the quickstart measures the sampling policy it trains)"
     )
-    seeds: int = _field(2, "sampling seeds per task; success is reported as mean and spread over seeds")
+    seeds: int = _field(3, "sampling seeds per task; success is reported as mean and spread over seeds")
     before_rl: bool = _field(
         True, "validate the starting policy before RL (off when another run already measured it)"
     )
@@ -202,7 +207,7 @@ class TrainConfig:
     """Everything ``progpo train`` needs. The defaults are the CPU quickstart."""
 
     seed: int = _field(0, "seed of task order, sampling and initialisation")
-    iterations: int = _field(14, "RL iterations (paper: 150)")
+    iterations: int = _field(30, "RL iterations (paper: 150)")
     run_dir: str = _field("runs/quickstart", "output folder: checkpoints, metrics, plots, final model")
     device: str = _field("auto", "auto | cpu | cuda | cuda:N")
     num_threads: int = _field(1, "torch CPU threads (1 is fastest on shared cores)")
@@ -230,6 +235,10 @@ class TrainConfig:
                 "num_groups and group_size must be >= 1",
             ),
             (self.rollout.engine in ("transformers", "vllm"), "rollout.engine must be transformers or vllm"),
+            (
+                self.rollout.template in ("default", "react", "compact"),
+                "rollout.template must be default, react or compact",
+            ),
             (self.rollout.temperature > 0, "rollout.temperature must be > 0"),
             (0 < self.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
             (

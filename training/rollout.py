@@ -267,7 +267,7 @@ class RolloutWorker:
         tokenizer: The policy's tokenizer.
         history_length: Past (observation, action) pairs shown in each prompt.
         max_prompt_tokens: Prompt length bound (see :class:`PromptEncoder`).
-        template: Harness prompt template (``default`` or ``react``).
+        template: Harness prompt template (:class:`agents.prompts.PromptTemplate`).
         constrained_actions: Sample only admissible actions in the answer format
             (:mod:`training.constrained`).
     """

@@ -252,6 +252,7 @@ class Trainer:
             self.tokenizer,
             self.config.rollout.history_length,
             self.config.rollout.max_prompt_tokens,
+            template=self.config.rollout.template,
             constrained_actions=self.config.rollout.constrained_actions,
         )
 

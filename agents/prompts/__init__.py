@@ -42,7 +42,7 @@ from typing import Any
 from agents.memory import History, Turn
 from agents.prompts import alfworld, webshop
 from agents.prompts.style import EnvPromptStyle
-from agents.prompts.templates import PromptParts, render_default, render_react
+from agents.prompts.templates import PromptParts, render_compact, render_default, render_react
 
 #: verl-agent's WebShop bound (characters) before it drops the history; used for both envs by default.
 DEFAULT_MAX_PROMPT_CHARS = 13_000
@@ -58,16 +58,19 @@ class EnvKind(str, enum.Enum):
 
 
 class PromptTemplate(str, enum.Enum):
-    """Prompt layout: the RL papers' single message, or a multi-turn ReAct-style chat."""
+    """Prompt layout: the RL papers' single message, a multi-turn ReAct-style chat, or a short layout for small
+    policies trained from scratch (see :mod:`agents.prompts.templates`)."""
 
     DEFAULT = "default"
     REACT = "react"
+    COMPACT = "compact"
 
 
 STYLES: dict[EnvKind, EnvPromptStyle] = {EnvKind.ALFWORLD: alfworld.STYLE, EnvKind.WEBSHOP: webshop.STYLE}
 TEMPLATES: dict[PromptTemplate, Callable[[EnvPromptStyle, PromptParts], list[dict[str, str]]]] = {
     PromptTemplate.DEFAULT: render_default,
     PromptTemplate.REACT: render_react,
+    PromptTemplate.COMPACT: render_compact,
 }
 
 
@@ -123,7 +126,7 @@ def build_prompt(
         admissible_actions: The actions to list (:func:`admissible_actions_from_info`); ALFWorld's ``help`` is
             dropped here too.
         history_length: How many of the latest steps to show (0: none).
-        template: ``"default"`` (RL papers) or ``"react"`` (multi-turn chat).
+        template: ``"default"`` (RL papers), ``"react"`` (multi-turn chat) or ``"compact"`` (small policies).
         max_prompt_chars: Bound on ``measure`` summed over the message contents (``None``: unbounded); see the
             module docstring for the fallback order.
         measure: Size of a text (``len`` for characters, or a token counter).

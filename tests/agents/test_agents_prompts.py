@@ -97,7 +97,30 @@ def test_react_template_is_a_multi_turn_chat():
     assert messages[-1]["content"].startswith("Step 5. Observation: now")
 
 
-@pytest.mark.parametrize("template", ["default", "react"])
+def test_compact_template_puts_the_task_last_and_skips_the_instructions():
+    messages = build_prompt(
+        "alfworld",
+        "put some mug on desk",
+        _history(4),
+        "now",
+        ["look", "go to desk 1"],
+        history_length=2,
+        template="compact",
+    )
+    assert [m["role"] for m in messages] == ["user"]
+    lines = messages[0]["content"].split("\n")
+    assert lines == [
+        "Step 3: observation number 2 > action number 2",
+        "Step 4: observation number 3 > action number 3",
+        "Step 5: now",
+        "Actions: look | go to desk 1",
+        "Task: put some mug on desk",
+    ]
+    default = build_prompt("alfworld", "put some mug on desk", _history(4), "now", ["look"], history_length=2)
+    assert len(messages[0]["content"]) < len(default[0]["content"]) / 2
+
+
+@pytest.mark.parametrize("template", ["default", "react", "compact"])
 def test_length_bound_drops_history_then_shortens_the_list_then_cuts_the_observation(template):
     history = _history(6)
     pool = [f"go to place {i}" for i in range(200)]
@@ -143,7 +166,7 @@ def test_length_bound_drops_history_then_shortens_the_list_then_cuts_the_observa
     )
     text = "".join(m["content"] for m in tight)
     assert size(tight) <= 1500 and "observation number" not in text and "more not shown" in text
-    assert "'go to place 0'" in text and "short obs" in text
+    assert "go to place 0" in text and "short obs" in text
     # a huge observation is cut in the middle, keeping head and tail
     huge = "HEAD " + "x" * 50_000 + " TAIL"
     cut = build_prompt("alfworld", "t", [], huge, ["look"], template=template, max_prompt_chars=4000)
