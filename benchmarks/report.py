@@ -371,6 +371,15 @@ BENCHMARKS: list[Benchmark] = [
         "python benchmarks/bench_training.py",
         ["--models", "tiny", "--iterations", "2", "--max-steps", "4"],
     ),
+    Benchmark(
+        "constrained",
+        "benchmarks/bench_constrained.py",
+        "Constrained decoding: computing only the allowed tokens' output rows against the full vocabulary's "
+        "logits, same batch, same run (sampling, and a trainer forward + backward), for the tiny and a ~25M "
+        "policy; the log-prob difference between the two paths.",
+        "python benchmarks/bench_constrained.py",
+        ["--models", "tiny", "--rows", "16", "--repeats", "1"],
+    ),
 ]
 
 # ------------------------------------------------------------------------------------------------------------

@@ -26,7 +26,12 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from training.constrained import ChoiceTrie, allowed_token_sets, constrained_logprobs_and_entropy
+from training.constrained import (
+    ChoiceTrie,
+    allowed_index_tensor,
+    allowed_token_sets,
+    constrained_logprobs_and_entropy,
+)
 
 
 @dataclasses.dataclass
@@ -61,6 +66,30 @@ def left_pad(
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids that start at 0 at each row's first real token (padding gets 0)."""
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def output_projection(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] | None:
+    """``(decoder, weight)`` when the model's logits are ``decoder(...).last_hidden_state @ weight.T``, else None.
+
+    Constrained rows need the logits of a few allowed tokens only; computing just those rows of the output
+    layer instead of the whole vocabulary (65,536 logits a token in the quickstart, 151,936 for Qwen2.5) is
+    most of the cost of a tiny model's forward and backward. Not available for FSDP2-sharded models (their
+    root parameters are gathered only inside ``forward``) or heads that are not a plain bias-free linear
+    layer with no logit post-processing; those compute the full logits and gather.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        return None
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft (LoRA) wrapper
+    if not (hasattr(base, "get_decoder") and hasattr(base, "get_output_embeddings")):
+        return None
+    head = base.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        return None
+    if getattr(base.config, "final_logit_softcapping", None):
+        return None
+    return base.get_decoder(), head.weight
 
 
 def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -129,6 +158,7 @@ def _sample_chunk(
 ):
     device = next(model.parameters()).device
     nodes = None if candidates is None else [ChoiceTrie(c).root for c in candidates]
+    projection = output_projection(model) if nodes is not None else None
     ids, mask = left_pad(prompts, pad_token_id, device)
     batch = ids.shape[0]
     cache = DynamicCache()
@@ -139,33 +169,39 @@ def _sample_chunk(
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     step_ids, positions = ids, positions_from_mask(mask)
     for t in range(max_new_tokens):
-        logits = (
-            model(
-                input_ids=step_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            .logits[:, -1, :]
-            .float()
+        inputs = dict(
+            input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
         )
+        vocab = None  # the token id of each logit column (None: the whole vocabulary)
+        if projection is not None:  # constrained: logits of the tokens some row may write, only
+            decoder, weight = projection
+            hidden = decoder(**inputs).last_hidden_state[:, -1, :]
+            vocab = torch.tensor(
+                sorted(set().union(*(node for node, d in zip(nodes, done.tolist(), strict=True) if not d))),
+                dtype=torch.long,
+                device=device,
+            )
+            logits = (hidden @ weight[vocab].T).float()
+        else:
+            logits = model(**inputs, logits_to_keep=1).logits[:, -1, :].float()
         scaled = logits / temperature
         if nodes is not None:  # keep only tokens that continue some candidate (finished rows: anything)
+            column = {int(token): c for c, token in enumerate(vocab.tolist())} if vocab is not None else None
             allowed = torch.zeros_like(scaled, dtype=torch.bool)
             for row, node in enumerate(nodes):
                 if node and not bool(done[row]):
-                    allowed[row, list(node)] = True
+                    allowed[row, [column[k] for k in node] if column is not None else list(node)] = True
                 else:
                     allowed[row] = True
             scaled = scaled.masked_fill(~allowed, float("-inf"))
         log_dist = torch.log_softmax(scaled, dim=-1)
         sample_dist = _filter_top_p(scaled, top_p).softmax(-1)
-        chosen = torch.multinomial(sample_dist, 1, generator=generator).squeeze(-1)
+        picked = torch.multinomial(sample_dist, 1, generator=generator).squeeze(-1)
+        step_logprobs = log_dist.gather(-1, picked[:, None]).squeeze(-1)
+        chosen = vocab[picked] if vocab is not None else picked
         chosen = torch.where(done, torch.full_like(chosen, pad_token_id), chosen)
         tokens[:, t] = chosen
-        logprobs[:, t] = log_dist.gather(-1, chosen[:, None]).squeeze(-1)
+        logprobs[:, t] = step_logprobs
         lengths += (~done).long()
         if nodes is not None:
             nodes = [node.get(int(token), {}) for node, token in zip(nodes, chosen.tolist(), strict=True)]
@@ -256,30 +292,68 @@ def token_logprobs_and_entropy(
     return logprobs, entropy
 
 
-def policy_logprobs_and_entropy(
-    logits: torch.Tensor,
-    batch: PackedBatch,
-    responses: Sequence[Sequence[int]],
-    choices: Sequence[Sequence[Sequence[int]]],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token ``(log p, entropy)`` of the policy that sampled the rows: the plain tempered softmax, or for
-    constrained rows (non-empty ``choices``) the softmax renormalised over the allowed tokens."""
+def allowed_logits(
+    model: torch.nn.Module, batch: PackedBatch, index: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """Tempered logits ``(B, R, K)`` of the tokens ``index`` (``(B, R, K)``) at each response position.
+
+    Equal to ``response_logits(...).gather(-1, index)``; with an :func:`output_projection` only the output
+    rows of the tokens in ``index`` are computed.
+    """
+    projection = output_projection(model)
+    if projection is None:
+        return response_logits(model, batch, temperature).gather(-1, index)
+    decoder, weight = projection
+    width = batch.response_ids.shape[1]
+    hidden = decoder(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=positions_from_mask(batch.attention_mask),
+        use_cache=False,
+    ).last_hidden_state[:, -(width + 1) : -1, :]
+    vocab, column = torch.unique(index, return_inverse=True)
+    return (hidden @ weight[vocab].T).float().gather(-1, column) / temperature
+
+
+def _constrained_allowed(batch: PackedBatch, responses, choices) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The allowed-token index and mask of constrained rows; None for free-text rows."""
     if not any(choices):
-        return token_logprobs_and_entropy(logits, batch.response_ids)
+        return None
     if not all(choices):
         raise ValueError("a batch mixes constrained and free-text rows")
     allowed = [allowed_token_sets(c, r) for c, r in zip(choices, responses, strict=True)]
-    return constrained_logprobs_and_entropy(logits, batch.response_ids, allowed)
+    return allowed_index_tensor(allowed, batch.response_ids.shape[1], batch.response_ids.device)
 
 
-def policy_logprobs(
-    logits: torch.Tensor,
+def policy_logprobs_and_entropy(
+    model: torch.nn.Module,
     batch: PackedBatch,
     responses: Sequence[Sequence[int]],
     choices: Sequence[Sequence[Sequence[int]]],
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token ``(log p, entropy)`` of the policy that sampled the rows (one forward of ``model``): the plain
+    tempered softmax, or for constrained rows (non-empty ``choices``) the softmax renormalised over the allowed
+    tokens."""
+    constrained = _constrained_allowed(batch, responses, choices)
+    if constrained is None:
+        return token_logprobs_and_entropy(response_logits(model, batch, temperature), batch.response_ids)
+    index, valid = constrained
+    return constrained_logprobs_and_entropy(
+        allowed_logits(model, batch, index, temperature), index, valid, batch.response_ids
+    )
+
+
+def policy_logprobs(
+    model: torch.nn.Module,
+    batch: PackedBatch,
+    responses: Sequence[Sequence[int]],
+    choices: Sequence[Sequence[Sequence[int]]],
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """Only the log-probs of :func:`policy_logprobs_and_entropy`, without the entropy pass over the vocabulary
     (the KL reference and the warm start need no entropy)."""
     if not any(choices):
+        logits = response_logits(model, batch, temperature)
         return torch.log_softmax(logits, -1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
-    return policy_logprobs_and_entropy(logits, batch, responses, choices)[0]
+    return policy_logprobs_and_entropy(model, batch, responses, choices, temperature)[0]

@@ -64,7 +64,6 @@ from training.sampling import (
     pack_sequences,
     policy_logprobs,
     policy_logprobs_and_entropy,
-    response_logits,
 )
 
 transformers_logging.disable_progress_bar()  # checkpoint writes are not worth a progress bar each
@@ -329,8 +328,7 @@ class Trainer:
         if self.reference is None:
             return None
         with torch.no_grad():
-            logits = response_logits(self.reference, packed, temperature)
-            return policy_logprobs(logits, packed, responses, choices)
+            return policy_logprobs(self.reference, packed, responses, choices, temperature)
 
     def update(self, rows: StepRows, advantages: np.ndarray, iteration: int) -> dict[str, float]:
         """PPO epochs over shuffled mini-batches; returns loss/ratio/KL/entropy statistics."""
@@ -377,8 +375,9 @@ class Trainer:
                     )[:, None].expand(-1, width)
                     responses = [rows.response_ids[i] for i in micro]
                     choices = [rows.choices[i] for i in micro]
-                    logits = response_logits(self.model, packed, temperature)
-                    logprobs, entropy = policy_logprobs_and_entropy(logits, packed, responses, choices)
+                    logprobs, entropy = policy_logprobs_and_entropy(
+                        self.model, packed, responses, choices, temperature
+                    )
                     terms = policy_loss_terms(
                         logprobs,
                         old,

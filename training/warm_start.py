@@ -25,7 +25,7 @@ import torch
 
 from training.loss import sft_loss_sum
 from training.rollout import StepRows
-from training.sampling import pack_sequences, policy_logprobs, response_logits
+from training.sampling import pack_sequences, policy_logprobs
 
 if TYPE_CHECKING:
     from training.trainer import Trainer
@@ -131,7 +131,7 @@ def warm_start(trainer: Trainer) -> dict[str, Any]:
                 trainer.device,
             )
             logprobs = policy_logprobs(
-                response_logits(model, packed),
+                model,
                 packed,
                 [rows.response_ids[i] for i in mine],
                 [rows.choices[i] for i in mine],

@@ -10,9 +10,21 @@ import torch
 from training_helpers import TINY_OVERRIDES, subprocess_env
 
 from training.config import ConfigError, load_config
-from training.constrained import ChoiceTrie, allowed_token_sets, constrained_logprobs_and_entropy
+from training.constrained import (
+    ChoiceTrie,
+    allowed_index_tensor,
+    allowed_token_sets,
+    constrained_logprobs_and_entropy,
+)
 from training.policy import load_policy
-from training.sampling import pack_sequences, policy_logprobs_and_entropy, response_logits, sample_responses
+from training import sampling
+from training.sampling import (
+    allowed_logits,
+    pack_sequences,
+    policy_logprobs_and_entropy,
+    response_logits,
+    sample_responses,
+)
 from training.warm_start import demonstration_text
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -36,7 +48,10 @@ def test_trie_lists_continuations_and_rejects_responses_off_the_trie():
 
 def test_constrained_logprobs_renormalise_over_the_allowed_tokens():
     logits = torch.tensor([[[0.0, 1.0, 2.0, 3.0], [5.0, 0.0, 0.0, 0.0]]])
-    logprobs, entropy = constrained_logprobs_and_entropy(logits, torch.tensor([[1, 0]]), [[[1, 2], [0]]])
+    index, valid = allowed_index_tensor([[[1, 2], [0]]], 2)
+    logprobs, entropy = constrained_logprobs_and_entropy(
+        logits.gather(-1, index), index, valid, torch.tensor([[1, 0]])
+    )
     assert logprobs[0, 0].item() == pytest.approx(1.0 - np.log(np.exp(1.0) + np.exp(2.0)))
     assert logprobs[0, 1].item() == pytest.approx(0.0)  # a forced token costs nothing
     p = np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum()
@@ -77,12 +92,58 @@ def test_sampler_writes_only_candidates_and_the_trainer_recomputes_its_logprobs(
             seen.add(tok.decode(response))
         packed = pack_sequences(prompts, out.token_ids, tok.pad_token_id)
         with torch.no_grad():
-            logprobs, _ = policy_logprobs_and_entropy(
-                response_logits(policy.model, packed), packed, out.token_ids, candidates
-            )
+            logprobs, _ = policy_logprobs_and_entropy(policy.model, packed, out.token_ids, candidates)
         for row, recorded in enumerate(out.logprobs):
             assert torch.allclose(logprobs[row, : len(recorded)], torch.tensor(recorded), atol=1e-5)
     assert len(seen) >= 3  # it samples among the candidates, not one fixed answer
+
+
+def test_output_rows_of_the_allowed_tokens_give_the_full_vocabulary_results(tiny_policy_dir, monkeypatch):
+    """The constrained fast path (only the allowed tokens' output rows) gives the log-probs, entropies and
+    gradients of gathering from the full logits; the sampler's recorded log-probs match both."""
+    policy = load_policy(tiny_policy_dir, device="cpu")
+    tok = policy.tokenizer
+    candidates = _candidates(tok)
+    prompts = [tok("Your task is to: put a book on the desk.")["input_ids"], tok("look around")["input_ids"]]
+    assert sampling.output_projection(policy.model) is not None
+    out = sample_responses(
+        policy.model,
+        prompts,
+        max_new_tokens=40,
+        stop_token_ids=policy.stop_token_ids,
+        pad_token_id=tok.pad_token_id,
+        temperature=0.8,
+        generator=torch.Generator().manual_seed(3),
+        candidates=candidates,
+    )
+    packed = pack_sequences(prompts, out.token_ids, tok.pad_token_id)
+
+    def trainer_side():
+        policy.model.zero_grad()
+        logprobs, entropy = policy_logprobs_and_entropy(policy.model, packed, out.token_ids, candidates, 0.8)
+        (logprobs * packed.response_mask).sum().backward()
+        grad = policy.model.get_output_embeddings().weight.grad.clone()
+        return logprobs.detach(), entropy.detach(), grad
+
+    fast = trainer_side()
+    monkeypatch.setattr(sampling, "output_projection", lambda model: None)
+    full = trainer_side()
+    for a, b in zip(fast, full, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert float(fast[2].abs().sum()) > 0
+    for row, recorded in enumerate(out.logprobs):
+        assert torch.allclose(full[0][row, : len(recorded)], torch.tensor(recorded), atol=1e-5)
+
+
+def test_allowed_logits_gather_from_the_full_logits(tiny_policy_dir):
+    policy = load_policy(tiny_policy_dir, device="cpu")
+    tok = policy.tokenizer
+    options = _candidates(tok)[0]
+    packed = pack_sequences([tok("go")["input_ids"]] * len(options), options, tok.pad_token_id)
+    index, _ = allowed_index_tensor([allowed_token_sets(options, o) for o in options], packed.response_ids.shape[1])
+    with torch.no_grad():
+        full = response_logits(policy.model, packed, 0.5).gather(-1, index)
+        assert torch.allclose(allowed_logits(policy.model, packed, index, 0.5), full, atol=1e-5)
 
 
 def test_candidate_sequence_probabilities_sum_to_one(tiny_policy_dir):
@@ -94,7 +155,7 @@ def test_candidate_sequence_probabilities_sum_to_one(tiny_policy_dir):
     packed = pack_sequences([prompt] * len(options), options, tok.pad_token_id)
     with torch.no_grad():
         logprobs, _ = policy_logprobs_and_entropy(
-            response_logits(policy.model, packed, temperature=0.7), packed, options, [options] * len(options)
+            policy.model, packed, options, [options] * len(options), temperature=0.7
         )
     total = float((logprobs * packed.response_mask).sum(-1).exp().sum())
     assert total == pytest.approx(1.0, abs=1e-5)
