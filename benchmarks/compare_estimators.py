@@ -60,7 +60,6 @@ ENV_OVERRIDES = {
         "env.eval_split=test",
         "env.kwargs={num_products: 1000}",
         "env.train_kwargs={}",
-        "rollout.constrained_actions=false",  # WebShop's search is free text
     ],
 }
 #: Headline metrics of the held-out evaluation, in table order (per-task-type success is added when present).

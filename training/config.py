@@ -131,8 +131,8 @@ class RolloutConfig:
     constrained_actions: bool = _field(
         True,
         "constrained decoding: the response can only be an admissible action in the answer format, log-probs "
-        "renormalised over the allowed tokens on both sides (action masking; for tiny models on ALFWorld — "
-        "the papers sample free text: false)",
+        "renormalised over the allowed tokens on both sides (action masking; WebShop's search is the "
+        "instruction; for tiny models — the papers sample free text: false)",
     )
 
 
@@ -250,11 +250,6 @@ class TrainConfig:
             (
                 not self.rollout.constrained_actions or self.rollout.engine == "transformers",
                 "rollout.constrained_actions needs rollout.engine=transformers",
-            ),
-            (
-                not self.rollout.constrained_actions or "webshop" not in self.env.id.lower(),
-                "rollout.constrained_actions needs an env with an enumerable action list (ALFWorld), "
-                "not WebShop's free-text search",
             ),
             (
                 self.model.dtype in ("auto", "float32", "bfloat16", "float16"),

@@ -37,6 +37,7 @@ from agents.prompts import (
     task_text_from_observation,
 )
 from progpo_envs.core.hashing import text_digest
+from training.constrained import enumerable_commands
 from training.sampling import SampleOutput, sample_responses
 
 #: info entries copied per copy from the vector env's dict of arrays.
@@ -220,13 +221,22 @@ class RolloutResult:
 
 
 def info_for(info: dict[str, Any], index: int) -> dict[str, Any]:
-    """The info entries of copy ``index`` from a vector env's dict of arrays (respecting ``_key`` masks)."""
+    """The info entries of copy ``index`` from a vector env's dict of arrays (respecting ``_key`` masks; nested
+    dicts, such as WebShop's ``available_actions``, are taken apart the same way)."""
+    return _entries_for(info, index, _INFO_KEYS)
+
+
+def _entries_for(info: dict[str, Any], index: int, keys) -> dict[str, Any]:
     out = {}
-    for key in _INFO_KEYS:
+    for key in keys:
         if key in info:
             mask = info.get("_" + key)
             if mask is None or bool(mask[index]):
-                value = info[key][index]
+                value = info[key]
+                if isinstance(value, dict):
+                    out[key] = _entries_for(value, index, [k for k in value if not k.startswith("_")])
+                    continue
+                value = value[index]
                 out[key] = (
                     value.tolist() if isinstance(value, np.ndarray) and value.dtype == object else value
                 )
@@ -361,7 +371,10 @@ class RolloutWorker:
                 for i, adm in zip(index, admissible, strict=True)
             ]
             choices = (
-                [[self.answer_ids(a) for a in adm] for adm in admissible]
+                [
+                    [self.answer_ids(a) for a in enumerable_commands(adm, histories[i].task_text)]
+                    for i, adm in zip(index, admissible, strict=True)
+                ]
                 if self.constrained_actions
                 else [[] for _ in index]
             )
@@ -377,7 +390,8 @@ class RolloutWorker:
                 sampled = engine.generate(
                     prompts,
                     temperature=temperature,
-                    max_new_tokens=max_new_tokens,
+                    # constrained decoding writes whole commands: a long one (a WebShop search) is never cut
+                    max_new_tokens=max([max_new_tokens, *(len(c) for options in choices for c in options)]),
                     generator=generator,
                     candidates=choices if self.constrained_actions else None,
                 )

@@ -13,6 +13,7 @@ from training.config import ConfigError, load_config
 from training.constrained import (
     ChoiceTrie,
     allowed_index_tensor,
+    enumerable_commands,
     allowed_token_sets,
     constrained_logprobs_and_entropy,
 )
@@ -164,11 +165,33 @@ def test_candidate_sequence_probabilities_sum_to_one(tiny_policy_dir):
 def test_config_refuses_constrained_decoding_where_it_cannot_work():
     with pytest.raises(ConfigError, match="engine=transformers"):
         load_config(None, ["rollout.constrained_actions=true", "rollout.engine=vllm"])
-    with pytest.raises(ConfigError, match="WebShop"):
-        load_config(None, ["rollout.constrained_actions=true", "env.id=progpo/WebShop-v0"])
 
 
-def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, monkeypatch):
+def test_webshop_search_is_made_concrete_as_the_instruction():
+    admissible = ["search[<your query>]", "click[back to search]", "click[b000123]"]
+    assert enumerable_commands(admissible, "red socks") == [
+        "search[red socks]",
+        "click[back to search]",
+        "click[b000123]",
+    ]
+    assert enumerable_commands(["go to desk 1", "look"], "put a mug on desk") == ["go to desk 1", "look"]
+
+
+@pytest.mark.parametrize(
+    "env_overrides",
+    [
+        [],
+        [
+            "env.id=progpo/WebShop-v0",
+            "env.kwargs={num_products: 200}",
+            "env.eval_split=test",
+            "env.max_steps=5",
+            "rollout.max_new_tokens=64",
+        ],
+    ],
+    ids=["toy-alfworld", "webshop"],
+)
+def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, monkeypatch, env_overrides):
     from training.trainer import Trainer
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
@@ -176,11 +199,12 @@ def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, 
         CONFIGS / "quickstart.yaml",
         [
             *TINY_OVERRIDES,
+            *env_overrides,
             f"run_dir={tmp_path}",
             "iterations=1",
             "eval.num_tasks=0",
             "rollout.constrained_actions=true",
-            "rollout.max_new_tokens=40",
+            *([] if env_overrides else ["rollout.max_new_tokens=40"]),
         ],
     )
     trainer = Trainer(config)
