@@ -269,16 +269,20 @@ def pack_sequences(
     )
 
 
-def response_logits(model: torch.nn.Module, batch: PackedBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Tempered logits ``(B, R, V)`` predicting each response token (one forward over prompt + response)."""
-    width = batch.response_ids.shape[1]
-    logits = model(
+def _forward_inputs(batch: PackedBatch) -> dict[str, torch.Tensor | bool]:
+    """Keyword arguments of one cache-free forward over a packed batch (the sampler's positions)."""
+    return dict(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=positions_from_mask(batch.attention_mask),
         use_cache=False,
-        logits_to_keep=width + 1,
-    ).logits
+    )
+
+
+def response_logits(model: torch.nn.Module, batch: PackedBatch, temperature: float = 1.0) -> torch.Tensor:
+    """Tempered logits ``(B, R, V)`` predicting each response token (one forward over prompt + response)."""
+    width = batch.response_ids.shape[1]
+    logits = model(**_forward_inputs(batch), logits_to_keep=width + 1).logits
     return logits[:, :-1, :].float() / temperature
 
 
@@ -305,12 +309,7 @@ def allowed_logits(
         return response_logits(model, batch, temperature).gather(-1, index)
     decoder, weight = projection
     width = batch.response_ids.shape[1]
-    hidden = decoder(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=positions_from_mask(batch.attention_mask),
-        use_cache=False,
-    ).last_hidden_state[:, -(width + 1) : -1, :]
+    hidden = decoder(**_forward_inputs(batch)).last_hidden_state[:, -(width + 1) : -1, :]
     vocab, column = torch.unique(index, return_inverse=True)
     return (hidden @ weight[vocab].T).float().gather(-1, column) / temperature
 

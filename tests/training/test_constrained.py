@@ -70,23 +70,31 @@ def _candidates(tokenizer):
     ]
 
 
+def _prompts(tok) -> list[list[int]]:
+    return [tok("Your task is to: put a book on the desk.")["input_ids"], tok("look around")["input_ids"]]
+
+
+def _sample_constrained(policy, prompts, candidates, seed: int, temperature: float):
+    return sample_responses(
+        policy.model,
+        prompts,
+        max_new_tokens=40,
+        stop_token_ids=policy.stop_token_ids,
+        pad_token_id=policy.tokenizer.pad_token_id,
+        temperature=temperature,
+        generator=torch.Generator().manual_seed(seed),
+        candidates=candidates,
+    )
+
+
 def test_sampler_writes_only_candidates_and_the_trainer_recomputes_its_logprobs(tiny_policy_dir):
     policy = load_policy(tiny_policy_dir, device="cpu")
     tok = policy.tokenizer
     candidates = _candidates(tok)
-    prompts = [tok("Your task is to: put a book on the desk.")["input_ids"], tok("look around")["input_ids"]]
+    prompts = _prompts(tok)
     seen: set[str] = set()
     for seed in range(6):
-        out = sample_responses(
-            policy.model,
-            prompts,
-            max_new_tokens=40,
-            stop_token_ids=policy.stop_token_ids,
-            pad_token_id=tok.pad_token_id,
-            temperature=1.0,
-            generator=torch.Generator().manual_seed(seed),
-            candidates=candidates,
-        )
+        out = _sample_constrained(policy, prompts, candidates, seed, temperature=1.0)
         assert out.finished == [True, True]
         for row, response in enumerate(out.token_ids):
             assert response in candidates[row]  # an untrained model writes nothing else
@@ -105,18 +113,9 @@ def test_output_rows_of_the_allowed_tokens_give_the_full_vocabulary_results(tiny
     policy = load_policy(tiny_policy_dir, device="cpu")
     tok = policy.tokenizer
     candidates = _candidates(tok)
-    prompts = [tok("Your task is to: put a book on the desk.")["input_ids"], tok("look around")["input_ids"]]
+    prompts = _prompts(tok)
     assert sampling.output_projection(policy.model) is not None
-    out = sample_responses(
-        policy.model,
-        prompts,
-        max_new_tokens=40,
-        stop_token_ids=policy.stop_token_ids,
-        pad_token_id=tok.pad_token_id,
-        temperature=0.8,
-        generator=torch.Generator().manual_seed(3),
-        candidates=candidates,
-    )
+    out = _sample_constrained(policy, prompts, candidates, seed=3, temperature=0.8)
     packed = pack_sequences(prompts, out.token_ids, tok.pad_token_id)
 
     def trainer_side():
