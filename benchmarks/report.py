@@ -451,7 +451,7 @@ def published_section() -> str:
             "that 33.7% of WebShop and 44.5% of ALFWorld steps have no exact-prefix peer — compare with the "
             "credit-diagnostics table above.",
             "**What differs in ours.** The comparison here trains a tiny policy (the quickstart's "
-            "~1M-parameter "
+            "8.8M-parameter "
             "Qwen2-shaped model, or a small pretrained model on GPU), not Qwen2.5-1.5B/7B; on generated "
             "ALFWorld "
             "games and a generated WebShop catalog, not the papers' ALFRED-derived games and 1.18M-product "
