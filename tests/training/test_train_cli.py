@@ -212,6 +212,38 @@ def test_gpu_presets_run_two_iterations_on_cpu(tmp_path, preset, tiny_policy_dir
     assert [r["label"] for r in records if r["kind"] == "eval"] == ["before_rl", "periodic", "after_rl"]
 
 
+def test_free_text_iteration_on_the_real_webshop_env(tmp_path, monkeypatch):
+    """The WebShop env in-process (its info nests ``available_actions``), free text as in the papers: every step
+    becomes a row with its hashes, invalid text is penalised, not a crash."""
+    from training.config import load_config
+    from training.trainer import Trainer
+
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
+    config = load_config(
+        None,
+        [
+            *TINY_OVERRIDES,
+            "env.id=progpo/WebShop-v0",
+            "env.kwargs={num_products: 200}",
+            "env.eval_split=test",
+            "env.max_steps=3",
+            f"run_dir={tmp_path}",
+            "warm_start.enabled=false",
+        ],
+    )
+    trainer = Trainer(config)
+    try:
+        result = trainer.collect(0)
+        metrics = trainer.train_iteration(1)
+    finally:
+        trainer.close()
+    rows = result.rows
+    assert rows.num_rows >= 4 and all(key != 0 for key in rows.obs_key)
+    first_prompt = trainer.tokenizer.decode(rows.prompt_ids[0])
+    assert "Task: " in first_prompt and "search[<your query>]" in first_prompt  # the page's admissible search
+    assert 0.0 <= metrics["invalid_rate"] <= 1.0 and np.isfinite(metrics["pg_loss"])
+
+
 def test_dynamic_sampling_runs_more_rounds(tmp_path, monkeypatch):
     from training.config import load_config
     from training.trainer import Trainer
