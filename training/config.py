@@ -24,6 +24,11 @@ from typing import Any
 
 import yaml
 
+from agents.prompts import PromptTemplate
+
+#: The harness's prompt templates (:class:`agents.prompts.PromptTemplate`), the values ``rollout.template`` takes.
+TEMPLATE_NAMES = tuple(t.value for t in PromptTemplate)
+
 #: The estimator names ``--algo`` accepts (registered in :mod:`training.advantages`).
 ALGO_CHOICES = ("grpo", "rloo", "dapo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage")
 
@@ -236,8 +241,8 @@ class TrainConfig:
             ),
             (self.rollout.engine in ("transformers", "vllm"), "rollout.engine must be transformers or vllm"),
             (
-                self.rollout.template in ("default", "react", "compact"),
-                "rollout.template must be default, react or compact",
+                self.rollout.template in TEMPLATE_NAMES,
+                f"rollout.template must be one of {', '.join(TEMPLATE_NAMES)}",
             ),
             (self.rollout.temperature > 0, "rollout.temperature must be > 0"),
             (0 < self.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),

@@ -390,8 +390,7 @@ class RolloutWorker:
                 sampled = engine.generate(
                     prompts,
                     temperature=temperature,
-                    # constrained decoding writes whole commands: a long one (a WebShop search) is never cut
-                    max_new_tokens=max([max_new_tokens, *(len(c) for options in choices for c in options)]),
+                    max_new_tokens=max_new_tokens,
                     generator=generator,
                     candidates=choices if self.constrained_actions else None,
                 )

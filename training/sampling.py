@@ -122,7 +122,8 @@ def sample_responses(
         model: A causal LM (``forward(input_ids, attention_mask, position_ids, past_key_values,
             logits_to_keep)``).
         prompts: Prompt token ids (no padding).
-        max_new_tokens: Response length limit.
+        max_new_tokens: Response length limit; with ``candidates``, at least the longest candidate, so a
+            constrained response is always a whole candidate (a long WebShop search is never cut).
         stop_token_ids: Tokens that end a response (kept as its last token).
         pad_token_id: Padding id.
         temperature: Logits are divided by it (also for the recorded log-probs). Use a small value for
@@ -158,6 +159,8 @@ def _sample_chunk(
 ):
     device = next(model.parameters()).device
     nodes = None if candidates is None else [ChoiceTrie(c).root for c in candidates]
+    if candidates is not None:
+        max_new_tokens = max([max_new_tokens, *(len(c) for options in candidates for c in options)])
     projection = output_projection(model) if nodes is not None else None
     ids, mask = left_pad(prompts, pad_token_id, device)
     batch = ids.shape[0]

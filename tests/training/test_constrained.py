@@ -107,6 +107,23 @@ def test_sampler_writes_only_candidates_and_the_trainer_recomputes_its_logprobs(
     assert len(seen) >= 3  # it samples among the candidates, not one fixed answer
 
 
+def test_constrained_responses_are_whole_candidates_whatever_max_new_tokens(tiny_policy_dir):
+    policy = load_policy(tiny_policy_dir, device="cpu")
+    tok = policy.tokenizer
+    candidates = _candidates(tok)
+    out = sample_responses(
+        policy.model,
+        _prompts(tok),
+        max_new_tokens=2,  # shorter than every candidate
+        stop_token_ids=policy.stop_token_ids,
+        pad_token_id=tok.pad_token_id,
+        generator=torch.Generator().manual_seed(0),
+        candidates=candidates,
+    )
+    assert out.finished == [True, True]
+    assert all(response in candidates[row] for row, response in enumerate(out.token_ids))
+
+
 def test_output_rows_of_the_allowed_tokens_give_the_full_vocabulary_results(tiny_policy_dir, monkeypatch):
     """The constrained fast path (only the allowed tokens' output rows) gives the log-probs, entropies and
     gradients of gathering from the full logits; the sampler's recorded log-probs match both."""
