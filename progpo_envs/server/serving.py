@@ -66,21 +66,12 @@ class BackgroundServer:
 
     def stop(self) -> None:
         """Stop serving (and the env workers unless ``shutdown_pool=False``)."""
-
-        def close_everything() -> None:
-            # Stop listening, then close every channel (open connections, the wake-up trigger): the loop exits
-            # once none is left, instead of waiting for their timeouts.
-            self._server.close()
-            for channel in list(self._server._map.values()):
-                channel.close()
-
-        if self._thread.is_alive():
-            # On the server's own thread, between two polls: a socket closed from here while that thread sits
-            # in select() on it fails there with EBADF.
-            self._server.trigger.pull_trigger(close_everything)
-            self._thread.join(10)
-        else:
-            close_everything()
+        self._server.close()
+        # close() stops listening; the loop exits once every channel (open connections, the wake-up trigger)
+        # is closed too, so close them rather than wait for their timeouts
+        for channel in list(self._server._map.values()):
+            channel.close()
+        self._thread.join(10)
         pool = self.app.extensions.get("progpo_pool")
         if self.shutdown_pool and pool is not None:
             pool.shutdown()
