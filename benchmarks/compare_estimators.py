@@ -15,7 +15,8 @@ Settings (``--setting``):
 
 * ``smoke``: 1 seed, GRPO + ProGPO, 1 iteration, tiny groups — checks the pipeline (a few minutes on CPU).
 * ``cpu``: the quick comparison, 3 seeds × 7 estimators on the quickstart (generated ALFWorld tasks, the tiny
-  policy and its warm start), 10 RL iterations each, two runs at a time: under 60 minutes on 2 cores.
+  policy and its warm start, 10 RL iterations each) and on WebShop goals (a 200-product generated catalog, 6
+  iterations each), two runs at a time: under 60 minutes on 2 cores.
 * ``gpu``: the larger setting: ALFWorld (all six task types, every scene) and WebShop, a ~25M-parameter policy
   (or ``--model-path`` to a local causal LM folder), 30 iterations of 8 groups × 8, 3 seeds.
 
@@ -103,11 +104,23 @@ SETTINGS: dict[str, Setting] = {
     ),
     "cpu": Setting(
         # The quickstart (the embedded defaults: tiny policy, two task types in four small bedrooms, expert warm
-        # start, compact prompts, constrained decoding) with 10 RL iterations instead of 30.
-        envs=["alfworld"],
+        # start, compact prompts, constrained decoding) with 10 RL iterations instead of 30; WebShop on a
+        # 200-product generated catalog with a smaller warm start and 6 iterations (a WebShop iteration costs
+        # about twice an ALFWorld one: its result pages make long prompts), so that both fit in 60 minutes.
+        envs=["alfworld", "webshop"],
         seeds=[0, 1, 2],
         estimators=ESTIMATORS,
         overrides=[*_COMMON, "device=cpu", "iterations=10", "eval.num_tasks=32", "eval.seeds=2"],
+        env_overrides={
+            "webshop": [
+                "env.kwargs={num_products: 200}",
+                "env.max_steps=10",
+                "iterations=6",
+                "warm_start.num_tasks=80",
+                "warm_start.epochs=4",
+                "eval.num_tasks=24",
+            ],
+        },
         timeout_s=1200.0,
         jobs=2,
     ),

@@ -70,6 +70,21 @@ def test_settings_use_known_estimators_and_cover_three_seeds():
         assert set(setting.envs) <= set(ce.ENV_OVERRIDES), name
     assert len(ce.SETTINGS["cpu"].seeds) >= 3 and len(ce.SETTINGS["gpu"].seeds) >= 3
     assert set(ce.SETTINGS["cpu"].estimators) == set(ce.ESTIMATORS)
+    assert set(ce.SETTINGS["cpu"].envs) == {"alfworld", "webshop"}  # issue 8: both envs in the quick setting
+
+
+@pytest.mark.parametrize("name", sorted(ce.SETTINGS))
+def test_every_setting_builds_valid_configs(name):
+    """Each env's override list (setting, env, per-env) is a valid ``progpo train`` config, later keys winning."""
+    from training.config import load_config
+
+    setting = ce.SETTINGS[name]
+    for env in setting.envs:
+        overrides = [*setting.overrides, *ce.ENV_OVERRIDES[env], *setting.env_overrides.get(env, [])]
+        config = load_config(None, overrides)
+        assert config.env.id == ce.ENV_OVERRIDES[env][0].split("=", 1)[1]
+        if name == "cpu" and env == "webshop":
+            assert config.iterations == 6 and config.env.kwargs == {"num_products": 200}
 
 
 @pytest.mark.slow
