@@ -5,7 +5,8 @@ command, so only those tokens' logits matter. :func:`training.sampling.output_pr
 the trainer compute just those rows of the output layer; the fallback (FSDP2-sharded models) computes all the
 vocabulary's logits and gathers. This benchmark times both on the same batch, in the same run: a constrained
 sampling pass and a trainer forward + backward, for the quickstart's tiny policy (8.8M parameters with its
-65,536-token vocabulary) and a 56M one (hidden 512, 7 layers), and checks that both paths give the same log-probs.
+65,536-token vocabulary) and a 56M one (hidden 512, 7 layers), and checks that both paths give the same
+log-probs.
 
 Usage::
 
@@ -98,7 +99,12 @@ def run_shape(name: str, args) -> dict:
                 )
                 ((logprobs + 0.01 * entropy) * packed.response_mask).sum().backward()
                 update_s.append(time.perf_counter() - started)
-            return {"sample_seconds": min(sample_s), "update_seconds": min(update_s), "out": out, "packed": packed}
+            return {
+                "sample_seconds": min(sample_s),
+                "update_seconds": min(update_s),
+                "out": out,
+                "packed": packed,
+            }
         finally:
             sampling.output_projection = fast_projection
 
@@ -129,7 +135,8 @@ def run_shape(name: str, args) -> dict:
         "allowed_rows": {k: fast[k] for k in ("sample_seconds", "update_seconds")},
         "sample_speedup": full["sample_seconds"] / fast["sample_seconds"],
         "update_speedup": full["update_seconds"] / fast["update_seconds"],
-        # the sampler's recorded log-probs and the fast trainer path, against the full vocabulary's (same tokens)
+        # the sampler's recorded log-probs and the fast trainer path, against the full vocabulary's (same
+        # tokens)
         "max_logprob_difference": max(recorded_diff, float((on_fast - on_full).abs().max())),
     }
 
@@ -146,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     started = time.time()
     results = [run_shape(name, args) for name in args.models]
-    header = f"{'model':6} {'vocab':>7} {'sample full/rows (s)':>22} {'x':>5} {'update full/rows (s)':>22} {'x':>5}"
+    header = (
+        f"{'model':6} {'vocab':>7} {'sample full/rows (s)':>22} {'x':>5} "
+        f"{'update full/rows (s)':>22} {'x':>5}"
+    )
     print(header)
     for r in results:
         full, fast = r["full_vocabulary"], r["allowed_rows"]
@@ -187,12 +197,19 @@ def _plot(results: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(7, 3))
-    for ax, key, title in zip(axes, ("sample_seconds", "update_seconds"), ("sampling", "forward + backward")):
+    for ax, key, title in zip(
+        axes, ("sample_seconds", "update_seconds"), ("sampling", "forward + backward"), strict=True
+    ):
         names = [r["model"] for r in results]
         width = 0.38
         xs = range(len(names))
         ax.bar([x - width / 2 for x in xs], [r["full_vocabulary"][key] for r in results], width, label="full")
-        ax.bar([x + width / 2 for x in xs], [r["allowed_rows"][key] for r in results], width, label="allowed rows")
+        ax.bar(
+            [x + width / 2 for x in xs],
+            [r["allowed_rows"][key] for r in results],
+            width,
+            label="allowed rows",
+        )
         ax.set_xticks(list(xs), names)
         ax.set_title(title)
         ax.set_ylabel("seconds")

@@ -103,8 +103,8 @@ SETTINGS: dict[str, Setting] = {
         timeout_s=900.0,
     ),
     "cpu": Setting(
-        # The quickstart (the embedded defaults: tiny policy, two task types in four small bedrooms, expert warm
-        # start, compact prompts, constrained decoding) with 10 RL iterations instead of 30; WebShop on a
+        # The quickstart (the embedded defaults: tiny policy, two task types in four small bedrooms, expert
+        # warm start, compact prompts, constrained decoding) with 10 RL iterations instead of 30; WebShop on a
         # 200-product generated catalog with a smaller warm start and 6 iterations (a WebShop iteration costs
         # about twice an ALFWorld one: its result pages make long prompts), so that both fit in 60 minutes.
         envs=["alfworld", "webshop"],

@@ -375,8 +375,9 @@ BENCHMARKS: list[Benchmark] = [
         "constrained",
         "benchmarks/bench_constrained.py",
         "Constrained decoding: computing only the allowed tokens' output rows against the full vocabulary's "
-        "logits, same batch, same run (sampling, and a trainer forward + backward), for the tiny (8.8M) and a 56M "
-        "policy (both with the quickstart's 65,536-token vocabulary); the log-prob difference between the paths.",
+        "logits, same batch, same run (sampling, and a trainer forward + backward), for the tiny (8.8M) and "
+        "a 56M policy (both with the quickstart's 65,536-token vocabulary); the log-prob difference between "
+        "the paths.",
         "python benchmarks/bench_constrained.py",
         ["--models", "tiny", "--rows", "16", "--repeats", "1"],
     ),

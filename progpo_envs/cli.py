@@ -1,7 +1,8 @@
 """The ``progpo`` command: a thin dispatcher to each package's own command line.
 
-Each subcommand lives in the package that owns it and is imported only when used, so ``progpo eval`` never pays
-for torch and ``progpo --help`` is instant. A subcommand module exposes ``main(argv: list[str] | None) -> int``.
+Each subcommand lives in the package that owns it and is imported only when used, so ``progpo eval`` never
+pays for torch and ``progpo --help`` is instant. A subcommand module exposes
+``main(argv: list[str] | None) -> int``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            print(f"progpo: the '{command}' command is not available in this installation ({exc})", file=sys.stderr)
+            print(
+                f"progpo: the '{command}' command is not available in this installation ({exc})",
+                file=sys.stderr,
+            )
             return 2
         raise
     return int(module.main(rest) or 0)

@@ -13,8 +13,9 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
-# Generated games, catalogs and indexes go to a cache private to this test session (inherited by every server and
-# worker subprocess), so tests never read what another version of the code left in the user's ~/.cache/progpo.
+# Generated games, catalogs and indexes go to a cache private to this test session (inherited by every server
+# and worker subprocess), so tests never read what another version of the code left in the user's
+# ~/.cache/progpo.
 _OWN_CACHE = "PROGPO_CACHE" not in os.environ
 if _OWN_CACHE:
     os.environ["PROGPO_CACHE"] = tempfile.mkdtemp(prefix="progpo-test-cache-")

@@ -26,7 +26,8 @@ import yaml
 
 from agents.prompts import PromptTemplate
 
-#: The harness's prompt templates (:class:`agents.prompts.PromptTemplate`), the values ``rollout.template`` takes.
+#: The harness's prompt templates (:class:`agents.prompts.PromptTemplate`), the values
+#: ``rollout.template`` takes.
 TEMPLATE_NAMES = tuple(t.value for t in PromptTemplate)
 
 #: The estimator names ``--algo`` accepts (registered in :mod:`training.advantages`).

@@ -41,7 +41,9 @@ def enumerable_commands(admissible: Sequence[str], task_text: str) -> list[str]:
     entry (``search[<your query>]``) made concrete as a search for the instruction ``task_text``.
 
     Example:
-        >>> enumerable_commands(["search[<your query>]", "click[back to search]"], "red socks under 10 dollars")
+        >>> enumerable_commands(
+        ...     ["search[<your query>]", "click[back to search]"], "red socks under 10 dollars"
+        ... )
         ['search[red socks under 10 dollars]', 'click[back to search]']
     """
     return [f"search[{task_text}]" if command == SEARCH_ACTION else command for command in admissible]

@@ -221,8 +221,8 @@ class RolloutResult:
 
 
 def info_for(info: dict[str, Any], index: int) -> dict[str, Any]:
-    """The info entries of copy ``index`` from a vector env's dict of arrays (respecting ``_key`` masks; nested
-    dicts, such as WebShop's ``available_actions``, are taken apart the same way)."""
+    """The info entries of copy ``index`` from a vector env's dict of arrays (respecting ``_key`` masks;
+    nested dicts, such as WebShop's ``available_actions``, are taken apart the same way)."""
     return _entries_for(info, index, _INFO_KEYS)
 
 

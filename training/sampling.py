@@ -69,7 +69,8 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def output_projection(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] | None:
-    """``(decoder, weight)`` when the model's logits are ``decoder(...).last_hidden_state @ weight.T``, else None.
+    """``(decoder, weight)`` when the model's logits are ``decoder(...).last_hidden_state @ weight.T``, else
+    None.
 
     Constrained rows need the logits of a few allowed tokens only; computing just those rows of the output
     layer instead of the whole vocabulary (65,536 logits a token in the quickstart, 151,936 for Qwen2.5) is
@@ -173,7 +174,11 @@ def _sample_chunk(
     step_ids, positions = ids, positions_from_mask(mask)
     for t in range(max_new_tokens):
         inputs = dict(
-            input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+            input_ids=step_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
         )
         vocab = None  # the token id of each logit column (None: the whole vocabulary)
         if projection is not None:  # constrained: logits of the tokens some row may write, only
@@ -334,9 +339,9 @@ def policy_logprobs_and_entropy(
     choices: Sequence[Sequence[Sequence[int]]],
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token ``(log p, entropy)`` of the policy that sampled the rows (one forward of ``model``): the plain
-    tempered softmax, or for constrained rows (non-empty ``choices``) the softmax renormalised over the allowed
-    tokens."""
+    """Per-token ``(log p, entropy)`` of the policy that sampled the rows (one forward of ``model``): the
+    plain tempered softmax, or for constrained rows (non-empty ``choices``) the softmax renormalised over the
+    allowed tokens."""
     constrained = _constrained_allowed(batch, responses, choices)
     if constrained is None:
         return token_logprobs_and_entropy(response_logits(model, batch, temperature), batch.response_ids)

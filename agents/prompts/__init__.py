@@ -58,8 +58,8 @@ class EnvKind(str, enum.Enum):
 
 
 class PromptTemplate(str, enum.Enum):
-    """Prompt layout: the RL papers' single message, a multi-turn ReAct-style chat, or a short layout for small
-    policies trained from scratch (see :mod:`agents.prompts.templates`)."""
+    """Prompt layout: the RL papers' single message, a multi-turn ReAct-style chat, or a short layout for
+    small policies trained from scratch (see :mod:`agents.prompts.templates`)."""
 
     DEFAULT = "default"
     REACT = "react"

@@ -10,12 +10,12 @@
   task and answer format; then one user turn per shown past observation and one assistant turn with the action
   taken (``<action>..</action>``); the last user turn has the current observation and admissible actions. The
   model thinks, then acts, every turn; the projection is the same.
-* ``compact`` — for small policies trained from scratch (the CPU quickstart): no instructions, the shown history
-  one line a step, the current observation, the admissible actions on one line, and the task *last*, right
-  before the answer. A randomly initialised model has to learn to find the task's words among all the prompt's
-  tokens; in the papers' ~450-token layout a 2-layer model did not learn to read even a one-digit task from
-  expert demonstrations (measured on the training tests' toy env), so this layout keeps the prompt short and
-  the task nearest to the decision. The answer format is unchanged.
+* ``compact`` — for small policies trained from scratch (the CPU quickstart): no instructions, the shown
+  history one line a step, the current observation, the admissible actions on one line, and the task *last*,
+  right before the answer. A randomly initialised model has to learn to find the task's words among all the
+  prompt's tokens; in the papers' ~450-token layout a 2-layer model did not learn to read even a one-digit
+  task from expert demonstrations (measured on the training tests' toy env), so this layout keeps the prompt
+  short and the task nearest to the decision. The answer format is unchanged.
 
 Every template is a pure function ``(style, PromptParts) -> list[{"role", "content"}]``.
 """

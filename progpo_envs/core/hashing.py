@@ -1,8 +1,8 @@
 """Deterministic content hashing: the keys that step-level group RL groups by.
 
-Every key is a 64-bit xxh3 digest (``xxhash.xxh3_64``, seed 0) of UTF-8 bytes, returned as ``numpy.uint64``. The
-digest is specified by its algorithm, not by the Python process, so the same text gives the same key in every
-process, on every machine and in every Python version (unlike ``hash()``, which is salted per process).
+Every key is a 64-bit xxh3 digest (``xxhash.xxh3_64``, seed 0) of UTF-8 bytes, returned as ``numpy.uint64``.
+The digest is specified by its algorithm, not by the Python process, so the same text gives the same key in
+every process, on every machine and in every Python version (unlike ``hash()``, which is salted per process).
 
 Normalisation (applied to observations and actions before hashing, :func:`normalize_text`):
 

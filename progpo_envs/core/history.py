@@ -4,13 +4,13 @@ For an episode of task ``τ`` with observations ``o_0, o_1, ...`` and actions ``
 (after ``t`` actions, looking at ``o_t``):
 
 * ``obs_hash``    = D(o_t)  — the raw current observation only (no prompt, no history);
-* ``history_key`` = P(C_t, D(o_t)), the exact prefix: task + every (observation, action) pair so far + ``o_t``,
-  where the chain is ``C_0 = T(τ)`` and ``C_{i+1} = H(C_i, D(o_i), D(a_i))`` — one hash per step, not a re-hash of
-  the whole history;
-* ``history_keys[k]`` = the same construction over only the last ``k`` pairs. While ``t ≤ k`` the window holds the
-  whole history and the key **equals** ``history_key``; once pairs have fallen out of the window the fold starts
-  from a window seed ``W(τ, k)`` instead of ``T(τ)``, so a window key never collides with a full-prefix key. Cost per
-  step is O(k).
+* ``history_key`` = P(C_t, D(o_t)), the exact prefix: task + every (observation, action) pair so far +
+  ``o_t``, where the chain is ``C_0 = T(τ)`` and ``C_{i+1} = H(C_i, D(o_i), D(a_i))`` — one hash per step, not
+  a re-hash of the whole history;
+* ``history_keys[k]`` = the same construction over only the last ``k`` pairs. While ``t ≤ k`` the window holds
+  the whole history and the key **equals** ``history_key``; once pairs have fallen out of the window the fold
+  starts from a window seed ``W(τ, k)`` instead of ``T(τ)``, so a window key never collides with a full-prefix
+  key. Cost per step is O(k).
 
 ``D`` is :func:`~progpo_envs.core.hashing.text_digest`; ``H``, ``P``, ``T``, ``W`` are
 :func:`~progpo_envs.core.hashing.combine` under distinct roles.
@@ -19,7 +19,8 @@ Example:
     >>> tracker = HistoryTracker(task_id="pick-1", depths=(1,))
     >>> keys0 = tracker.reset("You are in a room.")
     >>> keys1 = tracker.step("go to desk 1", "You arrive at desk 1.")
-    >>> bool(keys1["history_keys"][1] == keys1["history_key"])  # one pair so far: the window is the whole history
+    >>> # one pair so far: the window is the whole history
+    >>> bool(keys1["history_keys"][1] == keys1["history_key"])
     True
 """
 
@@ -63,7 +64,8 @@ class HistoryTracker:
         return self.keys()
 
     def step(self, action: str, observation: str) -> dict:
-        """Record ``action`` taken in the current observation and move to ``observation``; returns its keys."""
+        """Record ``action`` taken in the current observation and move to ``observation``; returns its
+        keys."""
         action_key = text_digest(action)
         self._chain = combine(KeyRole.CHAIN, self._chain, self._obs_key, action_key)
         if self._max_depth:

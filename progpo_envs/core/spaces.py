@@ -1,10 +1,10 @@
 """Text spaces for LLM observations and actions.
 
 Gymnasium's :class:`gymnasium.spaces.Text` only contains strings whose every character is in a fixed charset
-(alphanumerics by default), so ordinary LLM output and page text ("Nothing happens.", "$12.99", "é") fall outside it
-and ``check_env`` fails. :class:`Unicode` keeps ``Text``'s interface (and so its vector batching: a batched space is a
-``Tuple`` of ``Unicode``) but checks only the type and the length. ``sample()`` still draws alphanumeric strings,
-which is what ``check_env`` feeds to ``step`` — our envs treat them as invalid actions.
+(alphanumerics by default), so ordinary LLM output and page text ("Nothing happens.", "$12.99", "é") fall
+outside it and ``check_env`` fails. :class:`Unicode` keeps ``Text``'s interface (and so its vector batching: a
+batched space is a ``Tuple`` of ``Unicode``) but checks only the type and the length. ``sample()`` still draws
+alphanumeric strings, which is what ``check_env`` feeds to ``step`` — our envs treat them as invalid actions.
 """
 
 from __future__ import annotations

@@ -5,13 +5,15 @@ A subclass supplies the task list and the engine; :class:`TextEnv` supplies ever
 * the Gymnasium contract (``reset(seed, options)``, ``step`` returning the 5-tuple, ``render``, ``close``);
 * task selection: ``num_tasks`` tasks in a fixed order; ``reset(options={"task_index": i})`` plays task ``i``,
   otherwise the seeded ``np_random`` picks one;
-* action sanitising: surrounding whitespace is stripped; anything that is not then a non-empty string of printable
-  text within ``max_action_length`` characters is an invalid action, handled by the subclass like any other
-  inadmissible command — never an exception;
+* action sanitising: surrounding whitespace is stripped; anything that is not then a non-empty string of
+  printable text within ``max_action_length`` characters is an invalid action, handled by the subclass like
+  any other inadmissible command — never an exception;
 * the step limit (``truncated`` at ``max_steps``);
-* the content keys of :mod:`progpo_envs.core.history` in ``info`` (``obs_hash``, ``history_key``, ``history_keys``);
+* the content keys of :mod:`progpo_envs.core.history` in ``info`` (``obs_hash``, ``history_key``,
+  ``history_keys``);
 * ended episodes: once terminated or truncated, further ``step`` calls return the final observation again with
-  reward 0 and the same flags, without touching the engine (a group rollout steps all copies until the last is done).
+  reward 0 and the same flags, without touching the engine (a group rollout steps all copies until the last is
+  done).
 """
 
 from __future__ import annotations
@@ -101,10 +103,11 @@ def copy_info(value: Any, memo: dict[int, Any] | None = None) -> Any:
 
 
 def is_well_formed_action(action: Any, max_length: int) -> bool:
-    """Whether ``action`` is a string of printable text (surrounding whitespace aside) of 1..``max_length`` chars.
+    """Whether ``action`` is a string of printable text (surrounding whitespace aside) of 1..``max_length``
+    chars.
 
-    A trailing newline or tab, as LLMs often emit, does not make an action malformed; it is stripped before the
-    engine sees the action.
+    A trailing newline or tab, as LLMs often emit, does not make an action malformed; it is stripped before
+    the engine sees the action.
     """
     if not isinstance(action, str) or not 0 < len(action) <= max_length:
         return False
@@ -138,7 +141,9 @@ class TextEnv(gym.Env[str, str]):
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
         self.max_steps = int(max_steps)
         self.max_action_length = int(max_action_length)
         self.render_mode = render_mode
@@ -148,7 +153,7 @@ class TextEnv(gym.Env[str, str]):
         self._last: tuple[str, bool, bool, dict[str, Any]] | None = None
         self._steps = 0
 
-    # --- subclass interface -------------------------------------------------------------------------------------
+    # --- subclass interface ---------------------------------------------------------------------------------
     @property
     def num_tasks(self) -> int:
         """Number of tasks in the selected split."""
@@ -166,7 +171,7 @@ class TextEnv(gym.Env[str, str]):
         """The result of an action that is not a well-formed string (empty, too long, binary, not a str)."""
         raise NotImplementedError
 
-    # --- Gymnasium API --------------------------------------------------------------------------------------------
+    # --- Gymnasium API --------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         """Start an episode.
 
@@ -179,14 +184,20 @@ class TextEnv(gym.Env[str, str]):
         if "task_index" in options and options["task_index"] is not None:
             task_index = int(options["task_index"])
             if not 0 <= task_index < self.num_tasks:
-                raise ValueError(f"task_index {task_index} out of range: the split has {self.num_tasks} tasks")
+                raise ValueError(
+                    f"task_index {task_index} out of range: the split has {self.num_tasks} tasks"
+                )
         else:
             task_index = int(self.np_random.integers(self.num_tasks))
         start = self._start_task(task_index)
         self._history.set_task(start.task_id)
         self._steps = 0
-        info = {**start.info, "task_index": task_index, "task_id": start.task_id,
-                **self._history.reset(start.observation)}
+        info = {
+            **start.info,
+            "task_index": task_index,
+            "task_id": start.task_id,
+            **self._history.reset(start.observation),
+        }
         self._last = (start.observation, False, False, info)
         return start.observation, dict(info)
 
@@ -204,8 +215,12 @@ class TextEnv(gym.Env[str, str]):
         action_text = action if isinstance(action, str) else ""
         self._steps += 1
         truncated = not result.terminated and self._steps >= self.max_steps
-        info = {**result.info, "task_index": info["task_index"], "task_id": info["task_id"],
-                **self._history.step(action_text, result.observation)}
+        info = {
+            **result.info,
+            "task_index": info["task_index"],
+            "task_id": info["task_id"],
+            **self._history.step(action_text, result.observation),
+        }
         self._last = (result.observation, result.terminated, truncated, info)
         return result.observation, float(result.reward), result.terminated, truncated, dict(info)
 

@@ -1,30 +1,32 @@
 """Group vectorisation: ``B`` task groups of ``G`` copies of one task, stepped in-process or in subprocesses.
 
-Group RL (GRPO, GiGPO, ProGPO, ...) compares ``G`` rollouts that start from the same task. :class:`GroupVectorEnv`
-holds ``num_envs = B·G`` copies of a text env; copy ``i`` belongs to group ``i // G``, and every copy of a group is
-reset with the same seed (hence the same task and the same randomisation):
+Group RL (GRPO, GiGPO, ProGPO, ...) compares ``G`` rollouts that start from the same task.
+:class:`GroupVectorEnv` holds ``num_envs = B·G`` copies of a text env; copy ``i`` belongs to group ``i // G``,
+and every copy of a group is reset with the same seed (hence the same task and the same randomisation):
 
 * ``reset(seed=s)`` gives copy ``i`` the seed ``s + i // G``;
-* ``reset(seed=None)`` draws one seed per group from the vector env's own generator (seeded by the last seeded reset);
+* ``reset(seed=None)`` draws one seed per group from the vector env's own generator (seeded by the last seeded
+  reset);
 * ``reset(options={"task_indices": [t_0, ..., t_{B-1}]})`` plays task ``t_b`` in group ``b``;
   ``options={"task_index": t}`` plays task ``t`` in every group; other option keys reach every copy.
 
-Autoreset is disabled (:attr:`gymnasium.vector.AutoresetMode.DISABLED`): a group rollout runs until every copy is
-done, and a copy whose episode ended keeps returning its final observation with ``terminated``/``truncated`` set and
-reward 0, without stepping its engine (that latch lives in :class:`~progpo_envs.core.text_env.TextEnv`). Call
-``reset`` to start the next batch of groups. ``info`` is Gymnasium's dict of arrays (with ``_key`` masks) and carries
-each copy's ``group_id`` and ``task_id`` besides the env's own entries. ``step_copies``/``reset_copies``
-return the same with one info dict per copy instead, for callers that want those (batching costs more than a
-step of a fast env); ``batch_infos`` turns them into the batched info.
+Autoreset is disabled (:attr:`gymnasium.vector.AutoresetMode.DISABLED`): a group rollout runs until every copy
+is done, and a copy whose episode ended keeps returning its final observation with
+``terminated``/``truncated`` set and reward 0, without stepping its engine (that latch lives in
+:class:`~progpo_envs.core.text_env.TextEnv`). Call ``reset`` to start the next batch of groups. ``info`` is
+Gymnasium's dict of arrays (with ``_key`` masks) and carries each copy's ``group_id`` and ``task_id`` besides
+the env's own entries. ``step_copies``/``reset_copies`` return the same with one info dict per copy instead,
+for callers that want those (batching costs more than a step of a fast env); ``batch_infos`` turns them into
+the batched info.
 
-Gymnasium's ``make_vec(..., vectorization_mode="sync"|"async")`` always builds its own Sync/AsyncVectorEnv, whose
-copies are seeded ``s + i`` and autoreset by default, so it cannot form groups. Registered ``progpo/*`` envs
-therefore use this class as their ``vector_entry_point`` (the default of ``make_vec``) and take the backend as
-``vector_mode``:
+Gymnasium's ``make_vec(..., vectorization_mode="sync"|"async")`` always builds its own Sync/AsyncVectorEnv,
+whose copies are seeded ``s + i`` and autoreset by default, so it cannot form groups. Registered ``progpo/*``
+envs therefore use this class as their ``vector_entry_point`` (the default of ``make_vec``) and take the
+backend as ``vector_mode``:
 
 * ``"sync"``: every copy in this process;
-* ``"async"``: copies split into contiguous shards across ``num_workers`` subprocesses (default: one per CPU core,
-  at most one per copy), so several cores step at once. Each worker steps its whole shard per message.
+* ``"async"``: copies split into contiguous shards across ``num_workers`` subprocesses (default: one per CPU
+  core, at most one per copy), so several cores step at once. Each worker steps its whole shard per message.
 
 Example:
     >>> import gymnasium as gym, progpo_envs
@@ -81,7 +83,7 @@ class _SyncBackend:
         self.envs = [_make_env(entry_point, env_kwargs) for _ in range(num_envs)]
 
     def run(self, method: str, per_env_args: Sequence[tuple]) -> list[Any]:
-        return [_call(env, method, args) for env, args in zip(self.envs, per_env_args)]
+        return [_call(env, method, args) for env, args in zip(self.envs, per_env_args, strict=False)]
 
     def getattr(self, name: str) -> list[Any]:
         return self.run("call", [(name, (), {})] * len(self.envs))
@@ -91,10 +93,13 @@ class _SyncBackend:
             env.close()
 
 
-def _worker(conn, entry_point: str, env_kwargs: dict[str, Any], num_envs: int, environ: dict[str, str]) -> None:
-    """Subprocess loop: build a shard of copies, then answer (method, per-env args) messages until ``close``."""
-    # A forkserver child inherits the environment of the moment the forkserver started; use the parent's current
-    # one instead, so variables set later (ALFWORLD_DATA, PROGPO_CACHE, ...) reach every worker.
+def _worker(
+    conn, entry_point: str, env_kwargs: dict[str, Any], num_envs: int, environ: dict[str, str]
+) -> None:
+    """Subprocess loop: build a shard of copies, then answer (method, per-env args) messages until
+    ``close``."""
+    # A forkserver child inherits the environment of the moment the forkserver started; use the parent's
+    # current one instead, so variables set later (ALFWORLD_DATA, PROGPO_CACHE, ...) reach every worker.
     os.environ.clear()
     os.environ.update(environ)
     try:
@@ -115,7 +120,9 @@ def _worker(conn, entry_point: str, env_kwargs: dict[str, Any], num_envs: int, e
             conn.send(("ok", None))
             break
         try:
-            conn.send(("ok", [_call(env, method, args) for env, args in zip(envs, per_env_args)]))
+            conn.send(
+                ("ok", [_call(env, method, args) for env, args in zip(envs, per_env_args, strict=False)])
+            )
         except Exception:
             conn.send(("error", traceback.format_exc()))
     conn.close()
@@ -124,11 +131,19 @@ def _worker(conn, entry_point: str, env_kwargs: dict[str, Any], num_envs: int, e
 class _AsyncBackend:
     """Copies split into contiguous shards, one subprocess per shard."""
 
-    def __init__(self, entry_point: str, env_kwargs: dict[str, Any], num_envs: int, num_workers: int,
-                 mp_context: str | None):
-        ctx = mp.get_context(mp_context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"))
+    def __init__(
+        self,
+        entry_point: str,
+        env_kwargs: dict[str, Any],
+        num_envs: int,
+        num_workers: int,
+        mp_context: str | None,
+    ):
+        ctx = mp.get_context(
+            mp_context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        )
         bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
-        self.shards = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        self.shards = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
         self.conns, self.processes = [], []
         for start, stop in self.shards:
             parent, child = ctx.Pipe()
@@ -146,7 +161,9 @@ class _AsyncBackend:
             try:
                 status, payload = conn.recv()
             except (EOFError, ConnectionError, OSError) as exc:
-                raise RuntimeError(f"vector env worker {shard} died ({exc!r}); close and rebuild the vector env") from exc
+                raise RuntimeError(
+                    f"vector env worker {shard} died ({exc!r}); close and rebuild the vector env"
+                ) from exc
             if status == "error":
                 errors.append(f"worker {shard}:\n{payload}")
             else:
@@ -156,7 +173,7 @@ class _AsyncBackend:
         return results
 
     def run(self, method: str, per_env_args: Sequence[tuple]) -> list[Any]:
-        for (start, stop), conn in zip(self.shards, self.conns):
+        for (start, stop), conn in zip(self.shards, self.conns, strict=True):
             conn.send((method, list(per_env_args[start:stop])))
         return [item for shard in self._gather() for item in shard]
 
@@ -191,11 +208,20 @@ class GroupVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.DISABLED}
 
-    def __init__(self, entry_point: str, num_envs: int, group_size: int = 1,
-                 vector_mode: VectorMode | str = VectorMode.SYNC, num_workers: int | None = None,
-                 mp_context: str | None = None, **env_kwargs: Any):
+    def __init__(
+        self,
+        entry_point: str,
+        num_envs: int,
+        group_size: int = 1,
+        vector_mode: VectorMode | str = VectorMode.SYNC,
+        num_workers: int | None = None,
+        mp_context: str | None = None,
+        **env_kwargs: Any,
+    ):
         if group_size < 1 or num_envs < 1 or num_envs % group_size:
-            raise ValueError(f"num_envs ({num_envs}) must be a positive multiple of group_size ({group_size})")
+            raise ValueError(
+                f"num_envs ({num_envs}) must be a positive multiple of group_size ({group_size})"
+            )
         self.num_envs = int(num_envs)
         self.group_size = int(group_size)
         self.num_groups = self.num_envs // self.group_size
@@ -217,7 +243,9 @@ class GroupVectorEnv(VectorEnv):
         self._group_seeds_seed: int | None = None
         self.closed = False
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[tuple[str, ...], dict]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[tuple[str, ...], dict]:
         """Reset every copy; all copies of a group get the same seed and task (see the module docstring)."""
         observations, copy_infos = self.reset_copies(seed=seed, options=options)
         return observations, self.batch_infos(copy_infos)
@@ -232,7 +260,9 @@ class GroupVectorEnv(VectorEnv):
         options = dict(options or {})
         task_indices = options.pop("task_indices", None)
         if task_indices is not None and len(task_indices) != self.num_groups:
-            raise ValueError(f"task_indices needs one task per group ({self.num_groups}), got {len(task_indices)}")
+            raise ValueError(
+                f"task_indices needs one task per group ({self.num_groups}), got {len(task_indices)}"
+            )
         if seed is not None:
             self._group_seeds, self._group_seeds_seed = None, seed
             group_seeds = [seed + b for b in range(self.num_groups)]
@@ -251,7 +281,9 @@ class GroupVectorEnv(VectorEnv):
         observations = tuple(obs for obs, _ in results)
         return observations, self._tag_groups([info for _, info in results])
 
-    def step(self, actions: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, dict]:
+    def step(
+        self, actions: Sequence[str]
+    ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, dict]:
         """Step every copy; copies whose episode ended return their final observation again."""
         *results, copy_infos = self.step_copies(actions)
         return (*results, self.batch_infos(copy_infos))
@@ -387,5 +419,6 @@ def _batch_infos(infos: Sequence[dict[str, Any]], num_envs: int) -> dict[str, An
 
 
 def make_group_vector_env(entry_point: str, num_envs: int = 1, **kwargs: Any) -> GroupVectorEnv:
-    """The ``vector_entry_point`` of every registered text env (bound to its ``entry_point`` with ``partial``)."""
+    """The ``vector_entry_point`` of every registered text env (bound to its ``entry_point`` with
+    ``partial``)."""
     return GroupVectorEnv(entry_point, num_envs=num_envs, **kwargs)

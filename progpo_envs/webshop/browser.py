@@ -216,8 +216,10 @@ class WebShopBrowserEnv(TextEnv):
         WebDriverWait(driver, self.page_timeout_s).until(old_page_gone)
         # Every page of the shop (error pages included) draws inside .container.
         WebDriverWait(driver, self.page_timeout_s).until(
-            lambda d: d.execute_script("return document.readyState") == "complete"
-            and d.find_elements(By.CSS_SELECTOR, ".container")
+            lambda d: (
+                d.execute_script("return document.readyState") == "complete"
+                and d.find_elements(By.CSS_SELECTOR, ".container")
+            )
         )
 
     def _score(self) -> tuple[float, bool]:
@@ -233,8 +235,14 @@ class WebShopBrowserEnv(TextEnv):
     def _info(self, *, valid: bool, score: float, done: bool) -> dict[str, Any]:
         available = html_available_actions(self._browser().page_source)
         expert_action = (lambda: self._api.expert_action(self._sid)) if self.expert else None
-        return step_info(available, valid=valid, score=score, done=done, goal_index=self._goal_index,
-                         expert_action=expert_action)
+        return step_info(
+            available,
+            valid=valid,
+            score=score,
+            done=done,
+            goal_index=self._goal_index,
+            expert_action=expert_action,
+        )
 
     def close(self) -> None:
         """Quit the browser, close the session and remove the browser profile (safe to call twice)."""

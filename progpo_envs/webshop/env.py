@@ -158,8 +158,15 @@ class HttpBackend:
         self._http.close()
 
 
-def step_info(available: dict, *, valid: bool, score: float, done: bool, goal_index: int,
-              expert_action: Callable[[], str] | None) -> dict[str, Any]:
+def step_info(
+    available: dict,
+    *,
+    valid: bool,
+    score: float,
+    done: bool,
+    goal_index: int,
+    expert_action: Callable[[], str] | None,
+) -> dict[str, Any]:
     """The ``info`` of a WebShop step (shared by the in-process/HTTP env and the browser env).
 
     Args:
@@ -283,8 +290,14 @@ class WebShopEnv(TextEnv):
 
     def _info(self, available: dict, *, valid: bool, score: float, done: bool) -> dict[str, Any]:
         expert_action = (lambda: self._backend.expert_action(self._sid)) if self.expert else None
-        return step_info(available, valid=valid, score=score, done=done, goal_index=self._goal_index,
-                         expert_action=expert_action)
+        return step_info(
+            available,
+            valid=valid,
+            score=score,
+            done=done,
+            goal_index=self._goal_index,
+            expert_action=expert_action,
+        )
 
     def close(self) -> None:
         """Close the current session and the backend (safe to call twice)."""

@@ -129,6 +129,7 @@ def test_harness_records_the_same_with_per_copy_or_batched_infos(tmp_path, env_i
     from progpo_envs.core.vector import GroupVectorEnv
 
     outputs = []
+
     class Batched(gym.vector.VectorWrapper):  # a vector env that is not a GroupVectorEnv: batched infos only
         def get_attr(self, name):
             return self.env.get_attr(name)
@@ -137,7 +138,11 @@ def test_harness_records_the_same_with_per_copy_or_batched_infos(tmp_path, env_i
         envs = wrap(gym.make_vec(env_id, num_envs=3, group_size=1, **env_kwargs))
         assert isinstance(envs, GroupVectorEnv) == (name == "copies")
         config = EvalConfig(
-            env_id=env_id, agent=agent, out_dir=str(tmp_path / name), num_envs=3, seed=2,
+            env_id=env_id,
+            agent=agent,
+            out_dir=str(tmp_path / name),
+            num_envs=3,
+            seed=2,
             env_kwargs={k: v for k, v in env_kwargs.items() if k != "expert"},
         )
         try:

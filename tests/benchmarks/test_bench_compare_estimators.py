@@ -75,7 +75,8 @@ def test_settings_use_known_estimators_and_cover_three_seeds():
 
 @pytest.mark.parametrize("name", sorted(ce.SETTINGS))
 def test_every_setting_builds_valid_configs(name):
-    """Each env's override list (setting, env, per-env) is a valid ``progpo train`` config, later keys winning."""
+    """Each env's override list (setting, env, per-env) is a valid ``progpo train`` config, later keys
+    winning."""
     from training.config import load_config
 
     setting = ce.SETTINGS[name]

@@ -189,13 +189,28 @@ def _assert_same_batched(got: dict, want: dict, path: str = "info") -> None:
 
 MIXED_INFOS = [
     {  # every kind of value _add_info distinguishes, nested history_keys, a final_obs
-        "won": False, "score": 1, "ratio": 0.5, "hash": np.uint64(2**63 + 5), "small": np.int8(-3),
-        "flag": np.bool_(True), "vec": np.arange(3, dtype=np.float32), "text": "look", "actions": ["a", "b"],
-        "none": None, "history_keys": {1: np.uint64(7), 2: np.uint64(9)}, "final_obs": "the end",
+        "won": False,
+        "score": 1,
+        "ratio": 0.5,
+        "hash": np.uint64(2**63 + 5),
+        "small": np.int8(-3),
+        "flag": np.bool_(True),
+        "vec": np.arange(3, dtype=np.float32),
+        "text": "look",
+        "actions": ["a", "b"],
+        "none": None,
+        "history_keys": {1: np.uint64(7), 2: np.uint64(9)},
+        "final_obs": "the end",
     },
     {  # missing keys, a key first seen here, an int into a float column and a float into an int column
-        "won": True, "score": 2.75, "ratio": 3, "hash": np.uint64(1), "history_keys": {2: np.uint64(11)},
-        "late": {"deep": {"x": 1}}, "text": None, "final_obs": ["kept", "as", "one", "object"],
+        "won": True,
+        "score": 2.75,
+        "ratio": 3,
+        "hash": np.uint64(1),
+        "history_keys": {2: np.uint64(11)},
+        "late": {"deep": {"x": 1}},
+        "text": None,
+        "final_obs": ["kept", "as", "one", "object"],
     },
     {},
     {"actions": [], "vec": np.ones(3), "late": {"deep": {"y": "z"}}, "flag": False, "group_id": 99},
@@ -271,8 +286,14 @@ def test_copy_info_copies_like_deepcopy():
 
     shared = ["a", "b"]
     info = {
-        "admissible_actions": shared, "again": shared, "nested": {"list": [1, [2.5, None]], "same": shared},
-        "hash": np.uint64(5), "flag": np.bool_(True), "array": np.arange(3), "pair": ([1], "x"), 7: b"raw",
+        "admissible_actions": shared,
+        "again": shared,
+        "nested": {"list": [1, [2.5, None]], "same": shared},
+        "hash": np.uint64(5),
+        "flag": np.bool_(True),
+        "array": np.arange(3),
+        "pair": ([1], "x"),
+        7: b"raw",
     }
     info["self"] = info  # a cycle
     copied, expected = copy_info(info), copy.deepcopy(info)

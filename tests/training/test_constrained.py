@@ -9,16 +9,16 @@ import pytest
 import torch
 from training_helpers import TINY_OVERRIDES, subprocess_env
 
+from training import sampling
 from training.config import ConfigError, load_config
 from training.constrained import (
     ChoiceTrie,
     allowed_index_tensor,
-    enumerable_commands,
     allowed_token_sets,
     constrained_logprobs_and_entropy,
+    enumerable_commands,
 )
 from training.policy import load_policy
-from training import sampling
 from training.sampling import (
     allowed_logits,
     pack_sequences,
@@ -157,7 +157,9 @@ def test_allowed_logits_gather_from_the_full_logits(tiny_policy_dir):
     tok = policy.tokenizer
     options = _candidates(tok)[0]
     packed = pack_sequences([tok("go")["input_ids"]] * len(options), options, tok.pad_token_id)
-    index, _ = allowed_index_tensor([allowed_token_sets(options, o) for o in options], packed.response_ids.shape[1])
+    index, _ = allowed_index_tensor(
+        [allowed_token_sets(options, o) for o in options], packed.response_ids.shape[1]
+    )
     with torch.no_grad():
         full = response_logits(policy.model, packed, 0.5).gather(-1, index)
         assert torch.allclose(allowed_logits(policy.model, packed, index, 0.5), full, atol=1e-5)

@@ -213,8 +213,8 @@ def test_gpu_presets_run_two_iterations_on_cpu(tmp_path, preset, tiny_policy_dir
 
 
 def test_free_text_iteration_on_the_real_webshop_env(tmp_path, monkeypatch):
-    """The WebShop env in-process (its info nests ``available_actions``), free text as in the papers: every step
-    becomes a row with its hashes, invalid text is penalised, not a crash."""
+    """The WebShop env in-process (its info nests ``available_actions``), free text as in the papers: every
+    step becomes a row with its hashes, invalid text is penalised, not a crash."""
     from training.config import load_config
     from training.trainer import Trainer
 
