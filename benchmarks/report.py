@@ -195,9 +195,15 @@ def render_compare_estimators(data: dict) -> str:
         "success etc. after RL, mean ± sample std over seeds (n = finished runs)."
     ]
     for ws in data.get("warm_starts", []):
+        before = ws.get("before_rl") or {}
+        pool = (
+            f", success on RL's task pool {_fmt(before['rl_tasks_success'])}"
+            if "rl_tasks_success" in before
+            else ""
+        )
         parts.append(
             f"Warm start of `{ws.get('env')}` (shared by every run): {ws.get('status')} in "
-            f"{_fmt(ws.get('seconds'))} s, held-out success {_fmt(ws.get('before_rl', {}).get('success'))}. "
+            f"{_fmt(ws.get('seconds'))} s, held-out success {_fmt(before.get('success'))}{pool}. "
             f"Whole comparison: {_fmt(data.get('seconds'))} s."
         )
     parts.append(

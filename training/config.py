@@ -134,6 +134,11 @@ class RolloutConfig:
         False, "DAPO dynamic sampling: drop groups whose episodes all score the same and roll more groups"
     )
     max_sampling_rounds: int = _field(3, "rollout rounds per iteration at most with dynamic sampling")
+    task_pool: int = _field(
+        8,
+        "RL draws its task groups from N training tasks spread over the split, so every task type is in (0 = "
+        "from every training task; the quickstart's 8 makes each task recur ~15 times in 30 iterations)",
+    )
     constrained_actions: bool = _field(
         True,
         "constrained decoding: the response can only be an admissible action in the answer format, log-probs "
@@ -206,6 +211,11 @@ class EvalConfig:
     before_rl: bool = _field(
         True, "validate the starting policy before RL (off when another run already measured it)"
     )
+    rl_tasks: bool = _field(
+        True,
+        "also measure success on RL's own tasks (rollout.task_pool, all `seeds` on each) before and after "
+        "RL: what RL fitted, beside what generalised to the held-out split",
+    )
 
 
 @dataclasses.dataclass
@@ -246,6 +256,11 @@ class TrainConfig:
                 f"rollout.template must be one of {', '.join(TEMPLATE_NAMES)}",
             ),
             (self.rollout.temperature > 0, "rollout.temperature must be > 0"),
+            (self.rollout.task_pool >= 0, "rollout.task_pool must be >= 0 (0 = every training task)"),
+            (
+                not self.eval.rl_tasks or 0 < self.rollout.task_pool <= 256,
+                "eval.rl_tasks needs rollout.task_pool between 1 and 256 (every pooled task is evaluated)",
+            ),
             (0 < self.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
             (
                 self.optim.micro_batch_rows >= 1 and self.optim.mini_batch_rows >= 1,

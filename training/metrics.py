@@ -88,6 +88,7 @@ def plot_learning_curve(records: list[dict[str, Any]], path: Path) -> Path | Non
     """Training success per iteration and validation success (mean ± spread over seeds) to a PNG."""
     train = [r for r in records if r.get("kind") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
+    rl_task_evals = [r for r in records if r.get("kind") == "eval_rl_tasks"]
     if not train and not evals:
         return None
     import matplotlib
@@ -120,6 +121,15 @@ def plot_learning_curve(records: list[dict[str, Any]], path: Path) -> Path | Non
         means = [r.get("success") or 0 for r in evals]
         spread = [r.get("success_std") or 0 for r in evals]
         axes[0].errorbar(xs, means, yerr=spread, marker="s", capsize=3, label="held-out success (mean ± std)")
+    if rl_task_evals:
+        axes[0].errorbar(
+            [r["iteration"] for r in rl_task_evals],
+            [r.get("success") or 0 for r in rl_task_evals],
+            yerr=[r.get("success_std") or 0 for r in rl_task_evals],
+            marker="D",
+            capsize=3,
+            label="success on RL's own tasks (mean ± std)",
+        )
     axes[0].set_xlabel("iteration")
     axes[0].set_ylim(-0.02, 1.02)
     axes[0].legend(fontsize=7)

@@ -97,6 +97,19 @@ def episode_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, floa
     return out
 
 
+def spread_tasks(split_size: int, count: int) -> list[int]:
+    """``count`` task indices spread evenly over a split of ``split_size`` tasks (wrapping if it is smaller).
+
+    The splits are sorted by task type, so an even spread holds every type: the held-out evaluation and the RL
+    task pool (``rollout.task_pool``) are both drawn this way.
+
+    Example:
+        >>> spread_tasks(16, 4), spread_tasks(3, 5)
+        ([0, 4, 8, 12], [0, 0, 1, 1, 2])
+    """
+    return [int(t) % split_size for t in np.linspace(0, split_size, count, endpoint=False).astype(int)]
+
+
 def exact_prefix_peer_fraction(rows: StepRows) -> float:
     """Fraction of step rows whose exact history prefix (task + all pairs + state) occurs in another
     trajectory of the same group: the rows ProGPO's exact-prefix peer comparison applies to."""
@@ -160,6 +173,7 @@ class Trainer:
         self.state: dict[str, Any] = {"stage": "start", "evaluations": []}
         self._train_envs = None
         self._eval_envs = None
+        self._pool_envs = None  # the RL task pool, played one copy per task (eval.rl_tasks)
 
     # ------------------------------------------------------------------ setup
     def _policy_path(self) -> Path:
@@ -263,15 +277,14 @@ class Trainer:
         """Roll out this iteration's groups (all rounds of dynamic sampling) on this rank."""
         cfg, envs = self.config.rollout, self.train_envs
         num_tasks = self._num_tasks(envs)
+        pool = spread_tasks(num_tasks, cfg.task_pool) if cfg.task_pool else list(range(num_tasks))
         groups_here = envs.num_groups
         rows, episodes = StepRows.empty(), []
         total = RolloutResult(rows, episodes)
         kept_groups = 0
         for round_index in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
             rng = np.random.default_rng(derive_seed(self.config.seed, "tasks", iteration, round_index))
-            all_tasks = rng.choice(
-                num_tasks, size=cfg.num_groups, replace=cfg.num_groups > num_tasks
-            ).tolist()
+            all_tasks = rng.choice(pool, size=cfg.num_groups, replace=cfg.num_groups > len(pool)).tolist()
             tasks = self.dist.shard(all_tasks)
             tasks = (tasks + all_tasks)[:groups_here]  # a rank with an empty share still steps its env
             offset = (round_index * self.dist.world_size + self.dist.rank) * groups_here
@@ -461,23 +474,36 @@ class Trainer:
         cfg = self.config.eval
         if cfg.num_tasks <= 0:
             return {}
-        ranks_tasks = self.dist.shard(list(range(cfg.num_tasks)))
         if self._eval_envs is None:
+            ranks_tasks = self.dist.shard(list(range(cfg.num_tasks)))
             self._eval_envs = self._make_envs(self.config.env.eval_split, max(len(ranks_tasks), 1), 1)
-        # spread the evaluated tasks over the split (sorted by task type, so every type is evaluated)
-        split_size = self._num_tasks(self._eval_envs)
-        spread = np.linspace(0, split_size, cfg.num_tasks, endpoint=False).astype(int) % split_size
-        tasks = [int(spread[t]) for t in ranks_tasks]
+        tasks = spread_tasks(self._num_tasks(self._eval_envs), cfg.num_tasks)
+        return self._evaluate_tasks(self._eval_envs, tasks, iteration, label, "eval")
+
+    def evaluate_rl_tasks(self, iteration: int, label: str) -> dict[str, float]:
+        """Success on the training tasks RL draws from (``rollout.task_pool``) if ``eval.rl_tasks`` is on."""
+        if not self.config.eval.rl_tasks:
+            return {}
+        if self._pool_envs is None:
+            ranks_tasks = self.dist.shard(list(range(self.config.rollout.task_pool)))
+            self._pool_envs = self._make_envs(self.config.env.train_split, max(len(ranks_tasks), 1), 1)
+        pool = spread_tasks(self._num_tasks(self._pool_envs), self.config.rollout.task_pool)
+        return self._evaluate_tasks(self._pool_envs, pool, iteration, label, "eval_rl_tasks")
+
+    def _evaluate_tasks(self, envs, all_tasks: list[int], iteration: int, label: str, kind: str) -> dict:
+        """Play ``all_tasks`` (split over ranks) once per ``eval.seeds`` seed; success mean and spread."""
+        cfg = self.config.eval
+        tasks = self.dist.shard(all_tasks)
         indices = tasks or [0]
         per_seed, all_episodes, admissible = [], [], [0.0, 0.0]
         for s in range(cfg.seeds):
-            result = self._worker(self._eval_envs).run(
-                seed=derive_seed(self.config.seed, "eval", s) % (2**31 - len(indices)),
+            result = self._worker(envs).run(
+                seed=derive_seed(self.config.seed, kind, s) % (2**31 - len(indices)),
                 task_indices=indices,
                 engine=self.engine,
                 temperature=cfg.temperature,
                 max_new_tokens=self.config.rollout.max_new_tokens,
-                generator=self._generator("eval", s, self.dist.rank),
+                generator=self._generator(kind, s, self.dist.rank),
             )
             mine = result.episodes if tasks else []
             if tasks:
@@ -486,7 +512,7 @@ class Trainer:
             episodes = [e for part in self.dist.gather_objects(mine) for e in part]
             per_seed.append(float(np.mean([e.won for e in episodes])) if episodes else 0.0)
             all_episodes += episodes
-        record: dict[str, Any] = {"kind": "eval", "iteration": iteration, "label": label}
+        record: dict[str, Any] = {"kind": kind, "iteration": iteration, "label": label}
         record.update(episode_metrics(all_episodes))
         record["success_std"] = float(np.std(per_seed))
         record["success_per_seed"] = per_seed
@@ -598,13 +624,14 @@ class Trainer:
                 self.optimizer = self._make_optimizer(cfg.optim.lr)
                 self._sync_rollout_weights()
             self._setup_reference()  # before the first checkpoint, so a resumed run finds the same reference
-            record = self.evaluate(0, "before_rl") if cfg.eval.before_rl else {}
-            if record:
-                self.metrics.write(record)
-                self.state["evaluations"].append(record)
-                self._log(
-                    f"held-out success before RL: {record['success']:.3f} ± {record['success_std']:.3f}"
-                )
+            for evaluate, what in ((self.evaluate, "held-out"), (self.evaluate_rl_tasks, "RL-task")):
+                record = evaluate(0, "before_rl") if cfg.eval.before_rl else {}
+                if record:
+                    self.metrics.write(record)
+                    self.state["evaluations"].append(record)
+                    self._log(
+                        f"{what} success before RL: {record['success']:.3f} ± {record['success_std']:.3f}"
+                    )
             self.state["stage"] = "rl"
             self.save(0)
         if self.reference is None:
@@ -638,14 +665,16 @@ class Trainer:
                     cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
                 ) or self.iteration == cfg.iterations:
                     self.save(self.iteration)
-        final = None
-        if not any(e.get("label") == "after_rl" for e in self.state["evaluations"]):
-            before = [e for e in self.state["evaluations"] if e.get("label") == "before_rl"]
+        for evaluate, kind in ((self.evaluate, "eval"), (self.evaluate_rl_tasks, "eval_rl_tasks")):
+            done = [e for e in self.state["evaluations"] if e.get("kind", "eval") == kind]
+            if any(e.get("label") == "after_rl" for e in done):
+                continue
+            before = [e for e in done if e.get("label") == "before_rl"]
             # without RL iterations the policy is the one just measured: reuse, do not re-run, that evaluation
             final = (
                 {**before[0], "label": "after_rl"}
                 if before and self.iteration == 0
-                else self.evaluate(self.iteration, "after_rl")
+                else evaluate(self.iteration, "after_rl")
             )
             if final:
                 self.metrics.write(final)
@@ -656,14 +685,15 @@ class Trainer:
 
     def _finish(self) -> dict[str, Any]:
         summary: dict[str, Any] = {"iterations": self.iteration, "algo": self.config.algo.name}
-        evals = {e["label"]: e for e in self.state["evaluations"]}
-        for label in ("before_rl", "after_rl"):
-            if label in evals:
-                summary[label] = {
-                    k: evals[label][k]
-                    for k in evals[label]
-                    if k.startswith("success") or k in ("invalid_rate", "episodes", "score")
-                }
+        for kind, prefix in (("eval", ""), ("eval_rl_tasks", "rl_tasks_")):
+            evals = {e["label"]: e for e in self.state["evaluations"] if e.get("kind", "eval") == kind}
+            for label in ("before_rl", "after_rl"):
+                if label in evals:
+                    summary[prefix + label] = {
+                        k: evals[label][k]
+                        for k in evals[label]
+                        if k.startswith("success") or k in ("invalid_rate", "episodes", "score")
+                    }
         if self.dist.is_main:
             if self.dist.enabled:
                 weights = full_state_dict(self.model)
@@ -694,6 +724,6 @@ class Trainer:
 
     def close(self) -> None:
         """Close the envs."""
-        for envs in (self._train_envs, self._eval_envs):
+        for envs in (self._train_envs, self._eval_envs, self._pool_envs):
             if envs is not None:
                 envs.close()

@@ -41,6 +41,20 @@ def test_final_metrics_and_curve():
     assert ce.curve(RECORDS) == [(1, 0.5), (2, 0.75)]
 
 
+def test_final_metrics_add_the_rl_task_pool_success():
+    pool = [
+        {"kind": "eval_rl_tasks", "label": "before_rl", "iteration": 0, "success": 0.125},
+        {"kind": "eval_rl_tasks", "label": "after_rl", "iteration": 2, "success": 0.625},
+    ]
+    assert ce.final_metrics(RECORDS + pool)["rl_tasks_success"] == 0.625
+    assert ce.final_metrics(RECORDS + pool, "before_rl") == {
+        "success": 0.25,
+        "invalid_rate": 0.5,
+        "rl_tasks_success": 0.125,
+    }
+    assert "rl_tasks_success" not in ce.final_metrics(RECORDS)  # no pool evaluation: no column value
+
+
 def test_mean_spread_by_hand():
     s = ce.mean_spread([0.2, 0.4, 0.9])
     assert s["mean"] == pytest.approx(0.5) and s["n"] == 3
@@ -86,6 +100,8 @@ def test_every_setting_builds_valid_configs(name):
         assert config.env.id == ce.ENV_OVERRIDES[env][0].split("=", 1)[1]
         if name == "cpu" and env == "webshop":
             assert config.iterations == 6 and config.env.kwargs == {"num_products": 200}
+        if name == "cpu" and env == "alfworld":
+            assert len(config.env.kwargs["task_types"]) == 2 and len(config.env.kwargs["scenes"]) == 4
 
 
 @pytest.mark.slow

@@ -311,3 +311,47 @@ def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypa
     assert stats["first_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     change = after - before
     assert change[advantages > 0].mean() > 0 > change[advantages < 0].mean()
+
+
+def test_task_pool_limits_rl_tasks_and_is_evaluated_before_and_after(tmp_path, monkeypatch):
+    """``rollout.task_pool``: RL draws from N tasks spread over the split; ``eval.rl_tasks`` measures them."""
+    from training.config import load_config
+    from training.trainer import Trainer, spread_tasks
+
+    monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
+    config = load_config(
+        CONFIGS / "quickstart.yaml",
+        [
+            *TINY_OVERRIDES,
+            f"run_dir={tmp_path}",
+            "iterations=2",
+            "warm_start.enabled=false",
+            "rollout.num_groups=3",
+            "rollout.task_pool=2",
+            "eval.rl_tasks=true",
+            "eval.seeds=2",
+            "checkpoint_every=0",
+        ],
+    )
+    trainer = Trainer(config)
+    try:
+        pool = {f"train-{t}" for t in spread_tasks(trainer._num_tasks(trainer.train_envs), 2)}
+        drawn = {e.task_id for it in range(4) for e in trainer.collect(it).episodes}
+        summary = trainer.run()
+    finally:
+        trainer.close()
+    assert len(pool) == 2 and pool != {"train-0", "train-1"}  # spread over the split, not its first tasks
+    assert drawn <= pool and drawn  # 12 group draws, only from the pool
+    for label in ("rl_tasks_before_rl", "rl_tasks_after_rl"):
+        assert summary[label]["episodes"] == 2 * 2  # every pooled task, once per seed
+        assert len(summary[label]["success_per_seed"]) == 2
+    assert summary["before_rl"]["episodes"] == summary["after_rl"]["episodes"] == 2 * 2  # held-out unchanged
+    kinds = [json.loads(line)["kind"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert kinds.count("eval_rl_tasks") == 2 and kinds.count("eval") == 2
+
+
+def test_rl_tasks_evaluation_needs_a_task_pool():
+    from training.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="task_pool"):
+        load_config(None, ["rollout.task_pool=0", "eval.rl_tasks=true"])
