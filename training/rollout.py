@@ -205,6 +205,8 @@ class Episode:
     score: float
     steps: int
     invalid_steps: int
+    #: The env's own task score at the end when it reports one (WebShop's 0–1 purchase score), else None.
+    task_score: float | None = None
 
 
 @dataclasses.dataclass
@@ -442,6 +444,9 @@ class RolloutWorker:
                             score=float(scores[i]),
                             steps=histories[i].num_steps,
                             invalid_steps=int(invalid_counts[i]),
+                            task_score=(
+                                float(next_infos[i]["task_score"]) if "task_score" in next_infos[i] else None
+                            ),
                         )
                     )
             obs, infos = next_obs, next_infos

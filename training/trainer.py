@@ -77,12 +77,15 @@ def derive_seed(*parts: int | str) -> int:
 
 
 def episode_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
-    """Success overall and per task type, score, steps and invalid-action rate of a list of episodes."""
+    """Success overall and per task type, return (``score``), the env's task score when it reports one
+    (``task_score``: WebShop's 0–1 purchase score), steps and invalid-action rate of a list of episodes."""
     if not episodes:
         return {}
+    task_scores = [e.task_score for e in episodes if e.task_score is not None]
     out = {
         f"{prefix}success": float(np.mean([e.won for e in episodes])),
         f"{prefix}score": float(np.mean([e.score for e in episodes])),
+        **({f"{prefix}task_score": float(np.mean(task_scores))} if task_scores else {}),
         f"{prefix}episode_steps": float(np.mean([e.steps for e in episodes])),
         f"{prefix}invalid_rate": float(
             sum(e.invalid_steps for e in episodes) / max(1, sum(e.steps for e in episodes))
@@ -692,7 +695,7 @@ class Trainer:
                     summary[prefix + label] = {
                         k: evals[label][k]
                         for k in evals[label]
-                        if k.startswith("success") or k in ("invalid_rate", "episodes", "score")
+                        if k.startswith("success") or k in ("invalid_rate", "episodes", "score", "task_score")
                     }
         if self.dist.is_main:
             if self.dist.enabled:

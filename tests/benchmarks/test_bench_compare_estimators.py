@@ -99,7 +99,7 @@ def test_every_setting_builds_valid_configs(name):
         config = load_config(None, overrides)
         assert config.env.id == ce.ENV_OVERRIDES[env][0].split("=", 1)[1]
         if name == "cpu" and env == "webshop":
-            assert config.iterations == 6 and config.env.kwargs == {"num_products": 200}
+            assert config.iterations == 6 and config.env.kwargs == {"num_products": 200, "reward_mode": "raw"}
         if name == "cpu" and env == "alfworld":
             assert len(config.env.kwargs["task_types"]) == 2 and len(config.env.kwargs["scenes"]) == 4
 

@@ -72,6 +72,17 @@ def test_episode_metrics_per_task_type():
     m = episode_metrics(episodes)
     assert m["success"] == 1 / 3 and m["success/pick"] == 0.5 and m["success/heat"] == 0.0
     assert m["invalid_rate"] == 5 / 12 and m["episode_steps"] == 4.0
+    assert "task_score" not in m  # ALFWorld reports no task score of its own
+
+
+def test_episode_metrics_average_the_envs_task_score():
+    # WebShop: the reward may be success-only while the purchase score is partial
+    episodes = [
+        Episode(0, 0, "a", "", False, 0.0, 3, 0, task_score=0.5),
+        Episode(0, 1, "a", "", True, 10.0, 5, 0, task_score=1.0),
+    ]
+    m = episode_metrics(episodes)
+    assert m["task_score"] == 0.75 and m["score"] == 5.0 and m["success"] == 0.5
 
 
 def test_exact_prefix_peer_fraction_counts_shared_prefixes_within_groups():
