@@ -203,9 +203,13 @@ def render_compare_estimators(data: dict) -> str:
         )
         parts.append(
             f"Warm start of `{ws.get('env')}` (shared by every run): {ws.get('status')} in "
-            f"{_fmt(ws.get('seconds'))} s, held-out success {_fmt(before.get('success'))}{pool}. "
-            f"Whole comparison: {_fmt(data.get('seconds'))} s."
+            f"{_fmt(ws.get('seconds'))} s, held-out success {_fmt(before.get('success'))}{pool}."
         )
+    parts.append(
+        f"Whole comparison: {_fmt(data.get('seconds'))} s. `score` is the mean return (ALFWorld: 10 per "
+        "win; WebShop with the cpu setting's `reward_mode: raw`: the 0-1 purchase score); `task_score` is "
+        "WebShop's purchase score whatever the reward (— in results recorded before it was logged)."
+    )
     parts.append(
         markdown_table(
             ["env / estimator", *metrics], [[k, *(row.get(m) for m in metrics)] for k, row in summary.items()]
@@ -291,13 +295,11 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark(
         "compare_estimators",
         "benchmarks/compare_estimators.py",
-        "The papers' comparison at small scale: the same small policy, warm start, iterations, groups, "
-        "group size "
-        "and seeds, trained with each estimator (GRPO, RLOO, GiGPO, G2PO, GraphGPO, ProGPO, "
-        "ProGPO-coverage); "
-        "held-out success (overall and per task type), invalid-action rate, steps, learning curves. Mean ± "
-        "sample "
-        "std over seeds; every started run is listed.",
+        "The papers' comparison at small scale, on generated ALFWorld tasks and WebShop goals: the same "
+        "small policy, warm start, iterations, groups, group size and seeds, trained with each estimator "
+        "(GRPO, RLOO, GiGPO, G2PO, GraphGPO, ProGPO, ProGPO-coverage); held-out success (overall and per "
+        "task type), success on RL's own task pool, WebShop score, invalid-action rate, steps, learning "
+        "curves. Mean ± sample std over seeds; every started run is listed.",
         "python benchmarks/compare_estimators.py --setting cpu  (GPU: --setting gpu)",
         ["--setting", "smoke"],
         render_compare_estimators,

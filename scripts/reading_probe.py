@@ -9,7 +9,9 @@ Usage::
 
     .venv/bin/python scripts/reading_probe.py runs/quickstart/reference [--seeds 2] [--temperature 1.0]
 
-MEASURED
+Measured 2026-11-30 (32 tasks x 2 seeds): the quickstart's warm start took the task's object at 0.38 of 52
+such steps, where a uniform choice would take it at 0.32; after the quickstart's 30 ProGPO iterations, 0.28
+of 75 steps against 0.30. Neither policy reads its task.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def main() -> int:
     size = trainer._num_tasks(envs)
     tasks = np.linspace(0, size, args.tasks, endpoint=False).astype(int).tolist()
     offered = took_goal = 0
+    chance = 0.0  # expected takes of the task's object by a policy picking uniformly among the offered ones
     won = []
     try:
         for seed in range(args.seeds):
@@ -72,6 +75,7 @@ def main() -> int:
                 objects = {m.group(1) for c in commands if (m := TAKE.search(c))}
                 if len(objects) > 1 and objects & words:
                     offered += 1
+                    chance += 1 / len(objects)
                     played = TAKE.search(rows.action_text[i])
                     took_goal += bool(played and played.group(1) in words)
     finally:
@@ -80,7 +84,7 @@ def main() -> int:
     print(
         f"{args.model_path}: success {np.mean(won):.3f} over {len(won)} episodes; the task's object was one "
         f"of several takeable objects at {offered} steps; the policy took it at "
-        f"{took_goal / max(offered, 1):.2f}"
+        f"{took_goal / max(offered, 1):.2f} (uniform choice among them: {chance / max(offered, 1):.2f})"
     )
     return 0
 

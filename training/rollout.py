@@ -47,6 +47,7 @@ _INFO_KEYS = (
     "obs_hash",
     "history_key",
     "won",
+    "task_score",
     "task_type",
     "task_id",
     "expert_action",

@@ -237,3 +237,7 @@ def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, 
     assert metrics["admissible_rate"] == 1.0 and metrics["valid_rate"] == 1.0
     assert metrics["first_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["logprob_diff_max"] < 1e-4
+    if env_overrides:  # WebShop reports its 0-1 purchase score, whatever the reward mode
+        assert 0.0 <= metrics["task_score"] <= 1.0
+    else:
+        assert "task_score" not in metrics
