@@ -33,7 +33,9 @@ def _command(run_dir: Path, *extra: str) -> list[str]:
 
 
 def test_two_process_fsdp2_run(tmp_path):
-    command = _command(tmp_path, "iterations=2", "checkpoint_every=1")
+    command = _command(
+        tmp_path, "iterations=2", "checkpoint_every=1", "rollout.task_pool=3", "eval.rl_tasks=true"
+    )
     done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=420)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -42,7 +44,10 @@ def test_two_process_fsdp2_run(tmp_path):
     # 2 groups split over 2 ranks, gathered back: every episode is counted once
     assert all(r["episodes"] == 4 for r in train)
     assert all(abs(r["first_ratio_mean"] - 1.0) < 1e-3 for r in train)
-    assert json.loads((tmp_path / "summary.json").read_text())["iterations"] == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["iterations"] == 2
+    # the RL task pool's 3 tasks are split 2 + 1 over the ranks and every episode is gathered once
+    assert summary["rl_tasks_before_rl"]["episodes"] == summary["rl_tasks_after_rl"]["episodes"] == 3
     assert (tmp_path / "final" / "model.safetensors").is_file()
 
 
