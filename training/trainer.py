@@ -175,8 +175,9 @@ class Trainer:
         self.iteration = 0
         self.state: dict[str, Any] = {"stage": "start", "evaluations": []}
         self._train_envs = None
-        self._eval_envs = None
-        self._pool_envs = None  # the RL task pool, played one copy per task (eval.rl_tasks)
+        self._eval_envs: dict[
+            str, Any
+        ] = {}  # evaluation kind -> its envs, one copy per task (made on first use)
 
     # ------------------------------------------------------------------ setup
     def _policy_path(self) -> Path:
@@ -474,29 +475,29 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, iteration: int, label: str) -> dict[str, float]:
         """Success on the held-out split: ``eval.num_tasks`` tasks × ``eval.seeds`` sampling seeds."""
-        cfg = self.config.eval
-        if cfg.num_tasks <= 0:
+        if self.config.eval.num_tasks <= 0:
             return {}
-        if self._eval_envs is None:
-            ranks_tasks = self.dist.shard(list(range(cfg.num_tasks)))
-            self._eval_envs = self._make_envs(self.config.env.eval_split, max(len(ranks_tasks), 1), 1)
-        tasks = spread_tasks(self._num_tasks(self._eval_envs), cfg.num_tasks)
-        return self._evaluate_tasks(self._eval_envs, tasks, iteration, label, "eval")
+        return self._evaluate_spread(
+            "eval", self.config.env.eval_split, self.config.eval.num_tasks, iteration, label
+        )
 
     def evaluate_rl_tasks(self, iteration: int, label: str) -> dict[str, float]:
         """Success on the training tasks RL draws from (``rollout.task_pool``) if ``eval.rl_tasks`` is on."""
         if not self.config.eval.rl_tasks:
             return {}
-        if self._pool_envs is None:
-            ranks_tasks = self.dist.shard(list(range(self.config.rollout.task_pool)))
-            self._pool_envs = self._make_envs(self.config.env.train_split, max(len(ranks_tasks), 1), 1)
-        pool = spread_tasks(self._num_tasks(self._pool_envs), self.config.rollout.task_pool)
-        return self._evaluate_tasks(self._pool_envs, pool, iteration, label, "eval_rl_tasks")
+        split, count = self.config.env.train_split, self.config.rollout.task_pool
+        return self._evaluate_spread("eval_rl_tasks", split, count, iteration, label)
 
-    def _evaluate_tasks(self, envs, all_tasks: list[int], iteration: int, label: str, kind: str) -> dict:
-        """Play ``all_tasks`` (split over ranks) once per ``eval.seeds`` seed; success mean and spread."""
+    def _evaluate_spread(self, kind: str, split: str, count: int, iteration: int, label: str) -> dict:
+        """Play ``count`` tasks spread over ``split`` (shared out over ranks) once per ``eval.seeds`` seed;
+        success mean and spread, recorded as ``kind``."""
         cfg = self.config.eval
-        tasks = self.dist.shard(all_tasks)
+        if kind not in self._eval_envs:
+            self._eval_envs[kind] = self._make_envs(
+                split, max(len(self.dist.shard(list(range(count)))), 1), 1
+            )
+        envs = self._eval_envs[kind]
+        tasks = self.dist.shard(spread_tasks(self._num_tasks(envs), count))
         indices = tasks or [0]
         per_seed, all_episodes, admissible = [], [], [0.0, 0.0]
         for s in range(cfg.seeds):
@@ -727,6 +728,6 @@ class Trainer:
 
     def close(self) -> None:
         """Close the envs."""
-        for envs in (self._train_envs, self._eval_envs, self._pool_envs):
+        for envs in (self._train_envs, *self._eval_envs.values()):
             if envs is not None:
                 envs.close()
