@@ -106,9 +106,10 @@ class EnvConfig:
         "types in four small bedrooms, the presets clear it)",
     )
     train_kwargs: dict = _field(
-        {"num_generated": 160},
+        {"num_generated": 160, "expert_mode": "searching"},
         "extra keyword arguments for the training split's env copies only, over `kwargs` (e.g. ALFWorld's "
-        "num_generated: more generated training games while the held-out split keeps its size)",
+        "num_generated: more generated training games while the held-out split keeps its size; its "
+        "expert_mode: searching demonstrates a search a policy can imitate from what it has seen)",
     )
 
 
@@ -174,7 +175,7 @@ class LossConfig:
 class OptimConfig:
     """AdamW and batching of the update."""
 
-    lr: float = _field(1e-3, "learning rate (paper: 1e-6 for 1.5B models)")
+    lr: float = _field(3e-4, "learning rate (paper: 1e-6 for 1.5B models)")
     weight_decay: float = _field(0.0, "AdamW weight decay")
     betas: list = _field([0.9, 0.999], "AdamW betas")
     grad_clip: float = _field(1.0, "max global gradient norm")
@@ -190,6 +191,12 @@ class WarmStartConfig:
 
     enabled: bool = _field(True, "run the warm start before RL")
     num_tasks: int = _field(160, "training tasks whose expert episodes are collected")
+    lm_epochs: int = _field(
+        10,
+        "passes of next-token prediction over the demonstrations' prompt text before imitation (0 = none): "
+        "a randomly initialised model learns to read its context, which a pretrained LLM brings "
+        "(training/warm_start.py)",
+    )
     epochs: int = _field(8, "passes over the demonstrations")
     lr: float = _field(3e-3, "learning rate (linear decay to 0)")
     batch_rows: int = _field(8, "demonstration steps per optimizer step")

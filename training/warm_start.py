@@ -7,6 +7,17 @@ prompt is exactly the RL prompt (same harness template, same history) and whose 
 action in the answer format (:func:`demonstration_text`). Only response tokens carry loss (token-mean over
 each batch).
 
+Before imitation, ``warm_start.lm_epochs`` passes of next-token prediction over the demonstrations' *prompt*
+text (:func:`prompt_corpus`, :func:`corpus_nll_sum`) give a randomly initialised model what a pretrained LLM
+brings: reading its context. Imitation alone cannot teach it: the expert's ~160 "take X" decisions are too few
+for a 2-layer model to learn to find X in the task line, and it instead memorises which object each training
+room's tasks want (teacher-forced on expert steps, the quickstart's warm start picked the task's object 65% of
+the time on training tasks and 30% on held-out ones, where picking at random gives 35-38%). The prompts hold
+~100k tokens of copying (objects named in an observation return in the admissible list, the first
+observation's task returns in the task line), and next-token prediction over them builds the copy circuits
+that imitation then points at the task: with the quickstart's 10 passes the same probe picks the task's
+object 97% of the time on training tasks and 90% on held-out ones (``scripts/reading_probe.py``).
+
 Example:
     >>> demonstration_text("go to desk 1")
     '<think></think><action>go to desk 1</action>'
@@ -18,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +37,7 @@ import torch
 
 from training.loss import sft_loss_sum
 from training.rollout import StepRows
-from training.sampling import pack_sequences, policy_logprobs
+from training.sampling import allowed_logits, pack_sequences, policy_logprobs
 
 if TYPE_CHECKING:
     from training.trainer import Trainer
@@ -70,13 +82,20 @@ def length_bucketed_batches(
 
 
 def collect_demonstrations(
-    trainer: Trainer, num_tasks: int, batch_envs: int = 16, only_successful: bool = True
+    trainer: Trainer,
+    tasks: Sequence[int],
+    split: str | None = None,
+    batch_envs: int = 16,
+    only_successful: bool = True,
 ) -> tuple[StepRows, dict]:
-    """Expert episodes on training tasks ``0..num_tasks-1`` as step rows (only those that won, by default)."""
+    """Expert episodes on ``tasks`` of ``split`` (default: the training split; indices wrap around its size)
+    as step rows, only those that won by default."""
     rows = StepRows.empty()
-    envs = trainer._make_envs(trainer.config.env.train_split, min(batch_envs, num_tasks), 1, expert=True)
+    envs = trainer._make_envs(
+        split or trainer.config.env.train_split, min(batch_envs, len(tasks)), 1, expert=True
+    )
     available = trainer._num_tasks(envs)
-    tasks = [t % available for t in range(num_tasks)]
+    tasks = [t % available for t in tasks]
     won = played = 0
     try:
         worker = trainer._worker(envs)
@@ -102,58 +121,127 @@ def collect_demonstrations(
     }
 
 
-def warm_start(trainer: Trainer) -> dict[str, Any]:
-    """Collect demonstrations and fine-tune ``trainer.model`` on them; returns statistics."""
+def prompt_corpus(rows: StepRows) -> list[list[int]]:
+    """The distinct prompts of ``rows`` (token ids), in a fixed order: the text of the language-model stage.
+
+    Example:
+        >>> rows = StepRows.empty()
+        >>> rows.prompt_ids += [[3, 4], [1, 2], [3, 4]]
+        >>> prompt_corpus(rows)
+        [[1, 2], [3, 4]]
+    """
+    return [list(p) for p in sorted({tuple(p) for p in rows.prompt_ids})]
+
+
+def corpus_nll_sum(
+    model: torch.nn.Module, texts: list[list[int]], vocab: torch.Tensor, pad_token_id: int, device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed next-token negative log-likelihood of ``texts`` (token ids, each at least 2 long), with the
+    softmax taken over the corpus' own tokens ``vocab`` (sorted ids) instead of the whole vocabulary.
+
+    Tokens that never occur in the corpus would only be pushed down; leaving them out keeps the output layer
+    at ~100 rows instead of the quickstart's 65,536 (:func:`training.sampling.allowed_logits` computes just
+    those). Each text is packed as a one-token prompt and a response, so every later token is predicted once.
+    Returns the loss and the mask of the predicted tokens ``(rows, longest text - 1)``.
+    """
+    packed = pack_sequences([t[:1] for t in texts], [t[1:] for t in texts], pad_token_id, device)
+    rows, width = packed.response_ids.shape
+    index = vocab.to(packed.response_ids.device).view(1, 1, -1).expand(rows, width, -1)
+    column = torch.searchsorted(index[0, 0].contiguous(), packed.response_ids).clamp(max=len(vocab) - 1)
+    logprobs = torch.log_softmax(allowed_logits(model, packed, index), -1)
+    token_logprobs = logprobs.gather(-1, column.unsqueeze(-1)).squeeze(-1)
+    return sft_loss_sum(token_logprobs, packed.response_mask), packed.response_mask
+
+
+def _fit(
+    trainer: Trainer,
+    lengths: list[int],
+    epochs: int,
+    batch_loss: Callable[[list[int]], tuple[torch.Tensor, torch.Tensor]],
+    what: str,
+) -> list[float]:
+    """AdamW (``warm_start.lr``, linear decay) over length-bucketed batches of item indices; returns each
+    epoch's mean token NLL.
+
+    ``batch_loss(indices) -> (summed NLL, token mask)``. Every rank steps on every batch: a rank whose share
+    of a batch is empty runs the batch's first item with weight 0, so the ranks' FSDP collectives stay
+    paired; the loss is normalised by the tokens of the whole batch over all ranks.
+    """
     cfg = trainer.config.warm_start
-    started = time.perf_counter()
-    rows, stats = collect_demonstrations(trainer, cfg.num_tasks, only_successful=cfg.only_successful)
-    t_collect = time.perf_counter() - started
     model, dist = trainer.model, trainer.dist
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
-    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr)
     rng = np.random.default_rng(trainer.config.seed)
-    lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids, strict=True)]
-    num_batches = len(length_bucketed_batches(lengths, cfg.batch_rows, rng))
-    total_steps = cfg.epochs * num_batches
+    total_steps = epochs * len(length_bucketed_batches(lengths, cfg.batch_rows, rng))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 - s / max(total_steps, 1))
+    model.train()
     losses = []
-    for _epoch in range(cfg.epochs):
+    for _epoch in range(epochs):
         epoch_loss, epoch_tokens = 0.0, 0.0
         for batch in length_bucketed_batches(lengths, cfg.batch_rows, rng):
             mine = dist.shard(batch)
             weight = 1.0 if mine else 0.0
-            mine = mine or batch[:1]
-            tokens = dist.all_reduce_sum(sum(len(rows.response_ids[i]) for i in mine) if weight else 0)
-            packed = pack_sequences(
-                [rows.prompt_ids[i] for i in mine],
-                [rows.response_ids[i] for i in mine],
-                trainer.tokenizer.pad_token_id,
-                trainer.device,
-            )
-            logprobs = policy_logprobs(
-                model,
-                packed,
-                [rows.response_ids[i] for i in mine],
-                [rows.choices[i] for i in mine],
-            )
-            loss_sum = sft_loss_sum(logprobs, packed.response_mask)
+            loss_sum, mask = batch_loss(mine or batch[:1])
+            tokens = dist.all_reduce_sum(float(mask.sum()) * weight)
             optimizer.zero_grad(set_to_none=True)
             (loss_sum * weight * dist.world_size / max(tokens, 1.0)).backward()
-            torch.nn.utils.clip_grad_norm_(
-                [p for p in model.parameters() if p.requires_grad], trainer.config.optim.grad_clip
-            )
+            torch.nn.utils.clip_grad_norm_(params, trainer.config.optim.grad_clip)
             optimizer.step()
             scheduler.step()
             epoch_loss += float(loss_sum.detach()) * weight
-            epoch_tokens += float(packed.response_mask.sum()) * weight
+            epoch_tokens += float(mask.sum()) * weight
         losses.append(epoch_loss / max(epoch_tokens, 1.0))
-        trainer._log(f"warm start epoch {len(losses)}/{cfg.epochs}: token NLL {losses[-1]:.3f}")
+        trainer._log(f"{what} epoch {len(losses)}/{epochs}: token NLL {losses[-1]:.3f}")
+    return losses
+
+
+def warm_start(trainer: Trainer) -> dict[str, Any]:
+    """Collect demonstrations, train ``trainer.model`` on their prompts' text (``warm_start.lm_epochs``), then
+    fine-tune it on the expert's responses (``warm_start.epochs``); returns statistics."""
+    cfg = trainer.config.warm_start
+    started = time.perf_counter()
+    rows, stats = collect_demonstrations(trainer, range(cfg.num_tasks), only_successful=cfg.only_successful)
+    t_collect = time.perf_counter() - started
+    pad, device = trainer.tokenizer.pad_token_id, trainer.device
+
+    corpus = [p for p in prompt_corpus(rows) if len(p) > 1]
+    if cfg.lm_epochs and corpus:
+        vocab = torch.tensor(sorted({t for p in corpus for t in p}))
+        lm_losses = _fit(
+            trainer,
+            [len(p) for p in corpus],
+            cfg.lm_epochs,
+            lambda batch: corpus_nll_sum(trainer.model, [corpus[i] for i in batch], vocab, pad, device),
+            "warm start, prompt text",
+        )
+        stats.update(
+            {
+                "lm_texts": float(len(corpus)),
+                "lm_vocab": float(len(vocab)),
+                "lm_loss_first_epoch": lm_losses[0],
+                "lm_loss_last_epoch": lm_losses[-1],
+            }
+        )
+    t_lm = time.perf_counter() - started - t_collect
+
+    def imitation_loss(batch: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        packed = pack_sequences(
+            [rows.prompt_ids[i] for i in batch], [rows.response_ids[i] for i in batch], pad, device
+        )
+        logprobs = policy_logprobs(
+            trainer.model, packed, [rows.response_ids[i] for i in batch], [rows.choices[i] for i in batch]
+        )
+        return sft_loss_sum(logprobs, packed.response_mask), packed.response_mask
+
+    lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids, strict=True)]
+    losses = _fit(trainer, lengths, cfg.epochs, imitation_loss, "warm start")
     stats.update(
         {
             "sft_loss_first_epoch": losses[0] if losses else 0.0,
             "sft_loss_last_epoch": losses[-1] if losses else 0.0,
             "time_collect": t_collect,
-            "time_sft": time.perf_counter() - started - t_collect,
+            "time_lm": t_lm,
+            "time_sft": time.perf_counter() - started - t_collect - t_lm,
         }
     )
     return stats

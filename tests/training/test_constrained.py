@@ -222,6 +222,7 @@ def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, 
             "iterations=1",
             "eval.num_tasks=0",
             "rollout.constrained_actions=true",
+            "warm_start.lm_epochs=2",
             *([] if env_overrides else ["rollout.max_new_tokens=40"]),
         ],
     )
@@ -234,6 +235,8 @@ def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, 
     finally:
         trainer.close()
     assert stats["demo_steps"] > 0 and np.isfinite(stats["sft_loss_last_epoch"])
+    assert 1 < stats["lm_texts"] <= stats["demo_steps"]  # distinct prompts
+    assert stats["lm_loss_last_epoch"] < stats["lm_loss_first_epoch"]  # the prompt text was learned from
     assert metrics["admissible_rate"] == 1.0 and metrics["valid_rate"] == 1.0
     assert metrics["first_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["logprob_diff_max"] < 1e-4

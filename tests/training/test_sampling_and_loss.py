@@ -147,3 +147,25 @@ def test_k3_kl():
     assert value == pytest.approx(0.5 - math.log(0.5) - 1)
     assert value > 0
     assert kl_k3(torch.tensor([0.0]), torch.tensor([-100.0])).item() <= 10.0  # clamped
+
+
+def test_corpus_nll_is_the_full_softmax_renormalised_over_the_corpus_tokens(policy):
+    """The warm start's language-model stage: every token after the first is predicted once, from the logits
+    of the corpus' own tokens only (the full softmax restricted to them and renormalised); padding is
+    outside the mask."""
+    from training.warm_start import corpus_nll_sum
+
+    model, tokenizer = policy.model, policy.tokenizer
+    texts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in _prompts(tokenizer)]
+    vocab = torch.tensor(sorted({t for text in texts for t in text}))
+    with torch.no_grad():
+        loss_sum, mask = corpus_nll_sum(model, texts, vocab, tokenizer.pad_token_id, "cpu")
+    assert mask.sum(1).tolist() == [len(t) - 1 for t in texts]
+    expected = 0.0
+    with torch.no_grad():
+        for text in texts:
+            logits = model(torch.tensor([text])).logits[0, :-1, vocab]
+            logprobs = torch.log_softmax(logits.float(), -1)
+            column = torch.searchsorted(vocab, torch.tensor(text[1:]))
+            expected -= float(logprobs.gather(-1, column[:, None]).sum())
+    assert float(loss_sum) == pytest.approx(expected, rel=1e-4)

@@ -32,6 +32,7 @@ TINY_OVERRIDES = [
     "rollout.task_pool=0",  # the quickstart's RL task pool (tested in test_train_cli.py)
     "eval.rl_tasks=false",
     "warm_start.num_tasks=4",
+    "warm_start.lm_epochs=1",
     "warm_start.epochs=1",
     "eval.num_tasks=2",
     "eval.seeds=1",
