@@ -314,8 +314,6 @@ class EnvPool:
             worker.process.kill()
         if worker.process is not None:
             worker.process.join(5)
-        if worker.conn is not None:
-            worker.conn.close()  # now, not whenever the old pipe is garbage-collected
         with self._records_lock:
             lost = [i for i, r in self._records.items() if r.worker == worker.index]
             for instance_id in lost:

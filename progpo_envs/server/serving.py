@@ -66,22 +66,15 @@ class BackgroundServer:
 
     def stop(self) -> None:
         """Stop serving (and the env workers unless ``shutdown_pool=False``)."""
-        if self._thread.is_alive():
-            # The serving thread closes its own channels: closed from here while it waits in select() on their
-            # descriptors, that select fails with EBADF. The trigger's thunks run on the serving thread.
-            self._server.trigger.pull_trigger(self._close_channels)
-            self._thread.join(10)
-        else:
-            self._close_channels()
+        self._server.close()
+        # close() stops listening; the loop exits once every channel (open connections, the wake-up trigger)
+        # is closed too, so close them rather than wait for their timeouts
+        for channel in list(self._server._map.values()):
+            channel.close()
+        self._thread.join(10)
         pool = self.app.extensions.get("progpo_pool")
         if self.shutdown_pool and pool is not None:
             pool.shutdown()
-
-    def _close_channels(self) -> None:
-        """Close the listening socket, open connections and the wake-up trigger: with no channel left, the
-        serving loop returns (rather than waiting for the connections' timeouts)."""
-        for channel in list(self._server._map.values()):
-            channel.close()
 
 
 def app_from_environment() -> Flask:
