@@ -50,6 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.credit_diagnostics import git_commit, machine_info  # noqa: E402
+from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND  # noqa: E402
 
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 #: The issue's estimator list (DAPO is a GRPO variant with a filter; run it with --estimators if wanted).
@@ -225,7 +226,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 def final_metrics(records: list[dict[str, Any]], label: str = "after_rl") -> dict[str, float]:
     """Headline and per-task-type numbers of the last held-out evaluation with ``label``, plus
     ``rl_tasks_success`` from the last evaluation on RL's task pool with that label (when there is one)."""
-    evals = [r for r in records if r.get("kind") == "eval" and r.get("label") == label]
+    evals = [r for r in records if r.get("kind") == HELD_OUT_EVAL_KIND and r.get("label") == label]
     if not evals:
         return {}
     rec = evals[-1]
@@ -234,7 +235,7 @@ def final_metrics(records: list[dict[str, Any]], label: str = "after_rl") -> dic
         for k, v in rec.items()
         if (k in METRICS or k.startswith("success/")) and isinstance(v, int | float)
     }
-    pool = [r for r in records if r.get("kind") == "eval_rl_tasks" and r.get("label") == label]
+    pool = [r for r in records if r.get("kind") == RL_TASKS_EVAL_KIND and r.get("label") == label]
     if pool:
         out["rl_tasks_success"] = pool[-1]["success"]
     return out

@@ -18,6 +18,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+#: ``kind`` of the records of the held-out evaluation and of the evaluation on RL's own task pool.
+HELD_OUT_EVAL_KIND = "eval"
+RL_TASKS_EVAL_KIND = "eval_rl_tasks"
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -87,8 +91,8 @@ class MetricsLog:
 def plot_learning_curve(records: list[dict[str, Any]], path: Path) -> Path | None:
     """Training success per iteration and validation success (mean ± spread over seeds) to a PNG."""
     train = [r for r in records if r.get("kind") == "train"]
-    evals = [r for r in records if r.get("kind") == "eval"]
-    rl_task_evals = [r for r in records if r.get("kind") == "eval_rl_tasks"]
+    evals = [r for r in records if r.get("kind") == HELD_OUT_EVAL_KIND]
+    rl_task_evals = [r for r in records if r.get("kind") == RL_TASKS_EVAL_KIND]
     if not train and not evals:
         return None
     import matplotlib

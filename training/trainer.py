@@ -50,7 +50,7 @@ from training.checkpoint import latest_checkpoint, load_checkpoint_state, save_c
 from training.config import ConfigError, TrainConfig, config_to_dict
 from training.distributed import DistContext, full_state_dict, shard_model
 from training.loss import kl_k3, masked_sum, policy_loss_terms
-from training.metrics import MetricsLog, plot_learning_curve
+from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND, MetricsLog, plot_learning_curve
 from training.policy import (
     Policy,
     build_tiny_policy,
@@ -175,9 +175,8 @@ class Trainer:
         self.iteration = 0
         self.state: dict[str, Any] = {"stage": "start", "evaluations": []}
         self._train_envs = None
-        self._eval_envs: dict[
-            str, Any
-        ] = {}  # evaluation kind -> its envs, one copy per task (made on first use)
+        # evaluation kind -> its envs, one copy per task (made on first use)
+        self._eval_envs: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ setup
     def _policy_path(self) -> Path:
@@ -478,7 +477,7 @@ class Trainer:
         if self.config.eval.num_tasks <= 0:
             return {}
         return self._evaluate_spread(
-            "eval", self.config.env.eval_split, self.config.eval.num_tasks, iteration, label
+            HELD_OUT_EVAL_KIND, self.config.env.eval_split, self.config.eval.num_tasks, iteration, label
         )
 
     def evaluate_rl_tasks(self, iteration: int, label: str) -> dict[str, float]:
@@ -486,7 +485,15 @@ class Trainer:
         if not self.config.eval.rl_tasks:
             return {}
         split, count = self.config.env.train_split, self.config.rollout.task_pool
-        return self._evaluate_spread("eval_rl_tasks", split, count, iteration, label)
+        return self._evaluate_spread(RL_TASKS_EVAL_KIND, split, count, iteration, label)
+
+    def _evaluations(self):
+        """The evaluations run before and after RL: ``(record kind, name in logs, summary key prefix,
+        evaluate)``."""
+        return (
+            (HELD_OUT_EVAL_KIND, "held-out", "", self.evaluate),
+            (RL_TASKS_EVAL_KIND, "RL-task", "rl_tasks_", self.evaluate_rl_tasks),
+        )
 
     def _evaluate_spread(self, kind: str, split: str, count: int, iteration: int, label: str) -> dict:
         """Play ``count`` tasks spread over ``split`` (shared out over ranks) once per ``eval.seeds`` seed;
@@ -628,7 +635,7 @@ class Trainer:
                 self.optimizer = self._make_optimizer(cfg.optim.lr)
                 self._sync_rollout_weights()
             self._setup_reference()  # before the first checkpoint, so a resumed run finds the same reference
-            for evaluate, what in ((self.evaluate, "held-out"), (self.evaluate_rl_tasks, "RL-task")):
+            for _kind, what, _prefix, evaluate in self._evaluations():
                 record = evaluate(0, "before_rl") if cfg.eval.before_rl else {}
                 if record:
                     self.metrics.write(record)
@@ -669,8 +676,8 @@ class Trainer:
                     cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
                 ) or self.iteration == cfg.iterations:
                     self.save(self.iteration)
-        for evaluate, kind in ((self.evaluate, "eval"), (self.evaluate_rl_tasks, "eval_rl_tasks")):
-            done = [e for e in self.state["evaluations"] if e.get("kind", "eval") == kind]
+        for kind, _what, _prefix, evaluate in self._evaluations():
+            done = [e for e in self.state["evaluations"] if e["kind"] == kind]
             if any(e.get("label") == "after_rl" for e in done):
                 continue
             before = [e for e in done if e.get("label") == "before_rl"]
@@ -689,8 +696,8 @@ class Trainer:
 
     def _finish(self) -> dict[str, Any]:
         summary: dict[str, Any] = {"iterations": self.iteration, "algo": self.config.algo.name}
-        for kind, prefix in (("eval", ""), ("eval_rl_tasks", "rl_tasks_")):
-            evals = {e["label"]: e for e in self.state["evaluations"] if e.get("kind", "eval") == kind}
+        for kind, _what, prefix, _evaluate in self._evaluations():
+            evals = {e["label"]: e for e in self.state["evaluations"] if e["kind"] == kind}
             for label in ("before_rl", "after_rl"):
                 if label in evals:
                     summary[prefix + label] = {
