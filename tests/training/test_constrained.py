@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from training_helpers import TINY_OVERRIDES, subprocess_env
+from training_helpers import subprocess_env, tiny_config
 
 from training import sampling
 from training.config import ConfigError, load_config
@@ -213,18 +213,14 @@ def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, 
     from training.trainer import Trainer
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = load_config(
-        CONFIGS / "quickstart.yaml",
-        [
-            *TINY_OVERRIDES,
-            *env_overrides,
-            f"run_dir={tmp_path}",
-            "iterations=1",
-            "eval.num_tasks=0",
-            "rollout.constrained_actions=true",
-            "warm_start.lm_epochs=2",
-            *([] if env_overrides else ["rollout.max_new_tokens=40"]),
-        ],
+    config = tiny_config(
+        tmp_path,
+        *env_overrides,
+        "iterations=1",
+        "eval.num_tasks=0",
+        "rollout.constrained_actions=true",
+        "warm_start.lm_epochs=2",
+        *([] if env_overrides else ["rollout.max_new_tokens=40"]),
     )
     trainer = Trainer(config)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from training_helpers import TINY_OVERRIDES, subprocess_env
+from training_helpers import TINY_OVERRIDES, subprocess_env, tiny_config
 
 from training.cli import main
 
@@ -149,21 +149,16 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, straight_run):
 def test_lora_run_trains_adapters_only_and_exports_a_plain_model(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from training.config import load_config
     from training.trainer import Trainer
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = load_config(
-        CONFIGS / "quickstart.yaml",
-        [
-            *TINY_OVERRIDES,
-            f"run_dir={tmp_path}",
-            "iterations=1",
-            "warm_start.enabled=false",
-            "eval.num_tasks=0",
-            "model.lora_rank=4",
-            "model.lora_target_modules=[q_proj]",
-        ],
+    config = tiny_config(
+        tmp_path,
+        "iterations=1",
+        "warm_start.enabled=false",
+        "eval.num_tasks=0",
+        "model.lora_rank=4",
+        "model.lora_target_modules=[q_proj]",
     )
     trainer = Trainer(config)
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
@@ -215,21 +210,16 @@ def test_gpu_presets_run_two_iterations_on_cpu(tmp_path, preset, tiny_policy_dir
 def test_free_text_iteration_on_the_real_webshop_env(tmp_path, monkeypatch):
     """The WebShop env in-process (its info nests ``available_actions``), free text as in the papers: every
     step becomes a row with its hashes, invalid text is penalised, not a crash."""
-    from training.config import load_config
     from training.trainer import Trainer
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = load_config(
-        None,
-        [
-            *TINY_OVERRIDES,
-            "env.id=progpo/WebShop-v0",
-            "env.kwargs={num_products: 200}",
-            "env.eval_split=test",
-            "env.max_steps=3",
-            f"run_dir={tmp_path}",
-            "warm_start.enabled=false",
-        ],
+    config = tiny_config(
+        tmp_path,
+        "env.id=progpo/WebShop-v0",
+        "env.kwargs={num_products: 200}",
+        "env.eval_split=test",
+        "env.max_steps=3",
+        "warm_start.enabled=false",
     )
     trainer = Trainer(config)
     try:
@@ -245,22 +235,17 @@ def test_free_text_iteration_on_the_real_webshop_env(tmp_path, monkeypatch):
 
 
 def test_dynamic_sampling_runs_more_rounds(tmp_path, monkeypatch):
-    from training.config import load_config
     from training.trainer import Trainer
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = load_config(
-        CONFIGS / "quickstart.yaml",
-        [
-            *TINY_OVERRIDES,
-            f"run_dir={tmp_path}",
-            "iterations=1",
-            "warm_start.enabled=false",
-            "eval.num_tasks=0",
-            "rollout.dynamic_sampling=true",
-            "rollout.max_sampling_rounds=2",
-            "algo.name=dapo",
-        ],
+    config = tiny_config(
+        tmp_path,
+        "iterations=1",
+        "warm_start.enabled=false",
+        "eval.num_tasks=0",
+        "rollout.dynamic_sampling=true",
+        "rollout.max_sampling_rounds=2",
+        "algo.name=dapo",
     )
     trainer = Trainer(config)
     try:
@@ -274,22 +259,17 @@ def test_dynamic_sampling_runs_more_rounds(tmp_path, monkeypatch):
 
 def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypatch):
     """One update on real rollout rows: responses with A > 0 gain log-probability, A < 0 lose it."""
-    from training.config import load_config
     from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy
     from training.trainer import Trainer
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = load_config(
-        CONFIGS / "quickstart.yaml",
-        [
-            *TINY_OVERRIDES,
-            f"run_dir={tmp_path}",
-            "iterations=1",
-            "warm_start.enabled=false",
-            "eval.num_tasks=0",
-            "loss.kl_coef=0",
-            "optim.lr=1e-3",
-        ],
+    config = tiny_config(
+        tmp_path,
+        "iterations=1",
+        "warm_start.enabled=false",
+        "eval.num_tasks=0",
+        "loss.kl_coef=0",
+        "optim.lr=1e-3",
     )
     trainer = Trainer(config)
     try:
@@ -315,23 +295,18 @@ def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypa
 
 def test_task_pool_limits_rl_tasks_and_is_evaluated_before_and_after(tmp_path, monkeypatch):
     """``rollout.task_pool``: RL draws from N tasks spread over the split; ``eval.rl_tasks`` measures them."""
-    from training.config import load_config
     from training.trainer import Trainer, spread_tasks
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = load_config(
-        CONFIGS / "quickstart.yaml",
-        [
-            *TINY_OVERRIDES,
-            f"run_dir={tmp_path}",
-            "iterations=2",
-            "warm_start.enabled=false",
-            "rollout.num_groups=3",
-            "rollout.task_pool=2",
-            "eval.rl_tasks=true",
-            "eval.seeds=2",
-            "checkpoint_every=0",
-        ],
+    config = tiny_config(
+        tmp_path,
+        "iterations=2",
+        "warm_start.enabled=false",
+        "rollout.num_groups=3",
+        "rollout.task_pool=2",
+        "eval.rl_tasks=true",
+        "eval.seeds=2",
+        "checkpoint_every=0",
     )
     trainer = Trainer(config)
     try:

@@ -44,6 +44,16 @@ TINY_OVERRIDES = [
 ]
 
 
+def tiny_config(run_dir, *overrides: str):
+    """The quickstart preset as a seconds-long toy run in ``run_dir`` (:data:`TINY_OVERRIDES`), then
+    ``overrides``."""
+    from training.config import load_config
+
+    return load_config(
+        REPO / "configs" / "quickstart.yaml", [*TINY_OVERRIDES, f"run_dir={run_dir}", *overrides]
+    )
+
+
 def subprocess_env() -> dict[str, str]:
     """Environment for CLI subprocesses: repo and the toy env importable, one thread, offline."""
     env = dict(os.environ)
