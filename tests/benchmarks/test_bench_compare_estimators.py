@@ -100,8 +100,15 @@ def test_every_setting_builds_valid_configs(name):
         assert config.env.id == ce.ENV_OVERRIDES[env][0].split("=", 1)[1]
         if name == "cpu" and env == "webshop":
             assert config.iterations == 6 and config.env.kwargs == {"num_products": 200, "reward_mode": "raw"}
+        if env == "alfworld":
+            # issue 8: evaluation in held-out scenes, which must be able to host every trained task type
+            from progpo_envs.alfworld.generator import check_restriction
+
+            assert config.env.eval_split == "valid_unseen"
+            kwargs = config.env.kwargs
+            check_restriction(["train", "valid_unseen"], kwargs.get("task_types"), kwargs.get("scenes"))
         if name == "cpu" and env == "alfworld":
-            assert len(config.env.kwargs["task_types"]) == 2 and len(config.env.kwargs["scenes"]) == 4
+            assert len(config.env.kwargs["task_types"]) == 2 and 308 in config.env.kwargs["scenes"]
 
 
 @pytest.mark.slow
