@@ -94,7 +94,8 @@ def episode_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, floa
     }
     by_type: dict[str, list[bool]] = defaultdict(list)
     for e in episodes:
-        by_type[e.task_type or "unknown"].append(e.won)
+        if e.task_type:  # WebShop goals have no type: their per-type entry would repeat ``success``
+            by_type[e.task_type].append(e.won)
     for task_type, wins in sorted(by_type.items()):
         out[f"{prefix}success/{task_type}"] = float(np.mean(wins))
     return out

@@ -83,6 +83,7 @@ def test_episode_metrics_average_the_envs_task_score():
     ]
     m = episode_metrics(episodes)
     assert m["task_score"] == 0.75 and m["score"] == 5.0 and m["success"] == 0.5
+    assert not [k for k in m if k.startswith("success/")]  # untyped goals: no per-type entry
 
 
 def test_exact_prefix_peer_fraction_counts_shared_prefixes_within_groups():
