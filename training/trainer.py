@@ -78,15 +78,19 @@ def derive_seed(*parts: int | str) -> int:
 
 def episode_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
     """Success overall and per task type, return (``score``), the env's task score when it reports one
-    (``task_score``: WebShop's 0–1 purchase score), steps and invalid-action rate of a list of episodes."""
+    (``task_score``: WebShop's 0–1 purchase score), steps (all episodes, and ``success_steps``: won ones only)
+    and invalid-action rate of a list of episodes."""
     if not episodes:
         return {}
     task_scores = [e.task_score for e in episodes if e.task_score is not None]
+    won_steps = [e.steps for e in episodes if e.won]
     out = {
         f"{prefix}success": float(np.mean([e.won for e in episodes])),
         f"{prefix}score": float(np.mean([e.score for e in episodes])),
         **({f"{prefix}task_score": float(np.mean(task_scores))} if task_scores else {}),
         f"{prefix}episode_steps": float(np.mean([e.steps for e in episodes])),
+        # steps to success: the mean length of the won episodes only (absent when none was won)
+        **({f"{prefix}success_steps": float(np.mean(won_steps))} if won_steps else {}),
         f"{prefix}invalid_rate": float(
             sum(e.invalid_steps for e in episodes) / max(1, sum(e.steps for e in episodes))
         ),

@@ -72,6 +72,8 @@ def test_episode_metrics_per_task_type():
     m = episode_metrics(episodes)
     assert m["success"] == 1 / 3 and m["success/pick"] == 0.5 and m["success/heat"] == 0.0
     assert m["invalid_rate"] == 5 / 12 and m["episode_steps"] == 4.0
+    assert m["success_steps"] == 3.0  # steps to success: the one won episode's length
+    assert "success_steps" not in episode_metrics(episodes[1:])  # nothing won: no steps to success
     assert "task_score" not in m  # ALFWorld reports no task score of its own
 
 
