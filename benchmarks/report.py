@@ -210,13 +210,23 @@ def render_compare_estimators(data: dict) -> str:
         "win; WebShop with the cpu setting's `reward_mode: raw`: the 0-1 purchase score); `task_score` is "
         "WebShop's purchase score whatever the reward (— in results recorded before it was logged)."
     )
-    parts.append(
-        markdown_table(
-            ["env / estimator", *metrics], [[k, *(row.get(m) for m in metrics)] for k, row in summary.items()]
-        )
-        if summary
-        else "No run was started."
-    )
+    if summary:
+        # each env's warm start (the shared starting point, one run) heads its estimators' rows
+        warm_rows = {ws.get("env"): ws.get("before_rl") or {} for ws in data.get("warm_starts", [])}
+        rows, shown = [], set()
+        for key, row in summary.items():
+            env = key.split(" / ", 1)[0]
+            if env in warm_rows and env not in shown:
+                shown.add(env)
+                before = warm_rows[env]
+                rows.append([f"{env} / *warm start, before RL*", *(before.get(m) for m in metrics)])
+            rows.append([key, *(row.get(m) for m in metrics)])
+        parts.append(markdown_table(["env / estimator", *metrics], rows))
+    else:
+        parts.append("No run was started.")
+    reproduce = _reproduce_commands(data)
+    if reproduce:
+        parts.append(reproduce)
     runs = data.get("runs", [])
     if runs:
         headline = [m for m in metrics if "/" not in m and m != "runs finished / started"]
@@ -239,6 +249,28 @@ def render_compare_estimators(data: dict) -> str:
             )
         )
     return "\n\n".join(parts)
+
+
+def _reproduce_commands(data: dict) -> str:
+    """How to rerun one number of the comparison: its env's warm start, then the run (paths shown relative to
+    the repository root, where the commands run)."""
+    runs = [r for r in data.get("runs", []) if r.get("command")]
+    if not runs:
+        return ""
+
+    def shown(command: str) -> str:
+        return f"`{command.replace(str(ROOT) + '/', '')}`"
+
+    lines = [
+        "**Reproduce one run** (from the repository root; the other runs change `seed=` and `algo.name=`):"
+    ]
+    for ws in data.get("warm_starts", []):
+        example = next((r for r in runs if r.get("env") == ws.get("env")), None)
+        if ws.get("command") and example:
+            lines.append(f"- `{ws['env']}` warm start: {shown(ws['command'])}")
+            run_name = f"`{ws['env']}` {example['estimator']}, seed {example['seed']}"
+            lines.append(f"- then {run_name}: {shown(example['command'])}")
+    return "\n".join(lines) if len(lines) > 1 else ""
 
 
 def render_advantages(data: dict) -> str:
