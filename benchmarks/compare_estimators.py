@@ -8,10 +8,11 @@ every (estimator, seed) run starts RL from that exported policy (``model.path=<w
 estimator and RL seed (task draws, sampling), and the spread over seeds is the RL noise. Each run is a
 ``python -m training.cli`` subprocess (``--jobs`` at once); its ``metrics.jsonl`` gives the learning curve
 (training success per iteration) and the held-out evaluation after RL: success overall and per task type,
-WebShop score, invalid-action rate and mean episode steps (all episodes, not only successful ones); with the
-quickstart's RL task pool (``rollout.task_pool``, ``eval.rl_tasks``) also ``rl_tasks_success``, the success on
-the tasks RL trained on. The table shows mean ± sample std over seeds; **every started run is listed**, failed
-and timed-out ones included, and is left out of the means only because it has no result.
+WebShop score, invalid-action rate, mean episode steps (all episodes) and steps to success (won episodes
+only); with the quickstart's RL task pool (``rollout.task_pool``, ``eval.rl_tasks``) also
+``rl_tasks_success``, the success on the tasks RL trained on. The table shows mean ± sample std over seeds;
+**every started run is listed**, failed and timed-out ones included, and is left out of the means only because
+it has no result.
 
 Settings (``--setting``):
 
@@ -72,9 +73,18 @@ ENV_OVERRIDES = {
         "env.train_kwargs={}",
     ],
 }
-#: Headline metrics, in table order: held-out evaluation, then success on RL's own task pool
-#: (``eval.rl_tasks``, when the setting has one); per-task-type held-out success is added when present.
-METRICS = ["success", "rl_tasks_success", "task_score", "score", "invalid_rate", "episode_steps"]
+#: Headline metrics, in table order: held-out evaluation (``success_steps``: steps to success, won episodes
+#: only), then success on RL's own task pool (``eval.rl_tasks``, when the setting has one); per-task-type
+#: held-out success is added when present.
+METRICS = [
+    "success",
+    "rl_tasks_success",
+    "task_score",
+    "score",
+    "invalid_rate",
+    "episode_steps",
+    "success_steps",
+]
 
 
 @dataclass
