@@ -55,7 +55,18 @@ class BackgroundServer:
         self._server = make_wsgi_server(app, port=0, threads=threads)
         self.port = int(self._server.effective_port)
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.run, name="env-server", daemon=True)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="env-server", daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            self._server.run()
+        except (OSError, ValueError):
+            # stop() closes the channels from another thread, so the loop's select() can meet a descriptor
+            # closed under it (EBADF, or -1: ValueError); while stopping that is the stop itself, not a fault
+            # (WebTest's StopableWSGIServer, which also serves waitress on a thread, does the same)
+            if not self._stopping.is_set():
+                raise
 
     def __enter__(self) -> BackgroundServer:
         self._thread.start()
@@ -66,6 +77,7 @@ class BackgroundServer:
 
     def stop(self) -> None:
         """Stop serving (and the env workers unless ``shutdown_pool=False``)."""
+        self._stopping.set()
         self._server.close()
         # close() stops listening; the loop exits once every channel (open connections, the wake-up trigger)
         # is closed too, so close them rather than wait for their timeouts

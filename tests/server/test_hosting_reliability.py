@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -107,6 +108,45 @@ def test_worker_killed_mid_run():
         fresh.step("look")
     finally:
         server.stop()
+
+
+def test_stopping_with_open_connections_raises_nothing_on_the_serving_thread():
+    """stop() closes the open channels from the caller's thread while the serving thread sits in select();
+    that race used to surface, rarely, as an EBADF exception on the serving thread. Too rare to provoke on
+    demand, so the loop is also made to meet a closed descriptor: while stopping that is the stop; otherwise
+    it is a fault and is raised."""
+    from progpo_envs.server.serving import BackgroundServer
+
+    owner = serve_toy(num_workers=1)  # owns the app's env pool; the servers below share it
+    raised: list[BaseException | None] = []
+    previous_hook = threading.excepthook
+    threading.excepthook = lambda args: raised.append(args.exc_value)
+    try:
+        for _ in range(5):
+            server = BackgroundServer(owner.app, shutdown_pool=False).__enter__()
+            sessions = [requests.Session() for _ in range(3)]
+            for session in sessions:  # keep-alive: each leaves a channel open in the serving loop
+                assert session.get(f"{server.url}/health", timeout=10).status_code == 200
+            server.stop()
+            assert not server._thread.is_alive()
+            for session in sessions:
+                session.close()
+
+        server = BackgroundServer(owner.app, shutdown_pool=False)  # not started: its loop is called directly
+
+        def loop_meets_a_closed_descriptor() -> None:
+            raise OSError(errno.EBADF, "Bad file descriptor")
+
+        server._server.run = loop_meets_a_closed_descriptor
+        with pytest.raises(OSError):
+            server._serve()  # not stopping: a real fault
+        server._stopping.set()  # what stop() sets first
+        server._serve()  # stopping: the closed descriptor is the stop itself
+        server._server.close()
+    finally:
+        threading.excepthook = previous_hook
+        owner.stop()
+    assert raised == []
 
 
 def churn(url: str, count: int) -> None:
