@@ -224,6 +224,9 @@ def render_compare_estimators(data: dict) -> str:
         parts.append(markdown_table(["env / estimator", *metrics], rows))
     else:
         parts.append("No run was started.")
+    paired = _paired_table(data.get("runs", []), metrics)
+    if paired:
+        parts.append(paired)
     reproduce = _reproduce_commands(data)
     if reproduce:
         parts.append(reproduce)
@@ -249,6 +252,30 @@ def render_compare_estimators(data: dict) -> str:
             )
         )
     return "\n\n".join(parts)
+
+
+def _paired_table(runs: list[dict], metrics: list[str]) -> str:
+    """Each estimator minus GRPO, paired by env and seed, on the held-out and RL-task success."""
+    from benchmarks.compare_estimators import paired_differences
+
+    columns = [m for m in ("success", "rl_tasks_success") if m in metrics]
+    if not columns or not any(r.get("estimator") == "grpo" for r in runs):
+        return ""
+    per_metric = {m: paired_differences(runs, m) for m in columns}
+    keys = list(per_metric[columns[0]])
+
+    def cell(s: dict) -> str:
+        return "—" if not s["n"] else f"{s['mean']:+.3f} ± {s['std']:.3f} (n={s['n']})"
+
+    return (
+        "**Paired with GRPO** (estimator − GRPO, same env and seed: same warm start, RL task draws, "
+        "evaluation tasks and sampling seeds; mean ± sample std over seeds). A difference within its spread "
+        "is no difference.\n\n"
+        + markdown_table(
+            ["env / estimator", *(f"Δ {m}" for m in columns)],
+            [[key, *(cell(per_metric[m][key]) for m in columns)] for key in keys],
+        )
+    )
 
 
 def _reproduce_commands(data: dict) -> str:

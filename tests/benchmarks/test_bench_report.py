@@ -54,6 +54,8 @@ def test_compare_estimators_section_lists_every_run(page):
     assert "| alfworld / grpo | 0.250 ± 0.071 (n=2) | 0.100 ± 0.000 (n=2) | 2 / 2 |" in text
     # the shared warm start heads its env's rows, and one run's commands are printed to reproduce it
     assert "| alfworld / *warm start, before RL* | 0.1 | 0.2 | — |\n| alfworld / grpo |" in text
+    # estimator minus GRPO, paired by seed: progpo's seed 0 (0.5 - 0.2); its timed-out seed 1 has no pair
+    assert "| alfworld / progpo | +0.300 ± 0.000 (n=1) |" in text
     assert "- `alfworld` warm start: `python -m training.cli seed=0 iterations=0 run_dir=runs/cmp" in text
     assert "- then `alfworld` grpo, seed 0: `python -m training.cli seed=0 algo.name=grpo model.path=" in text
     assert "| alfworld / progpo | 0.500 (n=1) | 0.050 (n=1) | 1 / 2 |" in text
