@@ -194,10 +194,13 @@ SETTINGS: dict[str, Setting] = {
             "eval.seeds=2",
         ],
         env_overrides={
-            # all six task types in every scene (the quickstart keeps two types in four bedrooms)
+            # all six task types in every scene (the quickstart keeps two types in four bedrooms); 128
+            # generated games per held-out split, so that the evaluation plays 128 distinct held-out tasks,
+            # as the papers do
             "alfworld": [
                 "env.max_steps=30",
-                "env.kwargs={}",
+                "env.kwargs={num_generated: 128}",
+                "eval.num_tasks=128",
                 "env.train_kwargs={num_generated: 600, expert_mode: searching}",
             ],
             "webshop": ["env.max_steps=15"],

@@ -107,6 +107,9 @@ def test_every_setting_builds_valid_configs(name):
             assert config.env.eval_split == "valid_unseen"
             kwargs = config.env.kwargs
             check_restriction(["train", "valid_unseen"], kwargs.get("task_types"), kwargs.get("scenes"))
+        if name == "gpu" and env == "alfworld":  # distinct held-out tasks, no wrap-around repeats
+            assert config.eval.num_tasks <= config.env.kwargs["num_generated"]
+            assert config.env.train_kwargs["num_generated"] >= config.env.kwargs["num_generated"]
         if name == "cpu" and env == "alfworld":
             assert len(config.env.kwargs["task_types"]) == 2 and 308 in config.env.kwargs["scenes"]
 
