@@ -413,10 +413,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", type=int, default=None, help="training runs at once (default: the setting's)"
     )
+    parser.add_argument(
+        "--resummarise",
+        action="store_true",
+        help="run nothing: read --out's runs again from their folders with this code and rewrite it",
+    )
     args = parser.parse_args(argv)
 
     from rich.console import Console
-    from rich.table import Table
+
+    if args.resummarise:
+        write_result(resummarise(json.loads(args.out.read_text())), args.out, Console(width=160))
+        return 0
 
     setting = SETTINGS[args.setting]
     seeds = args.seeds if args.seeds is not None else setting.seeds
@@ -508,18 +516,51 @@ def main(argv: list[str] | None = None) -> int:
         "warm_starts": warm_starts,
         "runs": runs,
     }
-    table = Table(title=f"estimator comparison ({args.setting}): held-out after RL, mean ± std over seeds")
-    table.add_column("env / estimator")
-    for m in metric_names[:8]:
-        table.add_column(m, justify="right")
-    for key, row in display.items():
-        table.add_row(key, *(row[m] for m in metric_names[:8]))
-    console.print(table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    plot_curves(runs, args.out.with_suffix(".png"))
-    console.print(f"wrote {args.out} ({result['seconds']:.0f} s)")
+    write_result(result, args.out, console)
     return 0 if all(r["status"] == "ok" for r in runs) and runs else 1
+
+
+def write_result(result: dict[str, Any], out: Path, console: Any) -> None:
+    """Print the summary table, write the JSON to ``out`` and the learning curves beside it (``.png``)."""
+    from rich.table import Table
+
+    names = result["metric_names"]
+    table = Table(
+        title=f"estimator comparison ({result['setting']}): held-out after RL, mean ± std over seeds"
+    )
+    table.add_column("env / estimator")
+    for m in names[:8]:
+        table.add_column(m, justify="right")
+    for key, row in result["summary"].items():
+        table.add_row(key, *(row[m] for m in names[:8]))
+    console.print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    plot_curves(result["runs"], out.with_suffix(".png"))
+    console.print(f"wrote {out} ({result['seconds']:.0f} s)")
+
+
+def resummarise(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` (a comparison's JSON) with every number read again from the run folders by this code's
+    :func:`final_metrics` and :func:`curve`, and the summary rebuilt; no run is repeated.
+
+    For when the extraction changed after the runs (a metric the training logged that the comparison did not
+    collect yet). The runs' ``git``, ``machine`` and ``seconds`` are kept; ``resummarised_by`` records the
+    commit that read them again.
+    """
+    result = json.loads(json.dumps(result))  # a deep copy
+    for ws in result.get("warm_starts", []):
+        ws["before_rl"] = final_metrics(read_metrics(ROOT / ws["run_dir"]), "before_rl")
+    before = {ws["env"]: ws["before_rl"] for ws in result.get("warm_starts", [])}
+    for run in result["runs"]:
+        records = read_metrics(ROOT / run["run_dir"])
+        run["before_rl"] = before.get(run["env"], {})
+        if run.get("status") == "ok":
+            run["final"] = final_metrics(records)
+            run["curve"] = curve(records)
+    display, stats, names = summarise(result["runs"])
+    result.update(summary=display, statistics=stats, metric_names=names, resummarised_by=git_commit())
+    return result
 
 
 def _torch_info() -> dict[str, Any]:

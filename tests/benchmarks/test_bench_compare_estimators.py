@@ -76,6 +76,50 @@ def test_summarise_keeps_every_started_run():
     assert stats["alfworld / grpo"]["started"] == 2 and names[-1] == "runs finished / started"
 
 
+def test_resummarise_reads_the_run_folders_again(tmp_path):
+    """Numbers the training logged but an older comparison did not collect come back from the run folders;
+    nothing else of the result changes."""
+    ws_dir, run_dir = tmp_path / "warm_start", tmp_path / "seed0" / "grpo"
+    for folder, records in [(ws_dir, RECORDS[:2]), (run_dir, RECORDS)]:
+        folder.mkdir(parents=True)
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    old = {
+        "setting": "cpu",
+        "git": {"commit": "a" * 40, "dirty": False},
+        "seconds": 12.0,
+        "warm_starts": [{"env": "alfworld", "run_dir": str(ws_dir), "before_rl": {}}],
+        "runs": [
+            {
+                "env": "alfworld",
+                "estimator": "grpo",
+                "seed": 0,
+                "status": "ok",
+                "run_dir": str(run_dir),
+                "final": {"success": 0.5},
+                "curve": [],
+            },
+            {
+                "env": "alfworld",
+                "estimator": "progpo",
+                "seed": 0,
+                "status": "timeout",
+                "run_dir": str(tmp_path / "missing"),
+                "final": {},
+            },
+        ],
+    }
+    new = ce.resummarise(old)
+    assert new["runs"][0]["final"] == ce.final_metrics(RECORDS) and new["runs"][0]["curve"] == [
+        (1, 0.5),
+        (2, 0.75),
+    ]
+    assert new["runs"][0]["before_rl"] == {"success": 0.25, "invalid_rate": 0.5}
+    assert new["runs"][1]["final"] == {}  # a run that did not finish stays without numbers
+    assert new["summary"]["alfworld / grpo"]["episode_steps"] == "7.000 ± 0.000 (n=1)"
+    assert new["git"] == old["git"] and new["seconds"] == 12.0 and "resummarised_by" in new
+    assert old["runs"][0]["final"] == {"success": 0.5}  # the input is not modified
+
+
 def test_settings_use_known_estimators_and_cover_three_seeds():
     from training.config import ALGO_CHOICES
 
