@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         summary = []
         for b in selected:
-            run_args = [] if args.full else b.quick_args
+            run_args = b.full_args if args.full else b.quick_args
             if not (ROOT / b.script).exists():
                 summary.append((b.name, "skipped (script missing)", 0.0))
                 continue

@@ -37,6 +37,17 @@ def test_dry_run_prints_quick_commands_and_writes_nothing(capsys, monkeypatch, t
     assert not (tmp_path / "README.md").exists()
 
 
+def test_full_runs_use_each_benchmarks_own_arguments(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(cli, "PAGE", tmp_path / "README.md")
+    names = ["compare_estimators", "compare_estimators_quickstart_rl"]
+    assert cli.main(["--dry-run", "--full", "--only", *names]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("==> ")]
+    assert commands[0].endswith("benchmarks/compare_estimators.py")  # the script's default: the cpu setting
+    assert commands[1].endswith(
+        "--setting cpu_quickstart_rl --out benchmarks/results/compare_estimators_quickstart_rl.json"
+    )  # its own result file: not the cpu setting's, which a bare run would overwrite
+
+
 def test_unknown_benchmark_is_an_argument_error():
     with pytest.raises(SystemExit) as exc:
         cli.main(["--only", "nope"])
