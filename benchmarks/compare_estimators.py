@@ -6,13 +6,13 @@ the expert demonstrations' prompts, behaviour cloning on their actions, its held
 every (estimator, seed) run starts RL from that exported policy (``model.path=<warm start>/final``,
 ``warm_start.enabled=false``, ``eval.before_rl=false``) with identical settings, so runs differ only in
 estimator and RL seed (task draws, sampling), and the spread over seeds is the RL noise. Each run is a
-``python -m training.cli`` subprocess (``--jobs`` at once); its ``metrics.jsonl`` gives the learning curve
-(training success per iteration) and the held-out evaluation after RL: success overall and per task type,
-WebShop score, invalid-action rate, mean episode steps (all episodes) and steps to success (won episodes
-only); with the quickstart's RL task pool (``rollout.task_pool``, ``eval.rl_tasks``) also
-``rl_tasks_success``, the success on the tasks RL trained on. The table shows mean ± sample std over seeds;
-**every started run is listed**, failed and timed-out ones included, and is left out of the means only because
-it has no result.
+``python -m training.cli`` subprocess (``--jobs`` at once); its ``metrics.jsonl`` gives the learning curves
+(training success per iteration; WebShop's purchase score too) and the held-out evaluation after RL:
+success overall and per task type, WebShop score, invalid-action rate, mean episode steps (all episodes) and
+steps to success (won episodes only); with the quickstart's RL task pool (``rollout.task_pool``,
+``eval.rl_tasks``) also ``rl_tasks_success``, the success on the tasks RL trained on. The table shows mean ±
+sample std over seeds; **every started run is listed**, failed and timed-out ones included, and is left out of
+the means only because it has no result.
 
 Settings (``--setting``):
 
@@ -357,23 +357,33 @@ def summarise(
     return display, stats, [*metric_names, "runs finished / started"]
 
 
+#: Learning curves a run record may hold: its key, the training metric it follows, the panel's label.
+CURVES = [("curve", "success", "success"), ("score_curve", "task_score", "purchase score (0-1)")]
+
+
 def plot_curves(runs: list[dict[str, Any]], path: Path) -> None:
-    """Training success per iteration: mean over seeds (line) and min-max (band), one panel per env."""
+    """Training success per iteration, and WebShop's purchase score where runs logged it: mean over seeds
+    (line) and min-max (band), one panel per env and curve."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    envs = list(dict.fromkeys(r["env"] for r in runs if r.get("curve")))
-    if not envs:
+    panels = [
+        (env, key, label)
+        for env in dict.fromkeys(r["env"] for r in runs)
+        for key, _, label in CURVES
+        if any(r.get(key) for r in runs if r["env"] == env)
+    ]
+    if not panels:
         return
-    fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs), 4), squeeze=False)
-    for ax, env in zip(axes[0], envs, strict=True):
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4), squeeze=False)
+    for ax, (env, key, label) in zip(axes[0], panels, strict=True):
         for est in dict.fromkeys(r["estimator"] for r in runs if r["env"] == env):
             curves = [
-                dict(map(tuple, r["curve"]))
+                dict(map(tuple, r[key]))
                 for r in runs
-                if r["env"] == env and r["estimator"] == est and r.get("curve")
+                if r["env"] == env and r["estimator"] == est and r.get(key)
             ]
             if not curves:
                 continue
@@ -382,9 +392,9 @@ def plot_curves(runs: list[dict[str, Any]], path: Path) -> None:
             ax.plot(its, [np.mean(v) for v in vals], marker="o", label=f"{est} (n={len(curves)})")
             ax.fill_between(its, [min(v) for v in vals], [max(v) for v in vals], alpha=0.15)
         ax.set(
-            title=f"{env}: training success per iteration",
+            title=f"{env}: training {label} per iteration",
             xlabel="iteration",
-            ylabel="success",
+            ylabel=label,
             ylim=(-0.02, 1.02),
         )
         ax.legend(fontsize=7)
@@ -481,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         record.update(run_training(overrides, run_dir, timeout_s, run_dir / "train.log"))
         records = read_metrics(run_dir)
         record["final"] = final_metrics(records) if record["status"] == "ok" else {}
-        record["curve"] = curve(records)
+        record.update({key: curve(records, metric) for key, metric, _ in CURVES})
         console.print(
             f"  {record['env']} seed {record['seed']} {record['estimator']}: {record['status']} in "
             f"{record['seconds']:.0f} s; success {record['final'].get('success', '—')}"
@@ -557,7 +567,7 @@ def resummarise(result: dict[str, Any]) -> dict[str, Any]:
         run["before_rl"] = before.get(run["env"], {})
         if run.get("status") == "ok":
             run["final"] = final_metrics(records)
-            run["curve"] = curve(records)
+            run.update({key: curve(records, metric) for key, metric, _ in CURVES})
     display, stats, names = summarise(result["runs"])
     result.update(summary=display, statistics=stats, metric_names=names, resummarised_by=git_commit())
     return result

@@ -120,6 +120,18 @@ def test_resummarise_reads_the_run_folders_again(tmp_path):
     assert old["runs"][0]["final"] == {"success": 0.5}  # the input is not modified
 
 
+def test_learning_curves_get_one_panel_per_env_and_logged_curve(tmp_path):
+    from PIL import Image
+
+    runs = [
+        {"env": "alfworld", "estimator": "grpo", "curve": [[1, 0.2], [2, 0.4]], "score_curve": []},
+        {"env": "webshop", "estimator": "grpo", "curve": [[1, 0.0]], "score_curve": [[1, 0.3]]},
+    ]
+    ce.plot_curves(runs, tmp_path / "curves.png")
+    # alfworld success, webshop success, webshop purchase score: three 6.5-inch panels at 110 dpi
+    assert Image.open(tmp_path / "curves.png").size[0] == round(3 * 6.5 * 110)
+
+
 def test_settings_use_known_estimators_and_cover_three_seeds():
     from training.config import ALGO_CHOICES
 
