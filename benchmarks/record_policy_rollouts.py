@@ -60,7 +60,13 @@ def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list
                 admissible = admissible_actions_from_info("alfworld", info)
                 prompt = encode(
                     build_prompt(
-                        "alfworld", history.task_text, history, obs, admissible, cfg.rollout.history_length
+                        "alfworld",
+                        history.task_text,
+                        history,
+                        obs,
+                        admissible,
+                        cfg.rollout.history_length,
+                        template=cfg.rollout.template,  # the layout the policy was trained on
                     )
                 )
                 options = [response_token_ids(tok, demonstration_text(a)) for a in admissible]

@@ -8,9 +8,19 @@ from benchmarks.credit_diagnostics import analyse, load_rollouts_jsonl
 from benchmarks.record_policy_rollouts import main
 
 
-def test_policy_rollouts_are_labelled_groups_the_diagnostics_read(tmp_path):
-    from training.config import TinyModelConfig
+def test_policy_rollouts_are_labelled_groups_the_diagnostics_read(tmp_path, monkeypatch):
+    import agents.prompts
+    from training.config import TinyModelConfig, load_config
     from training.policy import build_tiny_policy
+
+    templates = []  # the policy must see the prompt layout it was trained on (the quickstart's)
+    real_build_prompt = agents.prompts.build_prompt
+
+    def build_prompt(*args, **kwargs):
+        templates.append(kwargs.get("template"))
+        return real_build_prompt(*args, **kwargs)
+
+    monkeypatch.setattr(agents.prompts, "build_prompt", build_prompt)
 
     policy = build_tiny_policy(
         tmp_path / "policy",
@@ -25,6 +35,7 @@ def test_policy_rollouts_are_labelled_groups_the_diagnostics_read(tmp_path):
     out = tmp_path / "rollouts.jsonl"
     assert main(["--policy", str(policy), "--tasks", "2", "--group-size", "2", "--out", str(out)]) == 0
     rows = load_rollouts_jsonl(out)
+    assert len(templates) == len(rows) and set(templates) == {load_config(None).rollout.template}
     assert {r.group_id for r in rows} == {0, 1} and len({r.traj_id for r in rows}) == 4
     assert all(r.valid for r in rows)  # constrained decoding: only admissible commands
     assert all(r.expert_action for r in rows)
