@@ -22,7 +22,7 @@ Settings (``--setting``):
   FloorPlan308) and on WebShop goals (a 200-product generated catalog, 6 iterations each), two runs at a
   time: under 60 minutes on 2 cores.
 * ``cpu_quickstart_rl``: the cpu setting's ALFWorld half with the quickstart's RL (30 iterations at learning
-  rate 3e-4 instead of 10 at 1e-3) for GRPO, GiGPO and ProGPO, 3 seeds: ~35 minutes on 2 cores.
+  rate 3e-4 instead of 10 at 1e-3) for GRPO, GiGPO and ProGPO, 3 seeds: 31 minutes on 2 cores (measured).
 * ``gpu``: the larger setting: ALFWorld (all six task types, trained in every training scene, evaluated in
   ``valid_unseen``'s four held-out scenes) and WebShop, a ~25M-parameter policy (or ``--model-path`` to a
   local causal LM folder), 30 iterations of 8 groups × 8, 3 seeds.
@@ -173,7 +173,7 @@ SETTINGS: dict[str, Setting] = {
     "cpu_quickstart_rl": Setting(
         # The cpu setting's ALFWorld half with the quickstart's own RL (30 iterations at learning rate 3e-4,
         # where RL raised held-out success in README's runs, instead of 10 at 1e-3), for the three estimators
-        # the papers' claim is about (trajectory-level GRPO, anchor-state GiGPO, ProGPO): ~35 min on 2 cores.
+        # the papers' claim is about (trajectory-level GRPO, anchor-state GiGPO, ProGPO): 31 min on 2 cores.
         envs=["alfworld"],
         seeds=[0, 1, 2],
         estimators=["grpo", "gigpo", "progpo"],
