@@ -1,4 +1,5 @@
-"""The runnable examples in the training package's docstrings stay correct (every module, estimators too)."""
+"""The runnable examples in the docstrings of the training package (every module, estimators too) and of the
+benchmarks (the results page, the comparison's statistics, the bench command) stay correct."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import pkgutil
 
 import pytest
 
+import benchmarks
 import training
 
-MODULES = sorted(m.name for m in pkgutil.walk_packages(training.__path__, "training."))
+MODULES = sorted(
+    m.name
+    for package in (training, benchmarks)
+    for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
+)
 
 
 @pytest.mark.parametrize("name", MODULES)
