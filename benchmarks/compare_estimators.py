@@ -361,6 +361,15 @@ def summarise(
 CURVES = [("curve", "success", "success"), ("score_curve", "task_score", "purchase score (0-1)")]
 
 
+def run_results(run_dir: Path, finished: bool) -> dict[str, Any]:
+    """A run's numbers from its folder: ``final`` (empty unless the run finished) and its learning curves."""
+    records = read_metrics(run_dir)
+    return {
+        "final": final_metrics(records) if finished else {},
+        **{key: curve(records, metric) for key, metric, _ in CURVES},
+    }
+
+
 def plot_curves(runs: list[dict[str, Any]], path: Path) -> None:
     """Training success per iteration, and WebShop's purchase score where runs logged it: mean over seeds
     (line) and min-max (band), one panel per env and curve."""
@@ -489,9 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         if not overrides:
             return record
         record.update(run_training(overrides, run_dir, timeout_s, run_dir / "train.log"))
-        records = read_metrics(run_dir)
-        record["final"] = final_metrics(records) if record["status"] == "ok" else {}
-        record.update({key: curve(records, metric) for key, metric, _ in CURVES})
+        record.update(run_results(run_dir, finished=record["status"] == "ok"))
         console.print(
             f"  {record['env']} seed {record['seed']} {record['estimator']}: {record['status']} in "
             f"{record['seconds']:.0f} s; success {record['final'].get('success', '—')}"
@@ -563,11 +570,8 @@ def resummarise(result: dict[str, Any]) -> dict[str, Any]:
         ws["before_rl"] = final_metrics(read_metrics(ROOT / ws["run_dir"]), "before_rl")
     before = {ws["env"]: ws["before_rl"] for ws in result.get("warm_starts", [])}
     for run in result["runs"]:
-        records = read_metrics(ROOT / run["run_dir"])
         run["before_rl"] = before.get(run["env"], {})
-        if run.get("status") == "ok":
-            run["final"] = final_metrics(records)
-            run.update({key: curve(records, metric) for key, metric, _ in CURVES})
+        run.update(run_results(ROOT / run["run_dir"], finished=run.get("status") == "ok"))
     display, stats, names = summarise(result["runs"])
     result.update(summary=display, statistics=stats, metric_names=names, resummarised_by=git_commit())
     return result
