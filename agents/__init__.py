@@ -6,12 +6,14 @@ What the training loop imports (one implementation for evaluation and training):
   :func:`agents.prompts.task_text_from_observation`, :class:`agents.prompts.EnvKind`,
   :class:`agents.prompts.PromptTemplate`;
 * :func:`agents.projection.project_action` (``(action, valid)``), :func:`agents.projection.project_actions`
-  (batched), :func:`agents.projection.project_action_with_reason`;
+  (batched), :func:`agents.projection.project_action_with_reason`, and its inverse for demonstrations,
+  :func:`agents.projection.demonstration_text`;
 * :class:`agents.memory.History` (per-trajectory record of (observation, action) pairs).
 
 Agents (:mod:`agents.base` protocol): :class:`agents.openai_agent.OpenAIChatAgent`,
 :class:`agents.transformers_agent.TransformersAgent`, :mod:`agents.scripted` (random, expert, human).
-Evaluation:
+The rollout loop evaluation and training share: :func:`agents.rollout.play_episodes`; their envs:
+:func:`agents.envs.make_group_envs`. Evaluation:
 :func:`agents.evaluate.evaluate` and ``progpo eval`` (:mod:`agents.cli`). Heavy modules (openai, torch) are
 imported only by the agents that need them.
 """
@@ -21,6 +23,7 @@ from agents.memory import History, Turn
 from agents.projection import (
     InvalidReason,
     Projection,
+    demonstration_text,
     project_action,
     project_action_with_reason,
     project_actions,
@@ -48,6 +51,7 @@ __all__ = [
     "Turn",
     "admissible_actions_from_info",
     "build_prompt",
+    "demonstration_text",
     "env_kind_from_id",
     "project_action",
     "project_action_with_reason",

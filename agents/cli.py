@@ -3,17 +3,21 @@
 Example:
     progpo eval --env progpo/ALFWorld-v0 --agent expert --split valid_seen --episodes 20 --out runs/expert
     OPENAI_API_KEY=... progpo eval --env progpo/WebShop-v0 --agent openai --model gpt-4o-mini \\
-        --base-url https://api.openai.com/v1 --episodes 50 --num-envs 8 --out runs/gpt
+        --base-url https://api.openai.com/v1 --episodes 50 --concurrency 8 --out runs/gpt
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+import os
+from pathlib import Path
 
-from agents.evaluate import AgentKind, EvalConfig, evaluate
-from agents.prompts import EnvKind, PromptTemplate
+from agents.evaluate import AgentKind, EvalConfig, TaskOrder, evaluate
+from agents.prompts import EnvKind, PromptTemplate, env_kind_from_id
+from progpo_envs.alfworld.data import resolve_data_dir, split_names
+from webshop_server.engine import Split as WebShopSplit
+from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
 
 
 def _key_value(text: str) -> tuple[str, object]:
@@ -27,20 +31,34 @@ def _key_value(text: str) -> tuple[str, object]:
     return key, parsed
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> CommandParser:
+    """The ``progpo eval`` argument parser."""
+    parser = CommandParser(
         prog="progpo eval",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Score an agent on a text env and write trajectories, summary and report; rerun with the "
+        "same --out to resume.",
     )
-    parser.add_argument("--env", required=True, help="env id, e.g. progpo/ALFWorld-v0")
-    parser.add_argument("--agent", required=True, choices=[k.value for k in AgentKind])
-    parser.add_argument("--out", required=True, help="output directory (rerun with the same one to resume)")
-    parser.add_argument("--split", help="env split (env default when omitted)")
+    parser.add_argument("--env", required=True, help="env id, e.g. progpo/ALFWorld-v0 or progpo/WebShop-v0")
     parser.add_argument(
-        "--episodes", type=int, help="play tasks 0..N-1 (all tasks of the split when omitted)"
+        "--agent", required=True, choices=[k.value for k in AgentKind], help="the agent to evaluate"
     )
-    parser.add_argument("--data-dir", help="env data directory")
+    parser.add_argument("--out", required=True, help="output folder (rerun with the same one to resume)")
+    parser.add_argument(
+        "--split",
+        help="env split: ALFWorld a folder of json_2.1.1 (train, valid_seen, valid_unseen, ...), WebShop "
+        "test, train or all (default: the env's, train for both)",
+    )
+    parser.add_argument(
+        "--episodes", type=int, help="play this many tasks in --task-order (default: every task of the split)"
+    )
+    parser.add_argument(
+        "--task-order",
+        choices=[o.value for o in TaskOrder],
+        default=TaskOrder.STRATIFIED.value,
+        help="which tasks --episodes plays: stratified takes each task type in turn (in-process ALFWorld; "
+        "other envs keep the split's order), sequential plays tasks 0..N-1",
+    )
+    parser.add_argument("--data-dir", help="env data folder (ALFWorld: the folder containing json_2.1.1/)")
     parser.add_argument("--env-url", help="remote env server URL (passed to the env as url=)")
     parser.add_argument(
         "--env-kind", choices=[k.value for k in EnvKind], help="prompt style (default: from --env)"
@@ -53,39 +71,126 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="extra env keyword argument (VALUE parsed as JSON when it can be); repeatable",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="base seed: task t is reset with seed + t")
     parser.add_argument(
-        "--num-envs", "--batch", dest="num_envs", type=int, default=1, help="env copies stepped together"
+        "--num-envs",
+        "--batch",
+        dest="num_envs",
+        type=int,
+        help="episodes played at once (default: --concurrency for openai, --batch-size for transformers, "
+        "1 for the scripted agents; at most --episodes); the episodes do not depend on it",
     )
-    parser.add_argument("--vector-mode", choices=["sync", "async"], default="sync")
-    parser.add_argument("--max-steps", type=int, help="steps per episode (env default when omitted)")
-    parser.add_argument("--history-length", type=int, default=2)
-    parser.add_argument("--template", choices=[t.value for t in PromptTemplate], default="default")
-    parser.add_argument("--max-prompt-chars", type=int, default=13_000)
-    parser.add_argument("--model", help="model name (openai) or checkpoint directory (transformers)")
+    parser.add_argument(
+        "--vector-mode",
+        choices=["sync", "async"],
+        default="sync",
+        help="env copies in this process (sync) or in subprocesses (async)",
+    )
+    parser.add_argument("--max-steps", type=int, help="steps per episode (default: the env's)")
+    parser.add_argument("--history-length", type=int, default=2, help="past steps shown in LLM prompts")
+    parser.add_argument(
+        "--template",
+        choices=[t.value for t in PromptTemplate],
+        default="default",
+        help="prompt template of the LLM agents",
+    )
+    parser.add_argument(
+        "--max-prompt-chars", type=int, default=13_000, help="longest prompt (characters) of the LLM agents"
+    )
+    parser.add_argument("--model", help="model name (openai) or model folder / hub id (transformers)")
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument(
         "--api-key-env", default="OPENAI_API_KEY", help="environment variable with the API key"
     )
-    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight (openai)")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=32,
+        help="requests in flight (openai; 32 suits a local vLLM server)",
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (openai)")
-    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     parser.add_argument("--max-tokens", type=int, default=512, help="completion tokens per step")
-    parser.add_argument("--device", help="torch device (transformers)")
+    parser.add_argument("--device", help="torch device (transformers; default: cuda if available, else cpu)")
     parser.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (transformers)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
 
+def _check_env(env_id: str) -> None:
+    import gymnasium as gym
+
+    import progpo_envs  # noqa: F401  (registers the ids)
+
+    if env_id not in gym.registry:
+        raise one_of("env", env_id, sorted(i for i in gym.registry if i.startswith("progpo/")))
+
+
+def _valid_splits(kind: EnvKind, data_dir: str | None) -> list[str]:
+    """The splits an env of ``kind`` can play here (ALFWorld: the data's folders, or the generated ones)."""
+    if kind is EnvKind.WEBSHOP:
+        return [s.value for s in WebShopSplit]
+    splits = split_names(data_dir)
+    if not splits:
+        root = resolve_data_dir(data_dir)
+        raise UsageError(f"ALFWorld data {root} has no json_2.1.1/ folder: give the folder that contains it")
+    return splits
+
+
+def _check_out(out: str) -> None:
+    """``--out`` must be a folder this user can write in (or create)."""
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder")
+    existing = next(parent for parent in (path, *path.parents) if parent.exists())
+    if not existing.is_dir():
+        raise UsageError(f"--out {out}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: cannot write in {existing} (permission denied)")
+
+
+def _check_model(agent: str, model: str | None) -> None:
+    """A transformers model that names a local folder must exist (else the hub is asked for a wrong id)."""
+    if AgentKind(agent) is not AgentKind.TRANSFORMERS or model is None or Path(model).expanduser().exists():
+        return
+    looks_local = model.startswith(("/", ".", "~")) or model.count("/") > 1 or model.endswith("/")
+    if looks_local:
+        raise UsageError(f"--model {model}: no such model folder (a folder with config.json, or a hub id)")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What can be checked before any env or model is built (:class:`UsageError` otherwise)."""
+    _check_env(args.env)
+    env_kwargs = dict(args.env_arg)
+    data_dir = args.data_dir or env_kwargs.get("data_dir")
+    existing_dir("--data-dir", args.data_dir)
+    if args.split is not None and args.env_url is None:  # a remote env's server knows its own splits
+        try:
+            kind = EnvKind(args.env_kind) if args.env_kind else env_kind_from_id(args.env)
+        except ValueError:
+            kind = None  # another env: it checks its own split
+        if kind is not None and args.split not in (splits := _valid_splits(kind, data_dir)):
+            raise one_of(f"{kind.value} split", args.split, splits)
+    if args.episodes is not None and args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    _check_out(args.out)
+    _check_model(args.agent, args.model)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``progpo eval``; returns the exit status."""
     args = build_parser().parse_args(argv)
+    try:
+        check_args(args)
+    except UsageError as error:
+        return report("progpo eval", error)
     config = EvalConfig(
         env_id=args.env,
         agent=args.agent,
         out_dir=args.out,
         split=args.split,
         episodes=args.episodes,
+        task_order=args.task_order,
         data_dir=args.data_dir,
         env_url=args.env_url,
         env_kind=args.env_kind,
@@ -109,9 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         summary = evaluate(config, progress=not args.no_progress)
-    except (ValueError, RuntimeError) as error:
-        print(f"progpo eval: error: {error}", file=sys.stderr)
-        return 2
+    except (ValueError, RuntimeError, OSError) as error:  # bad settings, an unreachable server or model
+        return report("progpo eval", error)
     keys = ("episodes", "success_rate", "mean_score", "mean_steps", "invalid_action_rate", "tokens")
     print(json.dumps({k: summary[k] for k in keys} | {"per_task_type": summary["per_task_type"]}, indent=2))
     print(f"wrote {args.out}/summary.json, report.md, success.png, trajectories.jsonl")

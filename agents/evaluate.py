@@ -1,10 +1,23 @@
-"""Evaluation runner: play tasks ``0..N-1`` of a split with an agent, vectorised, resumable, reproducible.
+"""Evaluation runner: play ``N`` tasks of a split with an agent, vectorised, resumable, reproducible.
+
+Which tasks: every task of the split, or the first ``N`` of :class:`TaskOrder`: ``stratified`` by default
+(each task type in turn, so ``--episodes 6`` on ALFWorld plays one task of each of its six types; envs that do
+not list their tasks' types, such as WebShop or a remote env, keep the split's order) or ``sequential`` (tasks
+``0..N-1``, the order before this option).
 
 Episodes run in batches on a :class:`~progpo_envs.core.vector.GroupVectorEnv` of ``num_envs`` copies
-(``group_size=1``, ``vector_mode`` sync or async). A batch is a run of *consecutive* task indices, reset with
-``seed = base_seed + first task index`` so that task ``t`` is always played with episode seed ``base_seed +
-t``, whatever the batch size and however often the run was resumed. A batch shorter than ``num_envs`` (the
-tail of the split, or a gap left by a resumed run) fills the spare copies with the last task and ignores them.
+(``group_size=1``, ``vector_mode`` sync or async). By default ``num_envs`` follows the agent
+(:meth:`EvalConfig.copies`): an agent that talks to a server plays ``concurrency`` episodes at once, so every
+step sends that many requests together and the server batches them (vLLM's continuous batching: one request at
+a time leaves it nearly idle); the local transformers agent plays ``batch_size`` at once (one forward pass per
+step); the scripted agents, which answer at once, play one.
+
+A batch is up to ``num_envs`` of the tasks still to play, in order; copy ``i`` plays the batch's task ``t_i``
+reset with seed ``base_seed + t_i``, so task ``t`` is always played with episode seed ``base_seed + t``,
+whatever the batch size, the task order and however often the run was resumed. A batch shorter than
+``num_envs`` (the tail of the run) fills the spare copies with its last task and ignores them. LLM agents
+sample from seeds fixed by (task, episode seed, step), so the episodes do not depend on how many are played
+at once either.
 
 Every finished episode is appended at once as one JSON line to ``DIR/trajectories.jsonl`` (prompts, raw
 outputs, parsed actions, observations, rewards, ``obs_hash``/``history_key`` as 16-digit hex). Rerunning with
@@ -30,19 +43,17 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.envs.registration import load_env_creator
 from tqdm.auto import tqdm
 
 from agents.base import Agent, AgentAction, PromptConfig, Task
-from agents.prompts import EnvKind, env_kind_from_id, task_text_from_observation
+from agents.envs import make_group_envs, num_tasks, split_name, task_types
+from agents.prompts import EnvKind, env_kind_from_id
 from agents.report import write_reports
-from agents.vector_info import unbatch_copy_infos, unbatch_info
-from progpo_envs.core.vector import GroupVectorEnv
+from agents.rollout import play_episodes
+from progpo_envs.core.registration import REMOTE_ENV_ID
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
 RUN_FILE = "run.json"
-#: The env that plays an env hosted by an env server (``progpo_envs.server.remote``).
-REMOTE_ENV_ID = "progpo/Remote-v0"
 #: Settings that must match for a run to be resumed (others, like ``num_envs``, may change).
 RESUME_KEYS = (
     "env_id",
@@ -54,7 +65,33 @@ RESUME_KEYS = (
     "model",
     "env_kind",
     "max_steps",
+    "task_order",
 )
+
+
+class TaskOrder(str, enum.Enum):
+    """The order of the tasks; a partial evaluation (``episodes`` < the split's size) plays its start."""
+
+    STRATIFIED = "stratified"  # each task type in turn (:func:`stratified_order`), so a few cover every type
+    SEQUENTIAL = "sequential"  # the split's own order (tasks 0..episodes-1)
+
+
+def stratified_order(types: Sequence[str]) -> list[int]:
+    """Task indices that take each task type in turn (a type's tasks in the split's order).
+
+    The first ``n`` indices cover ``min(n, number of types)`` types and keep the per-type counts within one of
+    each other, so a partial run fills every row of the per-type table.
+
+    Example:
+        >>> stratified_order(["clean", "clean", "clean", "heat", "heat", "put"])
+        [0, 3, 5, 1, 4, 2]
+    """
+    by_type: dict[str, list[int]] = {}
+    for index, task_type in enumerate(types):
+        by_type.setdefault(task_type, []).append(index)
+    queues = list(by_type.values())
+    longest = max((len(queue) for queue in queues), default=0)
+    return [queue[rank] for rank in range(longest) for queue in queues if rank < len(queue)]
 
 
 class AgentKind(str, enum.Enum):
@@ -76,12 +113,15 @@ class EvalConfig:
         agent: Which agent (:class:`AgentKind` value).
         out_dir: Where trajectories, summary and report go (also the resume state).
         split: Split passed to the env as ``split=`` (``None``: the env's default).
-        episodes: Play tasks ``0..episodes-1`` (``None``: every task of the split).
+        episodes: Play the first ``episodes`` tasks of ``task_order`` (``None``: every task of the split).
+        task_order: ``stratified`` (default: each task type in turn, when the env lists its tasks' types,
+            as in-process ALFWorld does; the split's order otherwise) or ``sequential`` (tasks
+            ``0..episodes-1``).
         data_dir: Passed to the env as ``data_dir=``.
         env_url: A remote env server, passed to the env as ``url=``.
         env_kind: ``alfworld``/``webshop`` prompt style (``None``: from the env id).
         seed: Base seed: task ``t`` is reset with ``seed + t``; agents sample from seeds derived from it.
-        num_envs: Env copies stepped together.
+        num_envs: Env copies stepped together (``None``: :meth:`copies` picks from the agent).
         vector_mode: ``sync`` (in-process) or ``async`` (subprocesses).
         max_steps: Passed to the env as ``max_steps=`` (``None``: the env's default).
         history_length: Steps of history in LLM prompts.
@@ -90,7 +130,7 @@ class EvalConfig:
         model: Model name (openai) or path (transformers).
         base_url: OpenAI-compatible endpoint.
         api_key_env: Environment variable with the API key.
-        concurrency: Requests in flight (openai).
+        concurrency: Requests in flight (openai); 32 suits a local vLLM server.
         timeout_s: Per-request timeout (openai).
         temperature: Sampling temperature (0: greedy).
         max_tokens: Completion tokens per step.
@@ -104,11 +144,12 @@ class EvalConfig:
     out_dir: str
     split: str | None = None
     episodes: int | None = None
+    task_order: str = TaskOrder.STRATIFIED.value
     data_dir: str | None = None
     env_url: str | None = None
     env_kind: str | None = None
     seed: int = 0
-    num_envs: int = 1
+    num_envs: int | None = None
     vector_mode: str = "sync"
     max_steps: int | None = None
     history_length: int = 2
@@ -117,7 +158,7 @@ class EvalConfig:
     model: str | None = None
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = 8
+    concurrency: int = 32
     timeout_s: float = 60.0
     temperature: float = 0.0
     max_tokens: int = 512
@@ -132,8 +173,29 @@ class EvalConfig:
         hosted = self.env_kwargs.get("env_id")
         return env_kind_from_id(hosted if self.env_id == REMOTE_ENV_ID and hosted else self.env_id)
 
+    def copies(self) -> int:
+        """Env copies to step together: ``num_envs`` when set, else what keeps the agent busy (``concurrency``
+        for ``openai``, ``batch_size`` for ``transformers``, 1 for the scripted agents), at most ``episodes``.
+
+        The episodes played do not depend on it (task ``t`` is always reset with ``seed + t``).
+
+        Example:
+            >>> EvalConfig(env_id="progpo/WebShop-v0", agent="openai", out_dir="runs/x").copies()
+            32
+            >>> EvalConfig(env_id="progpo/WebShop-v0", agent="openai", out_dir="runs/x", episodes=6).copies()
+            6
+            >>> EvalConfig(env_id="progpo/WebShop-v0", agent="expert", out_dir="runs/x").copies()
+            1
+        """
+        if self.num_envs is not None:
+            return self.num_envs
+        kind = AgentKind(self.agent)
+        wanted = {AgentKind.OPENAI: self.concurrency, AgentKind.TRANSFORMERS: self.batch_size}.get(kind, 1)
+        return max(1, min(wanted, self.episodes)) if self.episodes else max(1, wanted)
+
     def env_arguments(self) -> dict[str, Any]:
-        """Keyword arguments for every env copy (``url`` not included: see :meth:`vector_env_spec`)."""
+        """Keyword arguments for every env copy (``url`` not included: :func:`agents.envs.make_group_envs`
+        takes it apart)."""
         kwargs = dict(self.env_kwargs)
         for name, value in (
             ("split", self.split),
@@ -145,29 +207,6 @@ class EvalConfig:
         if AgentKind(self.agent) is AgentKind.EXPERT:
             kwargs["expert"] = True
         return kwargs
-
-    def vector_env_spec(self) -> tuple[str, dict[str, Any]]:
-        """``(env id, kwargs)`` to make: with ``env_url``, the env itself when it takes ``url=`` (e.g. WebShop
-        against its own shop server), otherwise ``progpo/Remote-v0`` hosting ``env_id`` on an env server."""
-        kwargs = self.env_arguments()
-        if self.env_url is None:
-            return self.env_id, kwargs
-        if self.env_id == REMOTE_ENV_ID or _accepts_url(self.env_id):
-            return self.env_id, {**kwargs, "url": self.env_url}
-        if REMOTE_ENV_ID not in gym.registry:
-            raise ValueError(
-                f"{self.env_id} takes no url= and {REMOTE_ENV_ID} is not registered to reach it remotely"
-            )
-        return REMOTE_ENV_ID, {**kwargs, "url": self.env_url, "env_id": self.env_id}
-
-
-def _accepts_url(env_id: str) -> bool:
-    """Whether the registered env's constructor has a ``url`` parameter."""
-    import inspect
-
-    entry_point = gym.spec(env_id).entry_point
-    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-    return "url" in inspect.signature(creator).parameters
 
 
 def build_agent(config: EvalConfig) -> Agent:
@@ -234,18 +273,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def consecutive_batches(task_indices: Sequence[int], size: int) -> Iterator[list[int]]:
-    """Split sorted task indices into runs of consecutive indices of at most ``size``."""
-    batch: list[int] = []
-    for t in task_indices:
-        if batch and (len(batch) == size or t != batch[-1] + 1):
-            yield batch
-            batch = []
-        batch.append(t)
-    if batch:
-        yield batch
 
 
 def load_finished(path: Path) -> dict[int, dict[str, Any]]:
@@ -365,6 +392,12 @@ def _record_settings(out_dir: Path, config: EvalConfig) -> None:
         run_file.write_text(json.dumps(settings, indent=2, default=str) + "\n")
 
 
+def task_selection(envs: gym.vector.VectorEnv, episodes: int, order: TaskOrder) -> list[int]:
+    """The task indices a run of ``episodes`` plays, in ``order`` (see :class:`TaskOrder`)."""
+    types = task_types(envs) if order is TaskOrder.STRATIFIED else None
+    return stratified_order(types)[:episodes] if types else list(range(episodes))
+
+
 def evaluate(
     config: EvalConfig,
     agent: Agent | None = None,
@@ -381,47 +414,43 @@ def evaluate(
         config: What to run.
         agent: An agent to use instead of the one ``config.agent`` names (the harness still records
             ``config.agent`` as its name); the caller closes it.
-        envs: A vector env of ``config.num_envs`` copies built by the caller (``group_size=1``; the caller
-            closes it), instead of ``gym.make_vec(config.env_id, ...)``.
+        envs: A vector env built by the caller (``group_size=1``; the caller closes it), instead of
+            ``gym.make_vec(config.env_id, ...)``; its size must be ``config.num_envs`` when that is set.
         progress: Show a progress bar.
     """
-    if config.num_envs < 1:
+    if config.num_envs is not None and config.num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {config.num_envs}")
+    if config.concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {config.concurrency}")
     kind = config.kind()
     out_dir = Path(config.out_dir)
     _check_resume(out_dir, config)
     own_agent = agent is None
     agent = agent or build_agent(config)
 
-    import progpo_envs  # noqa: F401  (registers the env ids)
-
     own_envs = envs is None
     try:
         if envs is None:
-            env_id, env_arguments = config.vector_env_spec()
-            try:
-                envs = gym.make_vec(
-                    env_id,
-                    num_envs=config.num_envs,
-                    group_size=1,
-                    vector_mode=config.vector_mode,
-                    **env_arguments,
-                )
-            except TypeError as error:  # an argument the env does not take
-                raise ValueError(
-                    f"{env_id} cannot be made with the arguments {sorted(env_arguments)}: {error}"
-                ) from error
-        elif envs.num_envs != config.num_envs:
+            envs = make_group_envs(
+                config.env_id,
+                config.copies(),
+                vector_mode=config.vector_mode,
+                url=config.env_url,
+                **config.env_arguments(),
+            )
+        elif config.num_envs is not None and envs.num_envs != config.num_envs:
             raise ValueError(f"envs has {envs.num_envs} copies but config.num_envs is {config.num_envs}")
-        num_tasks = int(envs.get_attr("num_tasks")[0])
-        episodes = num_tasks if config.episodes is None else int(config.episodes)
-        if not 0 < episodes <= num_tasks:
-            raise ValueError(f"--episodes must be in 1..{num_tasks} (tasks in the split), got {episodes}")
+        split_size = num_tasks(envs)
+        played_split = config.split or split_name(envs)  # the report names the split the env played
+        episodes = split_size if config.episodes is None else int(config.episodes)
+        if not 0 < episodes <= split_size:
+            raise ValueError(f"--episodes must be in 1..{split_size} (tasks in the split), got {episodes}")
         out_dir.mkdir(parents=True, exist_ok=True)
         _record_settings(out_dir, config)
         trajectories = out_dir / TRAJECTORIES_FILE
         finished = load_finished(trajectories)
-        remaining = [t for t in range(episodes) if t not in finished]
+        selected = sorted(task_selection(envs, episodes, TaskOrder(config.task_order)))
+        remaining = [t for t in selected if t not in finished]
         bar = tqdm(
             total=episodes,
             initial=episodes - len(remaining),
@@ -430,7 +459,8 @@ def evaluate(
             disable=not progress,
         )
         with trajectories.open("a", encoding="utf-8") as sink:
-            for batch in consecutive_batches(remaining, config.num_envs):
+            for start in range(0, len(remaining), envs.num_envs):
+                batch = remaining[start : start + envs.num_envs]
                 for record in _play_batch(envs, agent, kind, batch, config):
                     sink.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
                     sink.flush()
@@ -442,72 +472,24 @@ def evaluate(
             envs.close()
         if own_agent:
             agent.close()
-    records = [finished[t] for t in sorted(finished) if t < episodes]
-    return write_reports(out_dir, records, config)
-
-
-def _reset(
-    envs: gym.vector.VectorEnv, *, seed: int, options: dict[str, Any]
-) -> tuple[Sequence[str], list[dict[str, Any]]]:
-    """``envs.reset`` with one info per copy (a :class:`GroupVectorEnv` skips batching its copies' infos)."""
-    if isinstance(envs, GroupVectorEnv):
-        observations, copy_infos = envs.reset_copies(seed=seed, options=options)
-        return observations, unbatch_copy_infos(copy_infos, envs.batch_infos)
-    observations, info = envs.reset(seed=seed, options=options)
-    return observations, unbatch_info(info, envs.num_envs)
-
-
-def _step(envs: gym.vector.VectorEnv, actions: list[str]) -> tuple[Any, Any, Any, Any, list[dict[str, Any]]]:
-    """``envs.step`` with one info per copy (a :class:`GroupVectorEnv` skips batching its copies' infos)."""
-    if isinstance(envs, GroupVectorEnv):
-        *results, copy_infos = envs.step_copies(actions)
-        return (*results, unbatch_copy_infos(copy_infos, envs.batch_infos))
-    *results, info = envs.step(actions)
-    return (*results, unbatch_info(info, envs.num_envs))
+    records = [finished[t] for t in selected if t in finished]
+    return write_reports(out_dir, records, dataclasses.replace(config, split=played_split))
 
 
 def _play_batch(
     envs: gym.vector.VectorEnv, agent: Agent, kind: EnvKind, batch: list[int], config: EvalConfig
 ) -> Iterator[dict[str, Any]]:
-    """Play one batch of consecutive tasks; yields each episode's record as soon as it ends."""
+    """Play one batch of tasks; yields each episode's record as soon as it ends."""
     num_envs = envs.num_envs
     padded = batch + [batch[-1]] * (num_envs - len(batch))
-    observations, infos = _reset(envs, seed=config.seed + batch[0], options={"task_indices": padded})
-    tasks = [
-        Task(
-            env_kind=kind.value,
-            task_index=t,
-            task_id=str(infos[i].get("task_id", t)),
-            task_text=task_text_from_observation(kind, observations[i], infos[i]),
-            task_type=str(infos[i].get("task_type", "") or ""),
-            seed=config.seed + batch[0] + i,
-        )
-        for i, t in enumerate(padded)
-    ]
-    agent.reset(tasks)
-    episodes = [_Episode(tasks[i], observations[i], infos[i]) for i in range(num_envs)]
-    active = [i < len(batch) for i in range(num_envs)]
-    step_budget = 100_000  # a guard against an env that never ends an episode; TextEnv truncates at max_steps
-    while any(active):
-        decisions = agent.act(observations, infos, active)
-        actions = [
-            d.action if (on and d is not None) else "" for d, on in zip(decisions, active, strict=True)
-        ]
-        observations, reward_array, terminated_array, truncated_array, infos = _step(envs, actions)
-        # plain Python values: indexing a list is several times cheaper than indexing an array per slot
-        rewards = np.asarray(reward_array).tolist()
-        terminations = np.asarray(terminated_array).tolist()
-        truncations = np.asarray(truncated_array).tolist()
-        for i in range(num_envs):
-            if not active[i]:
-                continue
-            decision = decisions[i]
-            if decision is None:
-                raise RuntimeError(f"the agent returned no action for active env slot {i}")
-            episodes[i].add(decision, rewards[i], terminations[i], truncations[i], observations[i], infos[i])
-            if terminations[i] or truncations[i]:
-                active[i] = False
-                yield episodes[i].record()
-        step_budget -= 1
-        if step_budget <= 0:
-            raise RuntimeError("episodes did not end after 100000 steps; does the env truncate at max_steps?")
+    playing = [i < len(batch) for i in range(num_envs)]
+    episodes: dict[int, _Episode] = {}
+    seeds = [config.seed + t for t in padded]  # task t is always reset with seed + t
+    for vector_step in play_episodes(envs, agent, kind, seed=seeds, task_indices=padded, playing=playing):
+        for t in vector_step.transitions:
+            episode = episodes.get(t.slot)
+            if episode is None:
+                episode = episodes[t.slot] = _Episode(t.task, t.observation, t.info)
+            episode.add(t.decision, t.reward, t.terminated, t.truncated, t.next_observation, t.next_info)
+            if t.done:
+                yield episode.record()

@@ -42,7 +42,8 @@ class OpenAIConfig:
         model: Model name as the server knows it.
         base_url: Endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (``None``: api.openai.com).
         api_key_env: Environment variable holding the API key.
-        concurrency: Requests in flight at once.
+        concurrency: Requests in flight at once (32 keeps a local vLLM server's batch full; ``progpo eval``
+            plays as many episodes at once by default).
         timeout_s: Seconds before one request is abandoned (and retried).
         max_retries: Retries after the first attempt, for 429/5xx/timeouts/connection errors.
         backoff_s: First backoff; doubles each retry (plus up to 25% jitter), capped at ``max_backoff_s``.
@@ -58,7 +59,7 @@ class OpenAIConfig:
     model: str
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = 8
+    concurrency: int = 32
     timeout_s: float = 60.0
     max_retries: int = 5
     backoff_s: float = 0.5

@@ -168,6 +168,26 @@ def project_action(
     return result.action, result.valid
 
 
+def demonstration_text(action: str, think: str = "") -> str:
+    """The answer an expert step is trained as: a reasoning block, then the action (what
+    :func:`project_action_with_reason` parses back to ``(action, valid=True)``).
+
+    The RL papers' format requires a ``<think>`` block (the projection marks answers without one invalid). The
+    experts give no reasoning, and a tiny model cannot learn real reasoning from minutes of data, so by
+    default the block is empty: the demonstration teaches the format and the action, every response token is
+    spent on the action (the tags alone cost ~15 tokens), and nothing pretends to be reasoning.
+
+    Example:
+        >>> demonstration_text("go to desk 1")
+        '<think></think><action>go to desk 1</action>'
+        >>> demonstration_text("go to desk 1", think="the mug may be on the desk")
+        '<think>the mug may be on the desk</think><action>go to desk 1</action>'
+        >>> project_action(demonstration_text("go to desk 1"), ["go to desk 1"])
+        ('go to desk 1', True)
+    """
+    return f"<think>{think}</think><action>{action}</action>"
+
+
 def project_actions(
     texts: Sequence[str],
     admissible_actions: Sequence[Sequence[str] | None] | None = None,

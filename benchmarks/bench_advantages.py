@@ -21,7 +21,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy: one core
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests" / "advantages"))
 from advantages_batches import random_walk_batch  # noqa: E402
 from advantages_reference import REFERENCES  # noqa: E402
 
+from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
 from training.advantages import ESTIMATORS, compute_advantages  # noqa: E402
 
 TARGET_SECONDS = 2.0
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-rows", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "advantages.json")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "advantages.json")
     args = parser.parse_args(argv)
     console = Console(width=150)
     load_at_start = os.getloadavg()[0]
@@ -177,18 +177,14 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "all_meet_time_target": all(r["meets_time_target"] for r in results.values()),
         "all_meet_speedup_target": all(r["meets_speedup_target"] for r in results.values()),
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "load_average_1m_at_start": load_at_start,
-            "load_average_1m_at_end": os.getloadavg()[0],
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-        },
+        "machine": machine_info(
+            load_average_1m_at_start=load_at_start,
+            load_average_1m_at_end=os.getloadavg()[0],
+            numpy=np.__version__,
+            processor=platform.processor(),
+        ),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    save_result(payload, args.out)
     _plot(results, args.sizes, args.out.with_suffix(".png"))
     console.print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
     return 0

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -40,21 +38,23 @@ from rich.table import Table  # noqa: E402
 from textworld.envs.pddl import PddlEnv  # noqa: E402
 
 import progpo_envs  # noqa: E402,F401
-from progpo_envs.alfworld import _wheel  # noqa: E402
-from progpo_envs.alfworld.data import TASK_TYPES, load_tasks  # noqa: E402
+from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+from progpo_envs.alfworld import wheel  # noqa: E402
+from progpo_envs.alfworld.data import load_tasks  # noqa: E402
 from progpo_envs.alfworld.engine import EnginePatches, active_patches, clear_caches  # noqa: E402
 from progpo_envs.alfworld.env import ALFWorldEnv  # noqa: E402
+from progpo_envs.alfworld.task_types import TASK_TYPES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO / ".." / "shared" / "data" / "alfworld").resolve()
-RESULTS = REPO / "benchmarks" / "results" / "alfworld.json"
+RESULTS = RESULTS_DIR / "alfworld.json"
 
 
 class StockALFWorld:
     """ALFWorld's own single-game stack, unpatched: what ``textworld.gym`` + ``AlfredDemangler`` do."""
 
     def __init__(self):
-        tw_env = _wheel.import_alfworld("alfworld.agents.environment.alfred_tw_env")
+        tw_env = wheel.import_alfworld("alfworld.agents.environment.alfred_tw_env")
         with active_patches(EnginePatches.stock()):
             self.env = tw_env.AlfredDemangler(PddlEnv(textworld.EnvInfos(won=True, admissible_commands=True)))
         self.state = None
@@ -180,7 +180,7 @@ def bench_vector(data_dir: Path, split: str, rounds: int, blocks: int = 3) -> di
     # the share of the CPUs the scheduler gave us (``cpu_share``: CPUs used per wall-clock second).
     stepping = {
         "sync": [psutil.Process()],
-        "async": [psutil.Process(p.pid) for p in vectors["async"]._backend.processes],
+        "async": [psutil.Process(pid) for pid in vectors["async"].worker_pids],
     }
     out: dict[str, float] = {}
     cpu_total = dict.fromkeys(vectors, 0.0)
@@ -203,7 +203,7 @@ def bench_vector(data_dir: Path, split: str, rounds: int, blocks: int = 3) -> di
         for mode in vectors:
             out[f"cpu_ms_per_step_{mode}"] = 1000 * cpu_total[mode] / (4 * rounds * blocks)
             out[f"cpu_share_{mode}"] = cpu_total[mode] / wall_total[mode]
-        rss = [psutil.Process(p.pid).memory_info().rss for p in vectors["async"]._backend.processes]
+        rss = [psutil.Process(pid).memory_info().rss for pid in vectors["async"].worker_pids]
         out["rss_mb_worker_with_2_envs"] = statistics.mean(rss) / 2**20
     finally:
         for envs in vectors.values():
@@ -281,13 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     autogroup = autogroup_file.read_text().strip() == "1" if autogroup_file.exists() else None
     result = {
         "benchmark": "alfworld",
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_average_1_5_15": load,
-            "sched_autogroup": autogroup,
-        },
+        "machine": machine_info(load_average_1_5_15=load, sched_autogroup=autogroup),
         "data": {"data_dir": str(args.data_dir), "split": args.split, "quick": args.quick},
         "single": single,
         "vector": vector,
@@ -299,8 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             "wrapper_overhead_below_5pct": single["wrapper_overhead_pct"] < 5.0,
         },
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    save_result(result, RESULTS)
     console.print(f"wrote {RESULTS.relative_to(REPO)}")
     return 0
 

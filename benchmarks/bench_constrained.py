@@ -19,9 +19,7 @@ Writes ``benchmarks/results/constrained.json`` and ``benchmarks/results/constrai
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -29,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
 
 SHAPES = {
     "tiny": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2},
@@ -54,9 +54,9 @@ def _policy(shape: dict, folder: str):
 def run_shape(name: str, args) -> dict:
     import torch
 
+    from agents.projection import demonstration_text
     from training import sampling
     from training.rollout import response_token_ids
-    from training.warm_start import demonstration_text
 
     with tempfile.TemporaryDirectory() as folder:
         policy = _policy(SHAPES[name], folder)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--rows", type=int, default=64, help="constrained responses per batch")
     parser.add_argument("--repeats", type=int, default=2, help="timed repeats (the fastest is kept)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "constrained.json"))
+    parser.add_argument("--out", default=str(RESULTS_DIR / "constrained.json"))
     args = parser.parse_args(argv)
     import torch
 
@@ -165,26 +165,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{full['sample_seconds']:>10.2f} / {fast['sample_seconds']:<9.2f} {r['sample_speedup']:>5.1f} "
             f"{full['update_seconds']:>10.2f} / {fast['update_seconds']:<9.2f} {r['update_speedup']:>5.1f}"
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "benchmark": "constrained",
-                "command": "python benchmarks/bench_constrained.py " + " ".join(argv or sys.argv[1:]),
-                "args": vars(args),
-                "results": results,
-                "machine": {
-                    "cpu_count": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "platform": platform.platform(),
-                    "torch": torch.__version__,
-                    "torch_threads": torch.get_num_threads(),
-                },
-                "wall_seconds": time.time() - started,
-            },
-            indent=2,
-        )
+    out = save_result(
+        {
+            "benchmark": "constrained",
+            "command": "python benchmarks/bench_constrained.py " + " ".join(argv or sys.argv[1:]),
+            "args": vars(args),
+            "results": results,
+            "machine": machine_info(torch=torch.__version__, torch_threads=torch.get_num_threads()),
+            "wall_seconds": time.time() - started,
+        },
+        args.out,
     )
     _plot(results, out.with_suffix(".png"))
     return 0

@@ -25,7 +25,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import re
 import sys
 import tempfile
@@ -45,8 +44,7 @@ import agents.evaluate as evaluate_module  # noqa: E402
 import progpo_envs  # noqa: E402,F401
 from agents.evaluate import EvalConfig, evaluate  # noqa: E402
 from agents.report import write_reports  # noqa: E402
-
-RESULTS = REPO / "benchmarks" / "results"
+from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
 
 
 def _records(out: Path) -> list[dict]:
@@ -303,18 +301,13 @@ def main(argv: list[str] | None = None) -> int:
         openai_rows = bench_openai([1, 8, 32], 32, 3 if args.quick else 5, args.latency, webshop_kwargs, tmp)
     result = {
         "benchmark": "eval",
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-        },
+        "machine": machine_info(),
         "overhead_target": 0.10,
         "overhead": overhead,
         "openai": openai_rows,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, RESULTS / "eval.png")
+    out = save_result(result, RESULTS_DIR / "eval.json")
+    plot(result, out.with_suffix(".png"))
 
     table = Table(title="harness overhead (expert agent, 1 env copy)")
     for column in (
@@ -358,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['speedup_vs_concurrency_1']:.1f}x",
         )
     console.print(table)
-    console.print(f"wrote {RESULTS / 'eval.json'} and {RESULTS / 'eval.png'}")
+    console.print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
 
 

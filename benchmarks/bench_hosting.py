@@ -8,14 +8,20 @@ clients:
   for the in-process env (the baseline: the same number of env copies stepped round-robin in one process, as a
   sync group vector env does); the ratio server/in-process;
 * batch stepping: one ``/batch/step`` request for 32 instances against 32 single-step requests (speed-up);
-* memory per live instance: growth of the env workers' resident memory over ``--instances`` reset instances.
+* memory per live instance: growth of the env workers' resident memory over ``--instances`` reset instances;
+* fair sharing (``fair_share``): a polite client (one instance on ``127.0.0.1``, one step at a time) alone,
+  and beside a greedy client (``127.0.0.2``: as many instances as the server lets it hold, each step made
+  costly by the deepest history windows a client may ask for, stepped in ``/batch/step`` requests of 4,096
+  steps by several threads at once); the claim is the polite client's p99 step latency with the greedy client
+  over its p99 alone, in the same run (on the toy env, so the env's own cost does not hide the scheduling).
 
 Actions are drawn from the env's admissible actions (WebShop: its search/click actions) with a fixed seed; an
 episode that ends is reset. Loopback only. The machine is shared (load average recorded), so absolute numbers
 vary between runs; the ratios against the in-process baseline of the same run are the claim.
 
-Run: ``.venv/bin/python benchmarks/bench_hosting.py`` (about 3-5 minutes; ``--quick`` for a smoke run).
-Writes ``benchmarks/results/hosting.json``.
+Run: ``.venv/bin/python benchmarks/bench_hosting.py`` (about 3-5 minutes; ``--quick`` for a smoke run;
+``--only fair_share`` runs that case alone and updates only its section). Writes
+``benchmarks/results/hosting.json``.
 """
 
 from __future__ import annotations
@@ -28,10 +34,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -46,7 +49,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import progpo_envs  # noqa: E402,F401
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
+from progpo_envs.server.policy import KWARG_BOUNDS  # noqa: E402
 from progpo_envs.server.remote import RemoteEnv, step_batch  # noqa: E402
+from progpo_envs.testing import KEY_DOOR_ENV_ID  # noqa: E402
 
 ENVS = {
     "progpo/ALFWorld-v0": {"split": "train"},
@@ -54,7 +60,7 @@ ENVS = {
 }
 #: Steps per (env, concurrency) measurement: ALFWorld steps (and game loads on reset) are ~100x slower.
 DEFAULT_STEPS = {"progpo/ALFWorld-v0": 192, "progpo/WebShop-v0": 960}
-RESULT = ROOT / "benchmarks" / "results" / "hosting.json"
+RESULT = RESULTS_DIR / "hosting.json"
 
 
 def choose_action(info: dict, rng: random.Random) -> str:
@@ -181,51 +187,131 @@ def bench_memory(url: str, env_id: str, count: int) -> dict:
     }
 
 
-class ServerProcess:
-    """``progpo serve`` for one env in a subprocess (so clients and server do not share a GIL)."""
+def client_session(address: str) -> requests.Session:
+    """A session whose connections come from ``address`` (another loopback address: another client)."""
 
-    def __init__(self, env_id: str, workers: int):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "progpo_envs.server.cli",
-                "--env",
-                env_id,
-                "--port",
-                str(port),
-                "--workers",
-                str(workers),
-                "--env-kwargs",
-                f"{env_id}={json.dumps(ENVS[env_id])}",
-                "--max-instances",
-                "4096",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError(f"server exited:\n{self.log.read()[-2000:]}")
-            try:
-                if requests.get(f"{self.url}/ready", timeout=2).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError("server not ready")
+    class SourceAddressAdapter(requests.adapters.HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs):
+            kwargs["source_address"] = (address, 0)
+            super().init_poolmanager(*args, **kwargs)
 
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
+    session = requests.Session()
+    session.mount("http://", SourceAddressAdapter(pool_maxsize=64))
+    return session
+
+
+def polite_steps(url: str, steps: int, stop_early: threading.Event | None = None) -> list[float]:
+    """Latencies of ``steps`` single steps of one toy instance made from ``127.0.0.1``."""
+    session = client_session("127.0.0.1")
+    created = session.post(f"{url}/instances", json={"env_id": KEY_DOOR_ENV_ID, "seed": 0}, timeout=60)
+    created.raise_for_status()
+    instance = created.json()["instance_id"]
+    latencies = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        answer = session.post(f"{url}/instances/{instance}/step", json={"action": "look"}, timeout=300)
+        answer.raise_for_status()
+        latencies.append(time.perf_counter() - t0)
+        if answer.json()["truncated"]:
+            session.post(f"{url}/instances/{instance}/reset", json={}, timeout=300).raise_for_status()
+    session.delete(f"{url}/instances/{instance}", timeout=60)
+    return latencies
+
+
+def bench_fair_share(steps: int, greedy_threads: int, workers: int, max_instances: int) -> dict:
+    """The polite client's step latency alone and beside a greedy client (see the module docstring)."""
+    port = free_port()
+    command = [sys.executable, "-m", "progpo_envs.server.cli", "--import", "progpo_envs.testing"]
+    command += ["--env", KEY_DOOR_ENV_ID, "--port", str(port), "--workers", str(workers)]
+    command += ["--max-instances", str(max_instances), "--agentgym", "none"]
+    server = ServerProcess(command, port, ready_path="/ready")
+    low, high = KWARG_BOUNDS["history_depths"]
+    costly = {"history_depths": {"$tuple": list(range(high - 7, high + 1))}, "max_steps": 1000}
+    try:
+        alone = polite_steps(server.url, steps)
+        greedy = client_session("127.0.0.2")
+        held, refused = [], 0
+        for _ in range(max_instances):  # as many as it may hold
+            answer = greedy.post(
+                f"{server.url}/instances",
+                json={"env_id": KEY_DOOR_ENV_ID, "kwargs": costly, "seed": 0},
+                timeout=120,
+            )
+            if answer.status_code == 429:
+                refused += 1
+                continue
+            answer.raise_for_status()
+            held.append(answer.json()["instance_id"])
+        stop = threading.Event()
+        greedy_steps = [0] * greedy_threads
+        batch = [{"instance_id": held[i % len(held)], "action": "look"} for i in range(4096)]
+
+        def hog(index: int) -> None:
+            while not stop.is_set():
+                answer = greedy.post(f"{server.url}/batch/step", json={"steps": batch}, timeout=600)
+                results = answer.json()["results"]
+                greedy_steps[index] += sum(r["ok"] for r in results)
+                ended = {
+                    item["instance_id"] for item, r in zip(batch, results, strict=True) if r.get("truncated")
+                }
+                resets = [{"instance_id": instance, "seed": 0} for instance in sorted(ended)]
+                if resets:  # keep its episodes going, so every step stays costly
+                    greedy.post(f"{server.url}/batch/reset", json={"resets": resets}, timeout=600)
+
+        hogs = [threading.Thread(target=hog, args=(i,), daemon=True) for i in range(greedy_threads)]
+        for thread in hogs:
+            thread.start()
+        time.sleep(1.0)  # the greedy batches are running
+        started = time.perf_counter()
+        beside = polite_steps(server.url, steps)
+        elapsed = time.perf_counter() - started
+        stop.set()
+        for thread in hogs:
+            thread.join(600)
+        metrics = requests.get(f"{server.url}/metrics", timeout=60).json()
+    finally:
+        server.stop()
+    alone_ms, beside_ms = percentiles(alone), percentiles(beside)
+    return {
+        "polite_alone": alone_ms,
+        "polite_with_greedy": beside_ms,
+        "p99_ratio": beside_ms["p99_ms"] / alone_ms["p99_ms"],
+        "greedy": {
+            "instances_held": len(held),
+            "creates_refused_429": refused,
+            "threads": greedy_threads,
+            "batch_size": len(batch),
+            "steps_done_during_polite_run": sum(greedy_steps),
+            "polite_run_s": elapsed,
+        },
+        "server": {
+            "workers": workers,
+            "max_instances": max_instances,
+            "worker_restarts": metrics["worker_restarts"],
+            "lost": metrics["lost"],
+        },
+    }
+
+
+def start_server(env_id: str, workers: int) -> ServerProcess:
+    """``progpo serve`` for one env in its own process (so clients and server do not share a GIL), ready."""
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "progpo_envs.server.cli",
+        "--env",
+        env_id,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--env-kwargs",
+        f"{env_id}={json.dumps(ENVS[env_id])}",
+        "--max-instances",
+        "4096",
+    ]
+    return ServerProcess(command, port, ready_path="/ready")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,10 +330,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-rounds", type=int, default=8)
     parser.add_argument("--env", action="append", dest="envs", help="only these env ids")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few steps, no JSON written")
+    parser.add_argument(
+        "--only",
+        choices=["fair_share"],
+        help="run only this case and update only its section of the JSON (the other sections are kept)",
+    )
+    parser.add_argument("--fair-share-steps", type=int, default=300, help="polite client steps per run")
+    parser.add_argument("--greedy-threads", type=int, default=4, help="greedy client's concurrent batches")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.instances, args.batch_rounds, args.clients = 64, 8, 2, [1, 8]
+        args.fair_share_steps, args.greedy_threads = 60, 2
     console = Console()
+    fair_share = bench_fair_share(args.fair_share_steps, args.greedy_threads, args.workers, max_instances=64)
+    alone, beside, greedy = fair_share["polite_alone"], fair_share["polite_with_greedy"], fair_share["greedy"]
+    console.print(
+        f"fair share: polite p99 alone {alone['p99_ms']:.1f} ms, beside the greedy client "
+        f"{beside['p99_ms']:.1f} ms (x{fair_share['p99_ratio']:.2f}); greedy held {greedy['instances_held']} "
+        f"instances, {greedy['creates_refused_429']} creates refused, "
+        f"{fair_share['server']['worker_restarts']} worker restarts"
+    )
+    if args.only == "fair_share":
+        if not args.quick:
+            payload = json.loads(RESULT.read_text())
+            payload["fair_share"] = fair_share_section(fair_share, args)
+            save_result(payload, RESULT)
+            console.print(f"updated the fair_share section of {RESULT.relative_to(ROOT)}")
+        return 0
     results: dict = {}
     for env_id in args.envs or list(ENVS):
         try:
@@ -256,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[yellow]skipping {env_id}: {exc!r}")
             continue
         console.print(f"[bold]{env_id}[/]: starting the server ({args.workers} env workers)")
-        server = ServerProcess(env_id, args.workers)
+        server = start_server(env_id, args.workers)
         per_env: dict = {"concurrency": {}}
         try:
             for clients in args.clients:
@@ -345,19 +454,28 @@ def main(argv: list[str] | None = None) -> int:
         "notes": "Server: `progpo serve` in its own process on loopback (waitress, --workers env workers). "
         "In-process baseline: the same number of env copies stepped round-robin in one process. "
         "Latencies are per step call; the machine is shared (see load_average).",
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "load_average": list(os.getloadavg()),
-        },
+        "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
         "results": results,
+        "fair_share": fair_share_section(fair_share, args),
     }
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    RESULT.write_text(json.dumps(payload, indent=2) + "\n")
+    save_result(payload, RESULT)
     console.print(f"wrote {RESULT.relative_to(ROOT)}")
     return 0
+
+
+def fair_share_section(result: dict, args: argparse.Namespace) -> dict:
+    """The ``fair_share`` section of the JSON: the result with how it was measured."""
+    return {
+        "command": "python benchmarks/bench_hosting.py --only fair_share"
+        f" --fair-share-steps {args.fair_share_steps} --greedy-threads {args.greedy_threads}",
+        "notes": "`progpo serve` hosting the toy env (progpo/ServerToy-v0) in its own process, --workers "
+        "env workers, --max-instances 64. Polite client: 127.0.0.1, one instance, sequential single steps. "
+        "Greedy client: 127.0.0.2, every instance it may hold (the per-client share: half), each with the "
+        "deepest history windows a client may ask for, stepped by concurrent 4,096-step batch requests. "
+        "p99_ratio = polite p99 beside the greedy client / polite p99 alone, in the same run.",
+        "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
+        **result,
+    }
 
 
 if __name__ == "__main__":

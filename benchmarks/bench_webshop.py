@@ -27,10 +27,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -46,9 +42,10 @@ from rich.table import Table  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
 from progpo_envs.webshop.env import WebShopEnv  # noqa: E402
-from progpo_envs.webshop.expert import expert_action  # noqa: E402
 from webshop_server.engine import WebShopEngine, split_range  # noqa: E402
+from webshop_server.expert import expert_action  # noqa: E402
 
 TARGET_P99_SEARCH_MS = 20.0
 TARGET_WORKER_BYTES = 1 << 30
@@ -80,7 +77,7 @@ def expert_episodes(engine: WebShopEngine, goals: range) -> tuple[list[tuple[int
 
 def bench_in_process(engine: WebShopEngine, episodes) -> dict:
     env = WebShopEnv(engine=engine, split="all")
-    engine._search_cache.clear()
+    engine.clear_search_cache()
     search_steps, other_steps, total_steps = [], [], 0
     start = time.perf_counter()
     for goal_index, actions in track(episodes, description="in-process env", console=console):
@@ -109,48 +106,27 @@ def bench_in_process(engine: WebShopEngine, episodes) -> dict:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(num_products: int, server: str, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(num_products: int, server: str, workers: int) -> ServerProcess:
+    """``progpo webshop serve`` with ``server`` (waitress or gunicorn) in its own process, ready (loading
+    ``num_products`` products takes most of the wait)."""
     port = free_port()
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "webshop_server.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--num-products",
-                str(num_products),
-                "--server",
-                server,
-                "--workers",
-                str(workers),
-                "--max-sessions",
-                "20000",
-            ],
-            cwd=ROOT,
-            stdout=out,
-            stderr=out,
-            env=dict(os.environ, OMP_NUM_THREADS="1"),
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while True:
-        try:
-            if requests.get(url + "/api/health", timeout=2).ok:
-                return process, url
-        except requests.ConnectionError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"server did not start:\n{log.read_text()}")
-        time.sleep(0.5)
+    command = [
+        sys.executable,
+        "-m",
+        "webshop_server.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--num-products",
+        str(num_products),
+        "--server",
+        server,
+        "--workers",
+        str(workers),
+        "--max-sessions",
+        "20000",
+    ]
+    return ServerProcess(command, port, ready_path="/api/health", timeout_s=600, env={"OMP_NUM_THREADS": "1"})
 
 
 def client_loop(url: str, episodes, seed: int, stop_at: float, records: list, lock: threading.Lock) -> None:
@@ -261,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=10_000, help="sessions for the memory-growth check")
     parser.add_argument("--threads", type=int, default=8, help="waitress worker threads")
     parser.add_argument("--processes", type=int, default=2, help="gunicorn worker processes")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "webshop.json")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "webshop.json")
     args = parser.parse_args(argv)
 
     console.print(f"[bold]WebShop benchmark[/] at {args.num_products:,} products")
@@ -278,22 +254,16 @@ def main(argv: list[str] | None = None) -> int:
         "mean_steps": float(np.mean([len(a) for _, a in episodes])),
     }
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     servers = {}
     for server, workers in (("waitress", args.threads), ("gunicorn", args.processes)):
-        log = args.out.with_suffix(f".{server}.log")
         t0 = time.perf_counter()
-        process, url = start_server(args.num_products, server, workers, log)
+        process = start_server(args.num_products, server, workers)
         start_s = time.perf_counter() - t0
-        try:
+        with process:
             memory_idle = server_memory(process.pid)
-            http = [bench_http(url, episodes, c, args.seconds) for c in (1, 8, 32)]
+            http = [bench_http(process.url, episodes, c, args.seconds) for c in (1, 8, 32)]
             memory_loaded = server_memory(process.pid)
-            sessions = bench_session_memory(url, process.pid, episodes, args.sessions)
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
-        log.unlink(missing_ok=True)
+            sessions = bench_session_memory(process.url, process.pid, episodes, args.sessions)
         servers[server] = {
             "workers": workers,
             "start_s": start_s,
@@ -305,12 +275,7 @@ def main(argv: list[str] | None = None) -> int:
 
     waitress = servers["waitress"]
     results = {
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_avg_1m": os.getloadavg()[0],
-        },
+        "machine": machine_info(load_avg_1m=os.getloadavg()[0]),
         "num_products": args.num_products,
         "num_goals": engine.num_goals,
         "engine_load_s": load_s,
@@ -337,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             },
         },
     }
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    save_result(results, args.out)
 
     table = Table(title=f"WebShop at {args.num_products:,} products ({os.cpu_count()} CPUs)")
     for column in ("measurement", "value", "p50 ms", "p99 ms"):

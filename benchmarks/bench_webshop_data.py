@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,10 +31,11 @@ import tantivy  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
 from webshop_server.catalog import generate_catalog, load_catalog  # noqa: E402
 from webshop_server.search import SearchIndex, query_terms  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "webshop_data.json"
+RESULTS = RESULTS_DIR / "webshop_data.json"
 P99_TARGET_MS = 20.0
 
 
@@ -106,8 +105,8 @@ def bench_size(n: int, num_queries: int, workdir: Path, seed: int = 0) -> dict:
         short_queries.append(" ".join(words[i : i + k]))
 
     # Baseline: raw tantivy on pre-built term queries, no asin lookup.
-    searcher = index._searcher  # noqa: SLF001 - the benchmark compares against the bare engine
-    schema = index._index.schema  # noqa: SLF001
+    searcher = index.searcher  # the benchmark compares against the bare engine
+    schema = index.schema
 
     def prebuilt(texts):
         return [
@@ -205,18 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     payload = {
         "benchmark": "webshop_data",
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "python": sys.version.split()[0],
-            "platform": platform.platform(),
-            "processor": platform.processor(),
-            "tantivy": getattr(tantivy, "__version__", "unknown"),
-        },
+        "machine": machine_info(
+            processor=platform.processor(), tantivy=getattr(tantivy, "__version__", "unknown")
+        ),
         "p99_target_ms": P99_TARGET_MS,
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(payload, indent=2) + "\n")
+    save_result(payload, args.out)
     console.print(f"wrote {args.out}")
     return 0
 

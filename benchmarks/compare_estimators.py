@@ -57,10 +57,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.credit_diagnostics import git_commit, machine_info  # noqa: E402
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
 from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND  # noqa: E402
 
-RESULTS_DIR = ROOT / "benchmarks" / "results"
 #: The issue's estimator list (DAPO is a GRPO variant with a filter; run it with --estimators if wanted).
 ESTIMATORS = ["grpo", "rloo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage"]
 #: Per-env overrides of ``progpo train`` (generated data only: no downloads).
@@ -524,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
             "extra": args.extra,
             "timeout_s": timeout_s,
         },
-        "machine": {**machine_info(), **_torch_info()},
+        "machine": machine_info(load_average_1m=os.getloadavg()[0], numpy=np.__version__, **_torch_info()),
         "git": git_commit(),
         "seconds": time.perf_counter() - started,
         "metric_names": metric_names,
@@ -551,8 +550,7 @@ def write_result(result: dict[str, Any], out: Path, console: Any) -> None:
     for key, row in result["summary"].items():
         table.add_row(key, *(row[m] for m in names[:8]))
     console.print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    save_result(result, out)
     plot_curves(result["runs"], out.with_suffix(".png"))
     console.print(f"wrote {out} ({result['seconds']:.0f} s)")
 

@@ -4,8 +4,8 @@ Claim measured (issue 8, part 2): on recorded rollout batches, per estimator,
 
 * ``nonzero_step_fraction`` — share of step rows whose *step signal* is non-zero. The step signal is the part
   of the advantage that is not the trajectory-level (episode) advantage: ``A - A_episode`` where ``A_episode``
-  is the same estimator with its step term switched off (``STEP_TERM_OFF``: GiGPO/ProGPO ``omega=0``, G2PO
-  ``step_advantage_w=0``, GraphGPO ``beta_g=0``). GRPO, RLOO and DAPO have no step term: 0 by definition.
+  is the same estimator with its step term switched off (``STEP_TERM_OFF``: GiGPO/G2PO/ProGPO
+  ``step_weight=0``, GraphGPO ``beta_g=0``). GRPO, RLOO and DAPO have no step term: 0 by definition.
 * ``exact_prefix_peer_fraction`` (a property of the batch) — share of rows whose whole history ``(o_0, a_0,
   ..., o_t)`` is shared by another row of the same task group; ProGPO's peer comparison needs one. The ProGPO
   paper (as quoted by a third party, algorithms.md §6) reports that 33.7% of WebShop and 44.5% of ALFWorld
@@ -42,9 +42,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import shlex  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Iterable, Sequence  # noqa: E402
@@ -58,17 +56,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from training.advantages import ESTIMATORS, compute_advantages  # noqa: E402
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
+from training.advantages import ESTIMATORS, check_parameter_names, compute_advantages  # noqa: E402
 
-RESULTS_DIR = ROOT / "benchmarks" / "results"
 #: Parameters that switch an estimator's step term off, leaving its trajectory-level (episode) advantage.
 #: Estimators missing here (grpo, rloo, dapo) are trajectory-level: their step signal is 0 by definition.
 STEP_TERM_OFF: dict[str, dict[str, float]] = {
-    "gigpo": {"omega": 0.0},
-    "g2po": {"step_advantage_w": 0.0},
+    "gigpo": {"step_weight": 0.0},
+    "g2po": {"step_weight": 0.0},
     "graphgpo": {"beta_g": 0.0},
-    "progpo": {"omega": 0.0},
-    "progpo_coverage": {"omega": 0.0},
+    "progpo": {"step_weight": 0.0},
+    "progpo_coverage": {"step_weight": 0.0},
 }
 #: |value| at or below this counts as zero (estimators return exact zeros; this only absorbs float noise).
 ZERO_TOL = 1e-9
@@ -434,7 +432,8 @@ def batch_stats(rows: Sequence[StepRow]) -> dict[str, Any]:
 
 def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """``"name"`` or ``"name:key=value,key=value"`` -> ``(name, params)``; values are JSON when they parse
-    (numbers, true/false, null), else strings.
+    (numbers, true/false, null), else strings. Keys are checked against the estimator's parameters here, so a
+    bad one fails before any rollout is recorded.
 
     Example:
         >>> parse_estimator_spec("progpo:success_potential=0,norm=mean")
@@ -452,6 +451,7 @@ def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
             params[key] = value
+    check_parameter_names(name, params, ESTIMATORS[name].parameters)
     return name, params
 
 
@@ -491,38 +491,6 @@ class DiagnosticsConfig:
 
 
 QUICK = {"noise": [0.3, 0.7], "alfworld_tasks_per_type": 1, "alfworld_max_steps": 30, "webshop_goals": 8}
-
-
-def machine_info() -> dict[str, Any]:
-    """CPU count, load, Python, platform and numpy version of this machine."""
-    return {
-        "cpu_count": os.cpu_count(),
-        "load_average_1m": os.getloadavg()[0],
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "platform": platform.platform(),
-    }
-
-
-def git_commit() -> dict[str, Any]:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the repository (read-only git calls); dirty =
-    changed or untracked files exist, i.e. the numbers may come from code that is not in that commit."""
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
-        )
-        status = subprocess.run(
-            ["git", "status", "--porcelain"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    if sha.returncode != 0:
-        return {"commit": None, "dirty": None}
-    return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 
 def record_source(source: str, cfg: DiagnosticsConfig, noise_index: int, progress_cb=None) -> list[StepRow]:
@@ -698,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
             "group",
             "paper_no_peer_fraction": {"webshop": 0.337, "alfworld": 0.445},
         },
-        "machine": machine_info(),
+        "machine": machine_info(load_average_1m=os.getloadavg()[0], numpy=np.__version__),
         "git": git_commit(),
         "sources": {},
     }
@@ -723,8 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         result["sources"].setdefault("rollouts", {})[path.name] = analyse(rows, cfg.estimators)
     result["seconds"] = time.perf_counter() - start
     print_table(result, console)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    save_result(result, args.out)
     plot(result, args.out.with_suffix(".png"))
     console.print(f"wrote {args.out} ({result['seconds']:.0f} s)")
     return 0

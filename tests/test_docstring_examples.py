@@ -1,5 +1,11 @@
-"""The runnable examples in the docstrings of the training package (every module, estimators too) and of the
-benchmarks (the results page, the comparison's statistics, the bench command) stay correct."""
+"""The runnable examples in the docstrings of every module of the five packages (the envs, the WebShop site,
+the agents, training and the benchmarks) stay correct.
+
+Each module's examples run in an empty working folder (examples that write files write them there); the
+ALFWorld games, WebShop catalogs and search indexes they generate go to the test session's own
+``PROGPO_CACHE`` (set in ``tests/conftest.py``). An example that cannot run offline says so in its module with
+a doctest directive (``# doctest: +SKIP``); this runner skips no module.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +15,20 @@ import pkgutil
 
 import pytest
 
-import benchmarks
-import training
+PACKAGES = ("progpo_envs", "webshop_server", "agents", "training", "benchmarks")
 
-MODULES = sorted(
-    m.name
-    for package in (training, benchmarks)
-    for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
-)
+
+def _modules(package_name: str) -> list[str]:
+    """The package and every module under it."""
+    package = importlib.import_module(package_name)
+    return [package_name, *(m.name for m in pkgutil.walk_packages(package.__path__, package_name + "."))]
+
+
+MODULES = sorted(name for package in PACKAGES for name in _modules(package))
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # examples that write files write them here
+    monkeypatch.chdir(tmp_path)
     result = doctest.testmod(importlib.import_module(name), verbose=False)
     assert result.failed == 0

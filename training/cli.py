@@ -18,7 +18,14 @@ import argparse
 import json
 import sys
 
-from training.config import ALGO_CHOICES, ConfigError, describe_fields, load_config
+from training.config import (
+    DAPO_RECIPE,
+    ConfigError,
+    algo_choices,
+    algo_parameters,
+    describe_fields,
+    load_config,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", help="YAML preset (default: the embedded quickstart defaults)")
-    parser.add_argument("--algo", choices=ALGO_CHOICES, help="advantage estimator (overrides algo.name)")
+    parser.add_argument(
+        "--algo",
+        choices=algo_choices(),
+        help="advantage estimator (overrides algo.name); dapo means DAPO's recipe: "
+        + ", ".join(f"{k}={v}" for k, v in DAPO_RECIPE.items())
+        + ", except the keys you set on the command line",
+    )
     parser.add_argument(
         "--resume", action="store_true", help="continue from the newest checkpoint in run_dir"
     )
@@ -45,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.help_config:
         for key, default, doc in describe_fields():
             print(f"{key:<36} {default:<24} {doc}")
+        print("\nalgo.name choices and the algo.params keys each accepts:")
+        for name in algo_choices():
+            print(f"  {name:<16} {', '.join(algo_parameters(name))}")
         return 0
     overrides = list(args.overrides)
     if args.algo:
@@ -56,11 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as exc:
         print(f"progpo train: {exc}", file=sys.stderr)
         return 2
+    from training.checkpoint import CheckpointError
     from training.trainer import Trainer
 
     trainer = Trainer(config)
     try:
         summary = trainer.run(resume=args.resume)
+    except CheckpointError as exc:  # no intact checkpoint to resume from: nothing was deleted
+        if trainer.dist.is_main:
+            print(f"progpo train: {exc}", file=sys.stderr)
+        return 1
     finally:
         trainer.close()
         trainer.dist.close()

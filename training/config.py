@@ -25,13 +25,35 @@ from typing import Any
 import yaml
 
 from agents.prompts import PromptTemplate
+from training.advantages import ESTIMATORS
+from training.advantages.registry import check_parameter_names
 
 #: The harness's prompt templates (:class:`agents.prompts.PromptTemplate`), the values
 #: ``rollout.template`` takes.
 TEMPLATE_NAMES = tuple(t.value for t in PromptTemplate)
 
-#: The estimator names ``--algo`` accepts (registered in :mod:`training.advantages`).
-ALGO_CHOICES = ("grpo", "rloo", "dapo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage")
+#: Dtype names of ``model.dtype``/``model.compute_dtype``/``model.export_dtype`` (``auto`` where allowed).
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+#: DAPO's recipe (Yu et al. 2025, arXiv 2503.14476), switched on by ``algo.name=dapo`` for every key the
+#: command line does not set itself (nor a file that selects dapo itself): clip-higher, dynamic sampling, and
+#: the groups its filter drops left out of the token-mean denominator.
+DAPO_RECIPE = {
+    "loss.clip_high": 0.28,
+    "rollout.dynamic_sampling": True,
+    "loss.exclude_uniform_groups": True,
+}
+
+
+def algo_choices() -> list[str]:
+    """The estimator names ``algo.name`` accepts: every name registered in :mod:`training.advantages`."""
+    return sorted(ESTIMATORS)
+
+
+def algo_parameters(name: str) -> list[str]:
+    """The keys ``algo.params`` accepts for estimator ``name`` (its keyword parameters, read from the
+    registry, less ``invalid_penalty``, which ``algo.invalid_penalty`` sets)."""
+    return [p for p in ESTIMATORS[name].parameters if p != "invalid_penalty"]
 
 
 class ConfigError(ValueError):
@@ -76,7 +98,20 @@ class ModelConfig:
     tiny: TinyModelConfig = dataclasses.field(
         default_factory=TinyModelConfig, metadata={"doc": "shape of the locally built model"}
     )
-    dtype: str = _field("auto", "float32 | bfloat16 | float16 | auto (bfloat16 on CUDA, float32 on CPU)")
+    dtype: str = _field(
+        "float32",
+        "dtype of the trained parameters, the optimizer's masters: float32 | bfloat16 | float16 (an AdamW "
+        "step of ~1e-6 rounds away in bf16 weights: keep float32 and compute in bf16 with compute_dtype)",
+    )
+    compute_dtype: str = _field(
+        "auto",
+        "dtype of forward/backward and sampling (autocast over the masters; FSDP2's param_dtype, gradients "
+        "reduced in float32) and of the frozen reference: auto (bfloat16 on CUDA, float32 on CPU) | "
+        "bfloat16 | float16 | float32",
+    )
+    export_dtype: str = _field(
+        "auto", "dtype the exported model is saved in: auto (= compute_dtype) | float32 | bfloat16 | float16"
+    )
     gradient_checkpointing: bool = _field(False, "recompute activations in backward (saves memory on GPU)")
     lora_rank: int = _field(0, "LoRA rank (peft); 0 = full fine-tuning")
     lora_alpha: int = _field(32, "LoRA alpha")
@@ -131,6 +166,9 @@ class RolloutConfig:
     max_prompt_tokens: int = _field(1024, "longer prompts keep their last tokens (paper: 2048 / 4096)")
     sample_batch_size: int = _field(64, "sequences decoded together (bounds memory)")
     engine: str = _field("transformers", "transformers | vllm")
+    vllm_gpu_memory_utilization: float = _field(
+        0.4, "share of the GPU's memory vLLM may take (model + KV cache; the trainer shares the GPU)"
+    )
     dynamic_sampling: bool = _field(
         False, "DAPO dynamic sampling: drop groups whose episodes all score the same and roll more groups"
     )
@@ -152,11 +190,25 @@ class RolloutConfig:
 class AlgoConfig:
     """The advantage estimator (any name registered in training.advantages)."""
 
-    name: str = _field("progpo", "estimator: " + " | ".join(ALGO_CHOICES))
+    name: str = _field(
+        "progpo",
+        "estimator: "
+        + " | ".join(algo_choices())
+        + " (dapo also switches on DAPO's recipe: "
+        + ", ".join(f"{k}={v}" for k, v in DAPO_RECIPE.items())
+        + ", unless set on the command line)",
+    )
     invalid_penalty: float = _field(
         0.1, "subtracted from the score of a step whose output was not a valid action"
     )
     params: dict = _field({}, "extra keyword arguments of the estimator (e.g. gamma, norm, stats_scope)")
+    recompute_old_logprobs: bool = _field(
+        False,
+        "pi_old = the training model's own log-probs, recomputed after rollouts in the update's numeric path "
+        "(verl's default; the GPU presets' setting): bf16, KV-cached or vLLM sampling log-probs differ from "
+        "a full forward, so the first PPO ratio starts away from 1; off = the sampler's recorded log-probs "
+        "(exact in float32 on CPU, the quickstart)",
+    )
 
 
 @dataclasses.dataclass
@@ -169,6 +221,11 @@ class LossConfig:
     kl_coef: float = _field(0.01, "weight of the k3 KL to the frozen reference (0 = no reference model)")
     entropy_coef: float = _field(0.001, "weight of the entropy bonus")
     ppo_epochs: int = _field(1, "passes over each batch")
+    exclude_uniform_groups: bool = _field(
+        False,
+        "leave task groups whose episodes all scored the same (DAPO's filter) out of the update: no loss "
+        "terms and no tokens in the token-mean denominator (DAPO's recipe)",
+    )
 
 
 @dataclasses.dataclass
@@ -182,6 +239,11 @@ class OptimConfig:
     mini_batch_rows: int = _field(64, "step rows per optimizer step (paper: 256 ALFWorld, 64 WebShop)")
     micro_batch_rows: int = _field(
         16, "step rows per forward/backward (gradient accumulation inside a mini-batch)"
+    )
+    logit_chunk_tokens: int = _field(
+        1024,
+        "response positions whose vocabulary-sized logits exist at once in a forward/backward (memory: "
+        "chunk x vocabulary x 4 bytes, recomputed in backward); 0 = all positions at once",
     )
 
 
@@ -204,8 +266,8 @@ class WarmStartConfig:
 
 
 @dataclasses.dataclass
-class EvalConfig:
-    """Periodic validation on the held-out split."""
+class ValidationConfig:
+    """Periodic validation on the held-out split (the ``eval`` section of a config, e.g. ``eval.seeds=3``)."""
 
     every: int = _field(0, "validate every N iterations (0 = only before and after training)")
     num_tasks: int = _field(
@@ -247,7 +309,9 @@ class TrainConfig:
     warm_start: WarmStartConfig = dataclasses.field(
         default_factory=WarmStartConfig, metadata={"doc": "supervised warm start"}
     )
-    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig, metadata={"doc": "validation"})
+    eval: ValidationConfig = dataclasses.field(
+        default_factory=ValidationConfig, metadata={"doc": "validation"}
+    )
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` on values that cannot work together."""
@@ -280,13 +344,43 @@ class TrainConfig:
                 "rollout.constrained_actions needs rollout.engine=transformers",
             ),
             (
-                self.model.dtype in ("auto", "float32", "bfloat16", "float16"),
-                "model.dtype is not a known dtype",
+                self.model.dtype != "auto",
+                "model.dtype=auto is gone: model.dtype is now the trained (master) parameters' dtype, "
+                "float32 by default; bf16 compute is model.compute_dtype=auto|bfloat16|float16|float32 and "
+                "the saved model's dtype model.export_dtype",
             ),
+            (self.model.dtype in DTYPE_NAMES, f"model.dtype must be one of {', '.join(DTYPE_NAMES)}"),
+            (
+                self.model.compute_dtype in ("auto", *DTYPE_NAMES),
+                f"model.compute_dtype must be one of auto, {', '.join(DTYPE_NAMES)}",
+            ),
+            (
+                self.model.export_dtype in ("auto", *DTYPE_NAMES),
+                f"model.export_dtype must be one of auto, {', '.join(DTYPE_NAMES)}",
+            ),
+            (
+                0 < self.rollout.vllm_gpu_memory_utilization <= 1,
+                "rollout.vllm_gpu_memory_utilization must be in (0, 1]",
+            ),
+            (self.optim.logit_chunk_tokens >= 0, "optim.logit_chunk_tokens must be >= 0 (0 = no chunking)"),
         ]
+        self._check_algo()
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+
+    def _check_algo(self) -> None:
+        """``algo.name`` is a registered estimator and ``algo.params`` are its parameters (at load time, so a
+        typo fails before any env or model is built)."""
+        if self.algo.name not in ESTIMATORS:
+            valid = ", ".join(algo_choices())
+            raise ConfigError(f"algo.name {self.algo.name!r} is not a registered estimator; valid: {valid}")
+        if "invalid_penalty" in self.algo.params:
+            raise ConfigError("algo.params.invalid_penalty: set algo.invalid_penalty instead")
+        try:
+            check_parameter_names(self.algo.name, self.algo.params, algo_parameters(self.algo.name))
+        except ValueError as exc:
+            raise ConfigError(f"algo.params: {exc}") from exc
 
 
 def _resolve_types(cls: type) -> dict[str, Any]:
@@ -398,12 +492,43 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
         data = _yaml_floats(loaded)
-    for override in overrides or []:
-        key, value = parse_override(override)
+    parsed = [parse_override(override) for override in overrides or []]
+    command_line: dict = {}
+    for key, value in parsed:
+        _set_dotted(command_line, key, value)
+    _apply_dapo_recipe(data, command_line)
+    for key, value in parsed:
         _set_dotted(data, key, value)
     config = _from_dict(TrainConfig, data)
     config.validate()
     return config
+
+
+_MISSING = object()
+
+
+def _get_dotted(data: dict, dotted: str, default: Any) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def _apply_dapo_recipe(file_data: dict, command_line: dict) -> None:
+    """Set :data:`DAPO_RECIPE` in ``file_data`` when the run's estimator is dapo, except the keys the command
+    line sets, and the keys of a file that selects dapo itself (its own choice)."""
+    default_name = TrainConfig().algo.name
+    name = _get_dotted(command_line, "algo.name", _get_dotted(file_data, "algo.name", default_name))
+    if name != "dapo":
+        return
+    file_selects_dapo = _get_dotted(file_data, "algo.name", default_name) == "dapo"
+    for key, value in DAPO_RECIPE.items():
+        in_file = _get_dotted(file_data, key, _MISSING) is not _MISSING
+        if _get_dotted(command_line, key, _MISSING) is not _MISSING or (file_selects_dapo and in_file):
+            continue
+        _set_dotted(file_data, key, value)
 
 
 def config_to_dict(config: TrainConfig) -> dict:

@@ -7,7 +7,7 @@ groups), the step rows stay on the rank that produced them, and the update runs 
 reduce-scattered and averaged, so each rank scales its loss by ``world_size / global_tokens`` to get the exact
 token-mean of the whole batch. Ranks must run the same number of forward/backward passes; ranks with fewer
 micro-batches run padded ones with zero weight. The legacy ``FullyShardedDataParallel`` wrapper refuses CPU;
-FSDP2 works on gloo (``../shared/docs/training_stack.md`` §6).
+FSDP2 works on gloo (``docs/training_stack.md`` §4).
 
 Sampling runs on a plain (unsharded) copy of the model per rank, refreshed from the full state dict after each
 update (:meth:`DistContext.full_state_dict`) — the same "push the trainer's weights into the rollout engine"
@@ -105,23 +105,44 @@ class DistContext:
         stop = (n * (self.rank + 1)) // self.world_size
         return items[start:stop]
 
+    def log(self, message: str) -> None:
+        """Print ``message`` once, from the main rank, as ``[progpo train] message``."""
+        if self.is_main:
+            print(f"[progpo train] {message}", flush=True)
+
     def close(self) -> None:
         """Destroy the process group."""
         if self.enabled and dist.is_initialized():
             dist.destroy_process_group()
 
 
-def shard_model(model: torch.nn.Module) -> torch.nn.Module:
-    """Apply FSDP2 ``fully_shard`` to each decoder layer, then to the whole model (in place)."""
-    from torch.distributed.fsdp import fully_shard
+def shard_model(model: torch.nn.Module, compute_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """Apply FSDP2 ``fully_shard`` to each decoder layer, then to the whole model (in place).
 
+    The sharded parameters keep their dtype (fp32 masters: the optimizer steps them). With a
+    ``compute_dtype`` other than float32, FSDP2's ``MixedPrecisionPolicy(param_dtype=compute_dtype,
+    reduce_dtype=float32)`` all-gathers them in that dtype for forward/backward and reduce-scatters the
+    gradients in float32 (PyTorch FSDP2's mixed precision, as verl's ``mixed_precision`` defaults).
+
+    The root keeps its parameters (embeddings, final norm, output layer) gathered after its forward
+    (``reshard_after_forward=False``, FSDP2's default for the root, made explicit): the chunked log-probs of
+    :func:`training.sampling.policy_logprobs_and_entropy` multiply the decoder's hidden states with the
+    gathered output weight after the forward.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mixed_precision = (
+        MixedPrecisionPolicy()
+        if compute_dtype == torch.float32
+        else MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    )
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None:
         base = getattr(model, "base_model", None)
         layers = getattr(getattr(getattr(base, "model", None), "model", None), "layers", None)
     for layer in layers or []:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mp_policy=mixed_precision)
+    fully_shard(model, mp_policy=mixed_precision, reshard_after_forward=False)
     return model
 
 

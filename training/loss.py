@@ -1,4 +1,4 @@
-"""The PPO-style token-level objective of verl-agent (``../shared/docs/algorithms.md`` §8), pure tensors.
+"""The PPO-style token-level objective of verl-agent (``docs/algorithms.md`` §8), pure tensors.
 
 Per response token with advantage ``A`` (the step row's advantage broadcast over its tokens)::
 

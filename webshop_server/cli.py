@@ -18,21 +18,29 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from webshop_server.usage import CommandParser, UsageError, existing_dir, report
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser() -> CommandParser:
     """The ``progpo webshop`` argument parser."""
-    parser = argparse.ArgumentParser(prog="progpo webshop", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(
+        prog="progpo webshop",
+        description="WebShop tools: serve the site and its session API, generate a catalog.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve the human site and the JSON session API (waitress)")
-    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default loopback only)")
-    serve.add_argument("--port", type=int, default=3000)
+    serve = sub.add_parser(
+        "serve",
+        help="serve the human site and the JSON session API",
+        description="Serve the WebShop site and its JSON session API with a production server.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (loopback only)")
+    serve.add_argument("--port", type=int, default=3000, help="port to listen on")
     serve.add_argument(
         "--num-products",
         type=int,
@@ -43,16 +51,35 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--data-dir",
         default=os.environ.get("WEBSHOP_DATA"),
-        help="WebShop raw files to serve instead of the generated catalog (env WEBSHOP_DATA)",
+        help="folder of WebShop raw files to serve instead of the generated catalog (default: $WEBSHOP_DATA)",
     )
     serve.add_argument(
         "--synthetic-goals", action="store_true", help="use synthetic goals instead of human ones"
     )
     serve.add_argument(
-        "--server", choices=["waitress", "gunicorn"], default="waitress", help="production server (see above)"
+        "--server",
+        choices=["waitress", "gunicorn"],
+        default="waitress",
+        help="waitress: one process, --workers threads, sessions in memory; gunicorn: --workers processes "
+        "forked after the catalog is loaded, sessions in a shared SQLite file",
     )
     serve.add_argument("--workers", type=int, default=8, help="threads (waitress) or processes (gunicorn)")
-    serve.add_argument("--max-sessions", type=int, default=10_000)
+    serve.add_argument(
+        "--max-sessions", type=int, default=10_000, help="live sessions at most (then new ones are refused)"
+    )
+    serve.add_argument(
+        "--max-sessions-per-client",
+        type=int,
+        default=None,
+        help="live sessions one client address may hold (default: half of --max-sessions; behind a reverse "
+        "proxy every client has the proxy's address: set it to --max-sessions there)",
+    )
+    serve.add_argument(
+        "--max-query-chars",
+        type=int,
+        default=4096,
+        help="longest search query a session keeps (longer ones are refused with 400)",
+    )
     serve.add_argument(
         "--idle-timeout", type=float, default=1800.0, help="seconds before an idle session expires"
     )
@@ -75,9 +102,16 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(generate_main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
-    if args.workers < 1:
-        print("progpo webshop serve: --workers must be >= 1", file=sys.stderr)
-        return 2
+    try:
+        if args.workers < 1:
+            raise UsageError("--workers must be >= 1")
+        if args.max_sessions_per_client is not None and args.max_sessions_per_client < 1:
+            raise UsageError("--max-sessions-per-client must be >= 1")
+        if args.max_query_chars < 1:
+            raise UsageError("--max-query-chars must be >= 1")
+        existing_dir("--data-dir", args.data_dir)
+    except UsageError as error:
+        return report("progpo webshop serve", error)
     from webshop_server.app import ServerConfig, create_app
     from webshop_server.engine import WebShopEngine
 
@@ -85,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         args.num_products, args.seed, data_dir=args.data_dir, human_goals=not args.synthetic_goals
     )
     config = ServerConfig(
-        max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout, expose_expert=args.expose_expert
+        max_sessions=args.max_sessions,
+        max_sessions_per_client=args.max_sessions_per_client,
+        max_query_chars=args.max_query_chars,
+        idle_timeout_s=args.idle_timeout,
+        expose_expert=args.expose_expert,
     )
     print(
         f"WebShop: {len(engine.catalog.products)} products, {engine.num_goals} goals; "

@@ -5,7 +5,7 @@ in-process Gymnasium env (:mod:`progpo_envs.webshop.env`) and the Selenium env
 (:mod:`progpo_envs.webshop.browser`, through the Flask site). It reproduces the pages and actions of the
 original WebShop (Yao et al., 2022; ``princeton-nlp/WebShop`` ``web_agent_site/envs/web_agent_text_env.py``,
 ``SimServer.receive`` and the templates),
-restated in ``shared/docs/webshop.md`` §1:
+restated in ``docs/webshop.md`` §1:
 
 * pages: search → results (the top :data:`SEARCH_RETURN_N` = 50 hits, :data:`PRODUCT_WINDOW` = 10 per page) →
   item page (option choice; Description / Features / Reviews sub-pages) → Buy Now → done page with the reward;
@@ -393,6 +393,11 @@ class WebShopEngine:
             while len(self._search_cache) > self.config.search_cache_size:
                 self._search_cache.popitem(last=False)
         return asins
+
+    def clear_search_cache(self) -> None:
+        """Forget the cached search results (the next search of each query asks the index again)."""
+        with self._search_lock:
+            self._search_cache.clear()
 
     def num_result_pages(self, keywords: Sequence[str]) -> int:
         """Pages of results for ``keywords`` (at least 1, an empty page when nothing matched)."""

@@ -9,7 +9,7 @@
 * Price bound: upstream takes the next four multiples of $10 above the product price and keeps the larger of
   two draws; ", and price lower than X.00 dollars" is appended (no bound, 1e6, with fewer than two steps).
   Upstream draws from the unseeded global ``random`` before seeding, so bounds differ per process
-  (``shared/docs/webshop.md`` §1 quirk 4). Here each goal's draw comes from xxh3-64 of (seed, asin, goal
+  (``docs/webshop.md`` §1.3 quirk 4). Here each goal's draw comes from xxh3-64 of (seed, asin, goal
   number), so every process builds the same goals.
 * ``build_goals`` then shuffles with ``random.Random(233)`` like upstream's ``random.seed(233);
   random.shuffle(goals)``; the RL papers' splits index this list (test 0-499, train 500+).
@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from progpo_envs.core.hashing import text_digest
+from webshop_server.seeding import text_seed
 
 PRICE_RANGE: tuple[float, ...] = tuple(10.0 * i for i in range(1, 100))
 NO_PRICE_BOUND = 1_000_000.0
@@ -46,7 +46,7 @@ def price_bound(price: float, key: str, seed: int) -> tuple[float, str]:
     if n < 2:
         return NO_PRICE_BOUND, ""
     # Two distinct step indices, uniform over ordered pairs like random.sample(steps, 2), from one hash.
-    h = int(text_digest(f"price_upper:{seed}:{key}"))
+    h = text_seed(f"price_upper:{seed}:{key}")
     first, second = h % n, (h // n) % (n - 1)
     second += second >= first
     upper = steps[max(first, second)]

@@ -1,7 +1,7 @@
 """WebShop's purchase reward, re-implemented from the paper's formula (Yao et al., 2022).
 
 Restates ``web_agent_site/engine/goal.py::get_reward`` of princeton-nlp/WebShop (commit 64fa2a5), described in
-``shared/docs/webshop.md`` §1 "Reward"::
+``docs/webshop.md`` §1.2 "Reward"::
 
     reward = (matched_attributes + matched_options + price_ok) / (|attributes| + |goal_options| + 1) * r_type
 

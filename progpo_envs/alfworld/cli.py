@@ -1,9 +1,12 @@
 """``progpo alfworld``: generate games, list a split's tasks, play a game in the terminal.
 
-Examples:
-    progpo alfworld generate --out data/alfworld_gen --n 36 --seed 0 progpo alfworld list --split valid_seen
-    --data-dir ../shared/data/alfworld progpo alfworld play --split valid_seen --data-dir
-    ../shared/data/alfworld --task 3
+Examples::
+
+    progpo alfworld generate --out data/alfworld_gen --n 36 --seed 0
+    progpo alfworld list --split valid_seen --data-dir /data/alfworld
+    progpo alfworld play --split valid_seen --data-dir /data/alfworld --task 3
+
+A usage error (an unknown split, a data folder that does not exist) is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -13,11 +16,17 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 
-from progpo_envs.alfworld.data import TASK_TYPES, load_tasks
+from progpo_envs.alfworld.data import load_tasks, resolve_data_dir, split_names
+from progpo_envs.alfworld.task_types import TASK_TYPES
+from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
 
 
 def _add_data_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--split", default="train", help="split folder of json_2.1.1 (default: %(default)s)")
+    parser.add_argument(
+        "--split",
+        default="train",
+        help="a folder of json_2.1.1 (generated games: train, valid_seen or valid_unseen)",
+    )
     parser.add_argument(
         "--data-dir",
         default=None,
@@ -80,9 +89,12 @@ def _generate(argv: list[str]) -> int:
     return generate_main(argv)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> CommandParser:
     """The ``progpo alfworld`` argument parser (``generate`` forwards its arguments to the generator)."""
-    parser = argparse.ArgumentParser(prog="progpo alfworld", description="ALFWorld tools.")
+    parser = CommandParser(
+        prog="progpo alfworld",
+        description="ALFWorld tools: generate games, list a split's tasks, play a game.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
         "generate", help="generate verified games (see `progpo alfworld generate --help`)", add_help=False
@@ -94,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_args(play)
     play.add_argument("--task", type=int, default=None, help="task index (default: chosen by --seed)")
     play.add_argument("--seed", type=int, default=None, help="seed of the task choice")
-    play.add_argument("--max-steps", type=int, default=50, help="step limit (default: %(default)s)")
+    play.add_argument("--max-steps", type=int, default=50, help="step limit")
     play.add_argument("--hint", action="store_true", help="show the expert's next command")
     return parser
 
@@ -106,12 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         return _generate(argv[1:])
     args = build_parser().parse_args(argv)
     try:
+        existing_dir("--data-dir", args.data_dir)
+        splits = split_names(args.data_dir)
+        if args.split not in splits:
+            where = resolve_data_dir(args.data_dir) or "generated games"
+            raise one_of(f"split (in {where})", args.split, splits or ["none: no json_2.1.1/ folder there"])
         if args.command == "list":
             return _list(args)
         return _play(args)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"progpo alfworld: {error}", file=sys.stderr)
-        return 2
+    except (UsageError, FileNotFoundError, ValueError) as error:
+        return report(f"progpo alfworld {args.command}", error)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ into the cache on first use and that set is loaded the same way.
 
 Example:
     >>> from progpo_envs.alfworld.data import load_tasks
-    >>> tasks = load_tasks("valid_seen", data_dir="../shared/data/alfworld")  # doctest: +SKIP
+    >>> tasks = load_tasks("valid_seen", data_dir="/data/alfworld")  # doctest: +SKIP
     >>> len(tasks), tasks[0].task_type  # doctest: +SKIP
     (140, 'look_at_obj_in_light')
 """
@@ -43,17 +43,10 @@ from typing import Any
 
 import xxhash
 
-from progpo_envs.alfworld import _wheel
+from progpo_envs.alfworld import wheel
+from progpo_envs.alfworld.expert import PlaceWording
+from progpo_envs.alfworld.task_types import TASK_TYPES
 
-#: ALFWorld's six task types (``alfred_tw_env.TASK_TYPES``), in ALFWorld's numbering order.
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
 #  Path fragments ALFWorld skips (movable receptacles and sliced objects are not supported by the text
 # engine).
 SKIPPED_PATH_PARTS = ("movable", "Sliced")
@@ -75,7 +68,7 @@ class ALFWorldTask:
 
     Attributes:
         task_id: ``<task folder>/<trial folder>``, unique within a split and stable across machines.
-        task_type: One of :data:`TASK_TYPES`.
+        task_type: One of :data:`~progpo_envs.alfworld.task_types.TASK_TYPES`.
         trial_dir: The trial folder (``traj_data.json``, ``initial_state.pddl``, maybe ``game.tw-pddl``).
         has_game_file: Whether the trial ships a ``game.tw-pddl`` (otherwise it is rebuilt).
         trust_game_file: Use the shipped game file as is, whatever grammar it has (generated games).
@@ -112,30 +105,16 @@ def is_current_game(game: dict[str, Any]) -> bool:
     Both placing wordings count as current: the wheel's ``move X to Y`` and the ``put X in/on Y`` that the
     generator writes on request (the grammar of older ALFWorld releases).
     """
-    from progpo_envs.alfworld.expert import PlaceWording  # the generator imports this module
-    from progpo_envs.alfworld.generator import grammar_with_wording
+    from progpo_envs.alfworld.generator import grammar_with_wording  # (the generator loads the engine)
 
-    if game.get("pddl_domain") != _wheel.wheel_domain():
+    if game.get("pddl_domain") != wheel.wheel_domain():
         return False
     grammar = game.get("grammar", "")
     for wording in PlaceWording:
-        before, _, after = grammar_with_wording(_wheel.wheel_grammar(), wording).partition("UNKNOWN GOAL")
+        before, _, after = grammar_with_wording(wheel.wheel_grammar(), wording).partition("UNKNOWN GOAL")
         if grammar.startswith(before) and grammar.endswith(after):
             return True
     return False
-
-
-def templated_task_description(traj_data: dict[str, Any], rng: random.Random) -> str:
-    """ALFWorld's templated task text (``misc.get_templated_task_desc``), template drawn from ``rng``."""
-    params = traj_data["pddl_params"]
-    goal = traj_data["task_type"] + ("_slice" if params.get("object_sliced") else "")
-    template = rng.choice(_wheel.goal_templates()[goal])
-    return template.format(
-        obj=params["object_target"].lower(),
-        recep=params["parent_target"].lower(),
-        toggle=params["toggle_target"].lower(),
-        mrecep=params["mrecep_target"].lower(),
-    )
 
 
 def build_game(task: ALFWorldTask, task_description: str | None = None) -> dict[str, Any]:
@@ -148,10 +127,10 @@ def build_game(task: ALFWorldTask, task_description: str | None = None) -> dict[
     traj_data = task.traj_data()
     if task_description is None:
         rng = random.Random(xxhash.xxh3_64_intdigest(task.task_id.encode()))
-        task_description = templated_task_description(traj_data, rng)
+        task_description = wheel.templated_task_description(traj_data, rng)
     return {
-        "pddl_domain": _wheel.wheel_domain(),
-        "grammar": _wheel.wheel_grammar().replace("UNKNOWN GOAL", task_description),
+        "pddl_domain": wheel.wheel_domain(),
+        "grammar": wheel.wheel_grammar().replace("UNKNOWN GOAL", task_description),
         "pddl_problem": (task.trial_dir / "initial_state.pddl").read_text(),
         "solvable": True,
     }
@@ -173,8 +152,8 @@ def rebuild_game(
         str(_REBUILD_FORMAT),
         task.task_id,
         description or "",
-        _wheel.wheel_domain(),
-        _wheel.wheel_grammar(),
+        wheel.wheel_domain(),
+        wheel.wheel_grammar(),
         (task.trial_dir / "initial_state.pddl").read_text(),
         (task.trial_dir / "traj_data.json").read_text(),
     ):
@@ -199,6 +178,17 @@ def available_splits(data_dir: str | Path) -> list[str]:
     """The split folders of ``<data_dir>/json_2.1.1``."""
     root = Path(data_dir) / "json_2.1.1"
     return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def split_names(data_dir: str | Path | None = None) -> list[str]:
+    """The splits :func:`load_tasks` can load: the folders of ``json_2.1.1`` in the data (``data_dir``, else
+    ``$ALFWORLD_DATA``), or the generated splits when there is no real data."""
+    root = resolve_data_dir(data_dir)
+    if root is not None:
+        return available_splits(root)
+    from progpo_envs.alfworld import generator
+
+    return [split.value for split in generator.Split]
 
 
 def collect_tasks(split_dir: Path, *, trust_game_files: bool = False) -> list[ALFWorldTask]:

@@ -3,7 +3,7 @@
 :class:`AlfredEngine` wraps ``textworld.envs.pddl.PddlEnv`` directly (not through ``textworld.gym``), names
 objects as ALFWorld's ``AlfredDemangler`` does (``"<class> <n>"``), keeps every loaded game so that replaying
 one (as group RL does) skips the grammar parse and the PDDL translation, and applies four fixes to the stock
-engine (see ``shared/docs/alfworld.md`` §3). Each fix is switchable through :class:`EnginePatches` and leaves
+engine (see ``docs/alfworld.md`` §3). Each fix is switchable through :class:`EnginePatches` and leaves
 the transcript (observations + admissible commands) byte-identical to the stock engine;
 ``tests/alfworld/test_alfworld_engine.py`` proves it.
 

@@ -13,7 +13,7 @@ prompts show them), ``task_type``, ``task_id``, ``task_index``, ``won``, the his
 
 Example:
     >>> import gymnasium as gym, progpo_envs
-    >>> data = "../shared/data/alfworld"
+    >>> data = "/data/alfworld"  # the folder that contains json_2.1.1/
     >>> env = gym.make("progpo/ALFWorld-v0", split="valid_seen", data_dir=data)  # doctest: +SKIP
     >>> obs, info = env.reset(options={"task_index": 0})  # doctest: +SKIP
     >>> obs, reward, terminated, truncated, info = env.step(info["admissible_actions"][0])  # doctest: +SKIP

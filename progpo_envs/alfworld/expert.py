@@ -57,16 +57,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-
-class TaskType(str, enum.Enum):
-    """The six ALFWorld task types (``alfworld.agents.environment.alfred_tw_env.TASK_TYPES``)."""
-
-    PICK = "pick_and_place_simple"
-    LOOK = "look_at_obj_in_light"
-    CLEAN = "pick_clean_then_place_in_recep"
-    HEAT = "pick_heat_then_place_in_recep"
-    COOL = "pick_cool_then_place_in_recep"
-    PICK_TWO = "pick_two_obj_and_place"
+from progpo_envs.alfworld.task_types import TaskType
 
 
 class PlaceWording(str, enum.Enum):

@@ -21,8 +21,8 @@ can hold, what can be heated, cooled, cleaned, toggled) and the goals with their
    ``objectType``, ``canContain``, ``inReceptacle``, ``receptacleAtLocation`` ... and the goal of ``gdict``),
    ``traj_data.json`` with ``task_type`` and ``pddl_params`` (what ALFWorld's loaders and experts read), and
    ``game.tw-pddl`` = domain + grammar with the task text (a ``gdict`` template drawn with the game's seeded
-   generator, as :func:`progpo_envs.alfworld.data.templated_task_description` does) + problem + ``solvable`` +
-   ``walkthrough``.
+   generator, as :func:`progpo_envs.alfworld.wheel.templated_task_description` does) + problem +
+   ``solvable`` + ``walkthrough``.
 5. **Verification.** The walkthrough is the expert's plan (:mod:`progpo_envs.alfworld.expert`) on the
    generator's own state, named as ALFWorld's ``Demangler`` names the ids. It is replayed in the real
    TextWorld ``PddlEnv``: every command must be admissible and the game must be won exactly at its last
@@ -46,7 +46,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import enum
 import functools
@@ -59,11 +58,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from progpo_envs.alfworld import _wheel
-from progpo_envs.alfworld.data import templated_task_description
+from progpo_envs.alfworld import wheel
 from progpo_envs.alfworld.engine import AlfredEngine, demangled_names
-from progpo_envs.alfworld.expert import ALFWorldExpert, PlaceWording, TaskType, WorldState, type_name
+from progpo_envs.alfworld.expert import ALFWorldExpert, PlaceWording, WorldState, type_name
+from progpo_envs.alfworld.task_types import TaskType
 from progpo_envs.core.hashing import hex_key, text_digest
+from webshop_server.usage import CommandParser
 
 GENERATOR_VERSION = 1
 """Bumped whenever the same arguments would give different files (lets caches notice stale games)."""
@@ -149,15 +149,15 @@ def grammar_with_wording(grammar: str, wording: PlaceWording) -> str:
     return grammar
 
 
-# Imported through _wheel: a plain ``import alfworld`` sets $ALFWORLD_DATA as a side effect.
+# Imported through wheel: a plain ``import alfworld`` sets $ALFWORLD_DATA as a side effect.
 @functools.cache
 def _constants() -> Any:
-    return _wheel.import_alfworld("alfworld.gen.constants")
+    return wheel.import_alfworld("alfworld.gen.constants")
 
 
 @functools.cache
 def _goals() -> dict[str, Any]:
-    return _wheel.import_alfworld("alfworld.gen.goal_library").gdict
+    return wheel.import_alfworld("alfworld.gen.goal_library").gdict
 
 
 @functools.cache
@@ -210,7 +210,7 @@ def _location_id(pose: Sequence[float]) -> str:
 def load_scene(number: int) -> Scene:
     """Read FloorPlan ``number`` from the wheel's layouts."""
     constants = _constants()
-    layouts = _wheel.wheel_data_dir().parent / "gen" / "layouts"
+    layouts = wheel.wheel_data_dir().parent / "gen" / "layouts"
     objects = json.loads((layouts / f"FloorPlan{number}-objects.json").read_text())
     poses = json.loads((layouts / f"FloorPlan{number}-openable.json").read_text())
     static = set(constants.RECEPTACLES) - set(constants.MOVABLE_RECEPTACLES)
@@ -490,8 +490,8 @@ def make_game(
     task_type = order[index % len(order)]
     # The default set keeps its historical keys; a restricted set salts them with its restriction.
     salt = "" if task_types is None and scenes is None else f"/{restriction_key(order, scenes)}"
-    domain = _wheel.wheel_domain()
-    grammar = grammar_with_wording(_wheel.wheel_grammar(), wording)
+    domain = wheel.wheel_domain()
+    grammar = grammar_with_wording(wheel.wheel_grammar(), wording)
     for attempt in range(MAX_ATTEMPTS):
         key = hex_key(
             text_digest(
@@ -518,7 +518,7 @@ def make_game(
                 "wording": wording.value,
             },
         }
-        task_text = templated_task_description(traj_data, rng)
+        task_text = wheel.templated_task_description(traj_data, rng)
         traj_data["generator"]["task_desc"] = task_text
         walkthrough = ALFWorldExpert(traj_data, wording).plan_state(
             _initial_world(draft, _display_names(draft))
@@ -666,21 +666,19 @@ def generate_games(
 
 def generate_main(argv: list[str] | None = None) -> int:
     """The ``progpo alfworld generate`` command: ``--out DIR --n N --seed S`` (see ``--help``)."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="progpo alfworld generate",
         description="Generate verified ALFWorld games (all six task types) in ALFWorld's json_2.1.1 layout.",
     )
     parser.add_argument("--out", required=True, help="output root (the folder that will contain json_2.1.1/)")
-    parser.add_argument(
-        "--n", type=int, default=DEFAULT_NUM_GAMES, help="games per split (default: %(default)s)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="generation seed (default: %(default)s)")
+    parser.add_argument("--n", type=int, default=DEFAULT_NUM_GAMES, help="games per split")
+    parser.add_argument("--seed", type=int, default=0, help="generation seed")
     parser.add_argument(
         "--splits",
         nargs="+",
         choices=[s.value for s in Split],
         default=[s.value for s in Split],
-        help="splits",
+        help="splits to generate",
     )
     parser.add_argument(
         "--wording",

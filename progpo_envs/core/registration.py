@@ -3,6 +3,8 @@
 Every env is registered with its single-env ``entry_point`` and, as ``vector_entry_point``, a
 :class:`~progpo_envs.core.vector.GroupVectorEnv` of the same entry point, so ``make_vec`` forms task groups.
 Entry points are import strings: registering imports nothing heavy.
+
+Importing :mod:`progpo_envs` registers the package's envs, :data:`REMOTE_ENV_ID` among them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from typing import Any
 import gymnasium as gym
 
 from progpo_envs.core.vector import make_group_vector_env
+
+#: The env that plays an env hosted by an env server (``progpo serve``):
+#: :class:`progpo_envs.server.remote.RemoteEnv`, with its own batched group vector env.
+REMOTE_ENV_ID = "progpo/Remote-v0"
 
 
 def register_text_env(env_id: str, entry_point: str, **kwargs: Any) -> None:

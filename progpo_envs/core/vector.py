@@ -4,7 +4,8 @@ Group RL (GRPO, GiGPO, ProGPO, ...) compares ``G`` rollouts that start from the 
 :class:`GroupVectorEnv` holds ``num_envs = B·G`` copies of a text env; copy ``i`` belongs to group ``i // G``,
 and every copy of a group is reset with the same seed (hence the same task and the same randomisation):
 
-* ``reset(seed=s)`` gives copy ``i`` the seed ``s + i // G``;
+* ``reset(seed=s)`` gives copy ``i`` the seed ``s + i // G``; ``reset(seed=[s_0, ..., s_{B-1}])`` (Gymnasium's
+  list form, one seed per group) gives it ``s_{i // G}``;
 * ``reset(seed=None)`` draws one seed per group from the vector env's own generator (seeded by the last seeded
   reset);
 * ``reset(options={"task_indices": [t_0, ..., t_{B-1}]})`` plays task ``t_b`` in group ``b``;
@@ -15,9 +16,10 @@ is done, and a copy whose episode ended keeps returning its final observation wi
 ``terminated``/``truncated`` set and reward 0, without stepping its engine (that latch lives in
 :class:`~progpo_envs.core.text_env.TextEnv`). Call ``reset`` to start the next batch of groups. ``info`` is
 Gymnasium's dict of arrays (with ``_key`` masks) and carries each copy's ``group_id`` and ``task_id`` besides
-the env's own entries. ``step_copies``/``reset_copies`` return the same with one info dict per copy instead,
-for callers that want those (batching costs more than a step of a fast env); ``batch_infos`` turns them into
-the batched info.
+the env's own entries. ``step_copies``/``reset_copies`` return the same with one plain info dict per copy
+instead, exactly as :func:`~progpo_envs.core.vector_info.unbatch_info` takes the batched info apart but
+without building it (batching costs more than a step of a fast env). :func:`reset_per_copy` and
+:func:`step_per_copy` give per-copy infos from any vector env (this one's shortcut, or batching undone).
 
 Gymnasium's ``make_vec(..., vectorization_mode="sync"|"async")`` always builds its own Sync/AsyncVectorEnv,
 whose copies are seeded ``s + i`` and autoreset by default, so it cannot form groups. Registered ``progpo/*``
@@ -50,6 +52,8 @@ import numpy as np
 from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
+
+from progpo_envs.core.vector_info import unbatch_copy_infos, unbatch_info
 
 
 class VectorMode(str, enum.Enum):
@@ -244,26 +248,39 @@ class GroupVectorEnv(VectorEnv):
         self.closed = False
 
     def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+        self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[tuple[str, ...], dict]:
         """Reset every copy; all copies of a group get the same seed and task (see the module docstring)."""
-        observations, copy_infos = self.reset_copies(seed=seed, options=options)
+        observations, copy_infos = self._reset_all(seed, options)
         return observations, self.batch_infos(copy_infos)
 
     def reset_copies(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+        self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
-        """:meth:`reset`, with ``info`` as one dict per copy (each with its ``group_id``) instead of batched.
+        """:meth:`reset`, with ``info`` as one plain dict per copy (each with its ``group_id``).
 
-        For callers that want per-copy infos anyway; :meth:`batch_infos` turns them into :meth:`reset`'s info.
+        Each dict is what :func:`~progpo_envs.core.vector_info.unbatch_info` makes of :meth:`reset`'s info,
+        without batching the copies' infos first.
         """
+        observations, copy_infos = self._reset_all(seed, options)
+        return observations, unbatch_copy_infos(copy_infos, self.batch_infos)
+
+    def _reset_all(
+        self, seed: int | Sequence[int] | None, options: dict[str, Any] | None
+    ) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+        """Reset every copy; the copies' own infos, each with its ``group_id``."""
         options = dict(options or {})
         task_indices = options.pop("task_indices", None)
         if task_indices is not None and len(task_indices) != self.num_groups:
             raise ValueError(
                 f"task_indices needs one task per group ({self.num_groups}), got {len(task_indices)}"
             )
-        if seed is not None:
+        if isinstance(seed, Sequence):  # Gymnasium's list form: one seed per group
+            if len(seed) != self.num_groups:
+                raise ValueError(f"seed needs one seed per group ({self.num_groups}), got {len(seed)}")
+            group_seeds = [int(s) for s in seed]
+            self._group_seeds, self._group_seeds_seed = None, group_seeds[0]
+        elif seed is not None:
             self._group_seeds, self._group_seeds_seed = None, seed
             group_seeds = [seed + b for b in range(self.num_groups)]
         else:
@@ -285,18 +302,25 @@ class GroupVectorEnv(VectorEnv):
         self, actions: Sequence[str]
     ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, dict]:
         """Step every copy; copies whose episode ended return their final observation again."""
-        *results, copy_infos = self.step_copies(actions)
+        *results, copy_infos = self._step_all(actions)
         return (*results, self.batch_infos(copy_infos))
 
     def step_copies(
         self, actions: Sequence[str]
     ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        """:meth:`step`, with ``info`` as one dict per copy (each with its ``group_id``) instead of batched.
+        """:meth:`step`, with ``info`` as one plain dict per copy (each with its ``group_id``).
 
+        Each dict is what :func:`~progpo_envs.core.vector_info.unbatch_info` makes of :meth:`step`'s info.
         Batching costs more than a step of a fast in-process env; a caller that wants per-copy infos (the
-        agent harness, a training loop) saves that and the unbatching. :meth:`batch_infos` turns them into
-        :meth:`step`'s info.
+        agent harness, a training loop) saves that and the unbatching.
         """
+        *results, copy_infos = self._step_all(actions)
+        return (*results, unbatch_copy_infos(copy_infos, self.batch_infos))
+
+    def _step_all(
+        self, actions: Sequence[str]
+    ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Step every copy; the copies' own infos, each with its ``group_id``."""
         if len(actions) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
         results = self._backend.run("step", [(action,) for action in actions])
@@ -314,12 +338,19 @@ class GroupVectorEnv(VectorEnv):
         """Attribute ``name`` of every copy."""
         return self.call(name)
 
+    @property
+    def worker_pids(self) -> tuple[int, ...]:
+        """Process ids of the ``"async"`` workers, one per shard (none in ``"sync"`` mode)."""
+        if isinstance(self._backend, _AsyncBackend):
+            return tuple(int(process.pid) for process in self._backend.processes)
+        return ()
+
     def close_extras(self, **kwargs: Any) -> None:
         """Close every copy and stop the workers."""
         self._backend.close()
 
     def batch_infos(self, copy_infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Gymnasium's vector ``info`` (dict of arrays with ``_key`` masks) from one info per copy.
+        """Gymnasium's vector ``info`` (dict of arrays with ``_key`` masks) from the copies' own infos.
 
         The same as folding Gymnasium's ``VectorEnv._add_info`` over the copies, built a key at a time.
         """
@@ -416,6 +447,29 @@ def _batch_infos(infos: Sequence[dict[str, Any]], num_envs: int) -> dict[str, An
     all_present = np.zeros(num_envs, dtype=np.bool_)
     all_present.fill(True)  # (np.ones is a Python function, several times slower for a few copies)
     return _batch_entries(list(range(num_envs)), infos, num_envs, all_present)
+
+
+def reset_per_copy(
+    envs: VectorEnv, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None
+) -> tuple[Any, list[dict[str, Any]]]:
+    """``envs.reset`` with one plain info dict per copy, for any vector env.
+
+    A :class:`GroupVectorEnv` hands its copies' infos out without batching them
+    (:meth:`GroupVectorEnv.reset_copies`); any other vector env's batched info is taken apart with
+    :func:`~progpo_envs.core.vector_info.unbatch_info`. Both give the same dicts.
+    """
+    if isinstance(envs, GroupVectorEnv):
+        return envs.reset_copies(seed=seed, options=options)
+    observations, info = envs.reset(seed=seed, options=options)
+    return observations, unbatch_info(info, envs.num_envs)
+
+
+def step_per_copy(envs: VectorEnv, actions: Any) -> tuple[Any, Any, Any, Any, list[dict[str, Any]]]:
+    """``envs.step`` with one plain info dict per copy, for any vector env (see :func:`reset_per_copy`)."""
+    if isinstance(envs, GroupVectorEnv):
+        return envs.step_copies(actions)
+    *results, info = envs.step(actions)
+    return (*results, unbatch_info(info, envs.num_envs))
 
 
 def make_group_vector_env(entry_point: str, num_envs: int = 1, **kwargs: Any) -> GroupVectorEnv:

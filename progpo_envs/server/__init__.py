@@ -4,6 +4,7 @@
 * :mod:`~progpo_envs.server.pool` — instances in worker subprocesses (ids, expiry, limits, fault isolation);
 * :mod:`~progpo_envs.server.policy` — which envs and constructor kwargs a client may ask for;
 * :mod:`~progpo_envs.server.codec` — exact JSON for infos (numpy keys, int-keyed dicts, tuples);
+* :mod:`~progpo_envs.server.request_args` — the JSON body and validated reset/step arguments of a request;
 * :mod:`~progpo_envs.server.remote` — ``progpo/Remote-v0``, the client env, and batched stepping;
 * :mod:`~progpo_envs.server.agentgym` — AgentGym's ``/create``, ``/reset``, ``/step``, ... routes;
 * :mod:`~progpo_envs.server.serving` and :mod:`~progpo_envs.server.cli` — waitress, ``progpo serve``.

@@ -41,15 +41,22 @@ from typing import Any
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from progpo_envs.server.codec import CodecError, decode, encode
+from progpo_envs.server.agentgym import AgentGymGames, agentgym_blueprint
+from progpo_envs.server.codec import decode, encode
 from progpo_envs.server.policy import EnvPolicy, PolicyError
 from progpo_envs.server.pool import EnvPool, PoolConfig, ServerError
+from progpo_envs.server.request_args import (
+    MAX_REQUEST_BYTES,
+    available_actions,
+    json_body,
+    options_arg,
+    reset_args,
+    seed_arg,
+    step_args,
+)
 
-#: Largest request body (bytes): an action is at most a few KiB, a batch a few thousand of them.
-MAX_REQUEST_BYTES = 8 << 20
 #: Most items in one batch request.
 MAX_BATCH = 4096
-_MAX_SEED = 2**64
 
 
 @dataclasses.dataclass
@@ -63,6 +70,9 @@ class ServerConfig:
         pool: Workers, instance limit, idle expiry and timeouts.
         agentgym: Env id to also serve through AgentGym's protocol at the root (``/create``, ``/step``, ...);
             ``None`` for none.
+        agentgym_mappings: The folder of AgentGym's ALFWorld ``mappings_train.json``/``mappings_test.json``:
+            AgentGym's ``game`` ids then name its games in the real data (``None``: they index the hosted
+            split).
     """
 
     env_ids: tuple[str, ...] = ("progpo/ALFWorld-v0",)
@@ -70,6 +80,7 @@ class ServerConfig:
     allowed_kwargs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     pool: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     agentgym: str | None = None
+    agentgym_mappings: str | None = None
 
     def policies(self) -> dict[str, EnvPolicy]:
         """The allow-list policy of each hosted env."""
@@ -79,74 +90,6 @@ class ServerConfig:
             )
             for env_id in self.env_ids
         }
-
-
-def json_body() -> dict[str, Any]:
-    """The request's JSON object (empty for an empty body); 400 for anything else."""
-    if not request.get_data(cache=True):
-        return {}
-    body = request.get_json(silent=True)
-    if not isinstance(body, dict):
-        raise ServerError(400, "the request body must be a JSON object")
-    return body
-
-
-def _seed(body: Mapping[str, Any]) -> int | None:
-    seed = body.get("seed")
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _MAX_SEED:
-        raise ServerError(400, "seed must be null or an integer in [0, 2**64)")
-    return seed
-
-
-def _options(body: Mapping[str, Any]) -> dict[str, Any] | None:
-    raw = body.get("options")
-    if raw is None:
-        return None
-    try:
-        options = decode(raw)
-    except CodecError as exc:
-        raise ServerError(400, f"options: {exc}") from None
-    if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
-        raise ServerError(400, "options must be a JSON object")
-    return options
-
-
-def _seq(body: Mapping[str, Any]) -> int | None:
-    seq = body.get("seq")
-    if seq is None:
-        return None
-    if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < 2**63:
-        raise ServerError(400, "seq must be null or a positive integer")
-    return seq
-
-
-def _action(body: Mapping[str, Any]) -> str | None:
-    if "action" not in body:
-        raise ServerError(400, "missing 'action'")
-    action = body["action"]
-    if action is not None and not isinstance(action, str):
-        raise ServerError(400, "action must be a string (or null for a non-text action, an invalid action)")
-    return action
-
-
-def reset_args(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Validated arguments of a reset."""
-    return {"seed": _seed(body), "options": _options(body), "seq": _seq(body)}
-
-
-def step_args(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Validated arguments of a step."""
-    return {"action": _action(body), "seq": _seq(body)}
-
-
-def available_actions(info: Mapping[str, Any]) -> Any:
-    """The env's list of actions from its info (``admissible_actions`` or ``available_actions``)."""
-    for key in ("admissible_actions", "available_actions"):
-        if key in info:
-            return info[key]
-    return None
 
 
 def _batch_items(body: Mapping[str, Any], key: str) -> list[Any]:
@@ -239,16 +182,13 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
     @app.post("/instances")
     def create_instance():
         body = json_body()
-        try:
-            kwargs = decode(body.get("kwargs"))
-        except CodecError as exc:
-            raise ServerError(400, f"kwargs: {exc}") from None
-        instance_id, meta = pool.create(body.get("env_id"), kwargs)
+        # the kwargs go to the allow-list as sent: their names are checked before any value is decoded
+        instance_id, meta = pool.create(body.get("env_id"), body.get("kwargs"), client=request.remote_addr)
         answer: dict[str, Any] = {"instance_id": instance_id, **meta}
         if "seed" in body or "options" in body:
             try:
                 answer.update(
-                    pool.call(instance_id, "reset", {"seed": _seed(body), "options": _options(body)})
+                    pool.call(instance_id, "reset", {"seed": seed_arg(body), "options": options_arg(body)})
                 )
             except ServerError:
                 pool.close_instance(instance_id)
@@ -301,7 +241,9 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
         return run_batch("reset", "resets", reset_args)
 
     if config.agentgym is not None:
-        from progpo_envs.server.agentgym import agentgym_blueprint
-
-        app.register_blueprint(agentgym_blueprint(pool, config.agentgym))
+        games = None
+        if config.agentgym_mappings is not None:
+            fixed = pool.policies[config.agentgym].fixed_kwargs
+            games = AgentGymGames.for_env(config.agentgym_mappings, fixed)
+        app.register_blueprint(agentgym_blueprint(pool, config.agentgym, games))
     return app

@@ -8,7 +8,14 @@ Example::
 Then ``curl localhost:8000/ready`` and, from Python,
 ``gymnasium.make("progpo/Remote-v0", url="http://localhost:8000", env_id="progpo/ALFWorld-v0")``.
 The AgentGym protocol (``/create``, ``/reset``, ``/step``, ...) is mounted at the root for the first ``--env``
-when it is ALFWorld or WebShop (``--agentgym ENV_ID`` picks another, ``--agentgym none`` turns it off).
+when it is ALFWorld or WebShop (``--agentgym ENV_ID`` picks another, ``--agentgym none`` turns it off); it
+scores as AgentGym's servers do (:mod:`progpo_envs.server.agentgym`). AgentGym's own ALFWorld test games
+(ids 2420-2619) from real data::
+
+    ALFWORLD_DATA=/data/alfworld progpo serve --env progpo/ALFWorld-v0 --idle-timeout 0 \\
+        --agentgym-mappings AgentGym/agentenv-alfworld/configs
+
+A usage error (an unknown env id, a folder that does not exist) is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -16,14 +23,24 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
+import os
+import shlex
 import sys
 
+from flask import Flask
+
+from progpo_envs.server.agentgym import AgentGymGames, Flavor, flavor_of
 from progpo_envs.server.app import ServerConfig, create_app
+from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError
 from progpo_envs.server.pool import PoolConfig
-from progpo_envs.server.serving import DEFAULT_THREADS, make_wsgi_server
+from progpo_envs.server.serving import DEFAULT_THREADS, make_wsgi_server, serve_until_stopped
+from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
 
 #: Envs whose AgentGym protocol is mounted automatically.
 AGENTGYM_ENVS = ("progpo/ALFWorld-v0", "progpo/WebShop-v0")
+#: The env hosted when no ``--env`` is given.
+DEFAULT_ENV = "progpo/ALFWorld-v0"
 
 
 def _id_value(text: str, what: str) -> tuple[str, str]:
@@ -49,27 +66,38 @@ def _allow_kwargs(text: str) -> tuple[str, tuple[str, ...]]:
     return env_id, tuple(name for name in value.split(",") if name)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> CommandParser:
     """The command line of ``progpo serve``."""
-    parser = argparse.ArgumentParser(
-        prog="progpo serve", description="Host registered progpo/* envs over HTTP."
+    parser = CommandParser(
+        prog="progpo serve",
+        description="Host registered progpo/* envs over HTTP: the env server's API and AgentGym's protocol.",
     )
     parser.add_argument(
         "--env",
         action="append",
         dest="envs",
         metavar="ENV_ID",
-        help="env id to host (repeatable; default progpo/ALFWorld-v0)",
+        help=f"env id to host (repeatable; default {DEFAULT_ENV})",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 in containers)")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port)")
     parser.add_argument(
         "--workers", type=int, default=1, help="env worker processes (instances spread over them)"
     )
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="HTTP threads")
     parser.add_argument("--max-instances", type=int, default=1024, help="live instances at most (then 429)")
     parser.add_argument(
-        "--idle-timeout", type=float, default=600.0, help="seconds before an idle instance expires"
+        "--max-instances-per-client",
+        type=int,
+        default=None,
+        help="live instances one client address may hold (default: half of --max-instances; then 429)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        help="seconds before an idle instance expires (0: never, e.g. for AgentGym trainers that create "
+        "their clients up front)",
     )
     parser.add_argument(
         "--request-timeout",
@@ -97,7 +125,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--agentgym",
         default="auto",
         metavar="ENV_ID|auto|none",
-        help="env served through AgentGym's protocol at the root",
+        help="env served through AgentGym's protocol at the root (auto: the first --env if it is ALFWorld "
+        "or WebShop)",
+    )
+    parser.add_argument(
+        "--agentgym-mappings",
+        metavar="DIR",
+        help="folder with AgentGym's ALFWorld mappings_train.json and mappings_test.json: AgentGym's game "
+        "ids then load AgentGym's games from the real data (default: ids index the hosted split)",
     )
     parser.add_argument(
         "--import",
@@ -107,20 +142,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="MODULE",
         help="import MODULE first (it may register more progpo/* envs)",
     )
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The parsed command line of ``progpo serve`` (a usage error exits with status 2)."""
+    parser = build_parser()
     args = parser.parse_args(argv)
-    for name in ("workers", "threads", "max_instances"):
-        if getattr(args, name) < 1:
+    for name in ("workers", "threads", "max_instances", "max_instances_per_client"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.idle_timeout <= 0 or args.request_timeout <= 0:
-        parser.error("--idle-timeout and --request-timeout must be > 0")
+    if args.idle_timeout < 0:
+        parser.error("--idle-timeout must be >= 0 (0: never expire)")
+    if args.request_timeout <= 0:
+        parser.error("--request-timeout must be > 0")
     return args
 
 
+def hostable_env_ids() -> list[str]:
+    """The registered env ids a server can host."""
+    import gymnasium as gym
+
+    import progpo_envs  # noqa: F401  (registers the ids)
+
+    return sorted(i for i in gym.registry if i.startswith(HOSTABLE_NAMESPACE) and i not in NEVER_HOSTED)
+
+
 def build_config(args: argparse.Namespace) -> ServerConfig:
-    """The server configuration for parsed arguments."""
+    """The server configuration for parsed arguments (:class:`UsageError` for what cannot be served)."""
     for module in args.imports:
-        importlib.import_module(module)
-    env_ids = tuple(dict.fromkeys(args.envs or ["progpo/ALFWorld-v0"]))
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UsageError(f"--import {module}: {exc}") from None
+    env_ids = tuple(dict.fromkeys(args.envs or [DEFAULT_ENV]))
+    hostable = hostable_env_ids()
+    for env_id in env_ids:
+        if env_id not in hostable:
+            raise one_of("env", env_id, hostable)
     if args.agentgym == "none":
         agentgym = None
     elif args.agentgym == "auto":
@@ -128,13 +187,22 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     else:
         agentgym = args.agentgym
         if agentgym not in env_ids:
-            raise SystemExit(
-                f"progpo serve: --agentgym {agentgym} is not among the hosted envs {list(env_ids)}"
-            )
+            choices = ", ".join([*env_ids, "auto", "none"])
+            raise UsageError(f"--agentgym {agentgym} is not a hosted env; choose from {choices}")
+    mappings = None
+    if args.agentgym_mappings is not None:
+        mappings = str(existing_dir("--agentgym-mappings", args.agentgym_mappings))
+        if agentgym is None or flavor_of(agentgym) is not Flavor.ALFWORLD:
+            raise UsageError("--agentgym-mappings needs an ALFWorld env served through AgentGym's protocol")
+        try:
+            AgentGymGames.for_env(mappings, dict(args.env_kwargs).get(agentgym, {}))
+        except (FileNotFoundError, ValueError) as exc:
+            raise UsageError(f"--agentgym-mappings: {exc}") from None
     pool = PoolConfig(
         num_workers=args.workers,
         max_instances=args.max_instances,
-        idle_timeout=args.idle_timeout,
+        max_instances_per_client=args.max_instances_per_client,
+        idle_timeout=args.idle_timeout or math.inf,  # 0: an instance never expires
         request_timeout=args.request_timeout,
     )
     return ServerConfig(
@@ -143,14 +211,25 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         allowed_kwargs=dict(args.allow_kwargs),
         pool=pool,
         agentgym=agentgym,
+        agentgym_mappings=mappings,
     )
+
+
+def app_from_environment() -> Flask:
+    """An app configured by ``PROGPO_SERVE_ARGS`` (``progpo serve`` flags in one string), for gunicorn."""
+    config = build_config(parse_args(shlex.split(os.environ.get("PROGPO_SERVE_ARGS", ""))))
+    print(json.dumps({"serving": list(config.env_ids), "agentgym": config.agentgym}))
+    return create_app(config)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the env server until interrupted."""
     args = parse_args(argv)
-    config = build_config(args)
-    app = create_app(config)
+    try:
+        config = build_config(args)
+        app = create_app(config)
+    except (UsageError, PolicyError) as error:
+        return report("progpo serve", error)
     server = make_wsgi_server(app, host=args.host, port=args.port, threads=args.threads)
     print(
         json.dumps(
@@ -163,13 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         flush=True,
     )
-    try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
-        app.extensions["progpo_pool"].shutdown()
+    serve_until_stopped(server, app.extensions["progpo_pool"].shutdown)  # drains on SIGTERM
     return 0
 
 

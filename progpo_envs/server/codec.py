@@ -17,6 +17,11 @@ in
 (so a
   plain dict can never be mistaken for a tag).
 
+Decoding is bounded, so a small payload cannot make a large allocation: nesting deeper than ``max_depth``
+and arrays (or numpy scalars) whose ``itemsize × size`` would exceed ``max_bytes`` in all are
+:class:`CodecError` errors, checked from the tag before anything is allocated (a
+``{"$nd": "<U50000000", ...}`` of 86 bytes would otherwise allocate 200 MB).
+
 Example:
     >>> import numpy as np
     >>> info = {"obs_hash": np.uint64(2**64 - 1), "history_keys": {1: np.uint64(7)}, "pair": (1, "a")}
@@ -24,6 +29,11 @@ Example:
     True
     >>> type(decode(encode(info))["obs_hash"]).__name__
     'uint64'
+    >>> try:
+    ...     decode({"$nd": "<U50000000", "shape": [1], "v": ["a"]}, max_bytes=1 << 20)
+    ... except CodecError as exc:
+    ...     print(exc)
+    $nd of 200000000 bytes is over the 1048576-byte limit
 """
 
 from __future__ import annotations
@@ -36,6 +46,8 @@ from typing import Any
 import numpy as np
 
 _TAGS = {"$np", "$nd", "$tuple", "$bytes", "$float", "$dict"}
+#: Default nesting limit of :func:`decode`: deeper than any env's info, far below Python's recursion limit.
+MAX_DEPTH = 64
 
 
 class CodecError(ValueError):
@@ -113,53 +125,88 @@ def _hashable(key: Any) -> Any:
     return key
 
 
-def decode(data: Any) -> Any:
-    """The value :func:`encode` made ``data`` from (:class:`CodecError` on bad data)."""
-    if data is None or isinstance(data, (bool, int, str)):
-        return data
-    if isinstance(data, float):
-        return data
-    if isinstance(data, list):
-        return [decode(x) for x in data]
-    if not isinstance(data, dict):
-        raise CodecError(f"unexpected JSON value of type {type(data).__name__}")
-    tag = next((k for k in data if k in _TAGS), None)
-    if tag is None:
-        if any(k.startswith("$") for k in data):
-            raise CodecError(f"unknown tag in {sorted(data)[:3]}")
-        return {k: decode(v) for k, v in data.items()}
-    try:
+def decode(data: Any, *, max_depth: int = MAX_DEPTH, max_bytes: int | None = None) -> Any:
+    """The value :func:`encode` made ``data`` from (:class:`CodecError` on bad data).
+
+    Args:
+        data: Parsed JSON.
+        max_depth: Deepest nesting of lists, objects and tags accepted.
+        max_bytes: Most bytes all numpy arrays and scalars in ``data`` may allocate together (``None``: no
+            limit, for answers from a server one trusts); checked from each tag's dtype and shape first.
+    """
+    return _Decoder(max_depth, max_bytes).decode(data, 0)
+
+
+class _Decoder:
+    """One :func:`decode` call: its depth limit and what is left of its allocation budget."""
+
+    def __init__(self, max_depth: int, max_bytes: int | None):
+        self.max_depth = max_depth
+        self.bytes_left = max_bytes
+
+    def charge(self, tag: str, nbytes: int) -> None:
+        if self.bytes_left is None:
+            return
+        if nbytes > self.bytes_left:
+            raise CodecError(f"{tag} of {nbytes} bytes is over the {self.bytes_left}-byte limit")
+        self.bytes_left -= nbytes
+
+    def decode(self, data: Any, depth: int) -> Any:
+        if data is None or isinstance(data, (bool, int, str, float)):
+            return data
+        if depth >= self.max_depth:
+            raise CodecError(f"nested deeper than {self.max_depth} levels")
+        depth += 1
+        if isinstance(data, list):
+            return [self.decode(x, depth) for x in data]
+        if not isinstance(data, dict):
+            raise CodecError(f"unexpected JSON value of type {type(data).__name__}")
+        tag = next((k for k in data if k in _TAGS), None)
+        if tag is None:
+            if any(k.startswith("$") for k in data):
+                raise CodecError(f"unknown tag in {sorted(data)[:3]}")
+            return {k: self.decode(v, depth) for k, v in data.items()}
+        try:
+            return self.decode_tag(tag, data, depth)
+        except CodecError:
+            raise
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise CodecError(f"malformed {tag} value: {exc}") from exc
+
+    def decode_tag(self, tag: str, data: dict, depth: int) -> Any:
         if tag == "$np":
             dtype = _dtype(data["$np"])
             if dtype.kind in "O":
                 raise CodecError("object numpy scalars are not supported")
+            self.charge(tag, dtype.itemsize)
             value = data["v"]
             if dtype.kind == "f":
                 value = _decode_float(value)
             return dtype.type(value)
         if tag == "$nd":
             dtype = _dtype(data["$nd"])
-            shape = tuple(int(s) for s in data["shape"])
-            if any(s < 0 for s in shape) or len(data["v"]) != math.prod(shape):
+            values = _as_list(data["v"])
+            shape = tuple(int(s) for s in _as_list(data["shape"]))
+            if any(s < 0 for s in shape) or len(values) != math.prod(shape):
                 raise CodecError("array shape does not match its values")
+            self.charge(tag, dtype.itemsize * len(values))  # before numpy allocates anything
             if dtype.kind == "O":
-                out = np.empty(len(data["v"]), dtype=object)
-                for i, item in enumerate(data["v"]):
-                    out[i] = decode(item)
+                out = np.empty(len(values), dtype=object)
+                for i, item in enumerate(values):
+                    out[i] = self.decode(item, depth)
                 return out.reshape(shape)
-            values = [_decode_float(x) for x in data["v"]] if dtype.kind == "f" else data["v"]
+            values = [_decode_float(x) for x in values] if dtype.kind == "f" else values
             return np.array(values, dtype=dtype).reshape(shape)
         if tag == "$tuple":
-            return tuple(decode(x) for x in _as_list(data["$tuple"]))
+            return tuple(self.decode(x, depth) for x in _as_list(data["$tuple"]))
         if tag == "$bytes":
             return base64.b64decode(data["$bytes"], validate=True)
         if tag == "$float":
             return _decode_float(data["$float"])
-        return {_hashable(decode(k)): decode(v) for k, v in (_pair(p) for p in _as_list(data["$dict"]))}
-    except CodecError:
-        raise
-    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise CodecError(f"malformed {tag} value: {exc}") from exc
+        return {
+            _hashable(self.decode(k, depth)): self.decode(v, depth)
+            for k, v in (_pair(p) for p in _as_list(data["$dict"]))
+        }
 
 
 def _as_list(value: Any) -> list:

@@ -12,7 +12,16 @@ default usually stands for an object, so it is left out), excluding names that l
 or code (``*_dir``, ``*path*``, ``*file*``, ``root``, ``*url*``, ``*module*``, ``*class*``, ``*factory*``,
 ``engine``) and those that build a different data set per value (``*seed``, ``num_products``,
 ``num_generated``: one client could otherwise make the server generate catalogs at will; clients choose tasks
-through ``reset`` seeds and ``task_index`` instead).
+through ``reset`` seeds and ``task_index`` instead). Settings that only an operator should choose are left out
+too (:data:`OPERATOR_ONLY`: ``expert`` would hand the client the answer in ``info["expert_action"]``, as the
+WebShop site keeps it behind ``--expose-expert``; ``max_cached_games`` sets the worker's memory); an operator
+who wants clients to set them lists them in ``--allow-kwargs``.
+
+A client's value is checked before the env sees it: its names against the allow-list *before* anything is
+decoded, then each value: a JSON scalar or a short list of them, the work and memory settings within
+:data:`KWARG_BOUNDS` (``history_depths`` sets the cost of every step, so a long one would let one request
+hold a worker), and a ``split`` one of the env's split names (a split is a name, never a path: ALFWorld's
+are the folders of its data dir, so ``"../../outside"`` or ``"/"`` would otherwise be read as one).
 
 Example:
     >>> policy = EnvPolicy.from_registry("progpo/ALFWorld-v0")  # doctest: +SKIP
@@ -31,16 +40,31 @@ from typing import Any
 
 import gymnasium as gym
 
+from progpo_envs.core.registration import REMOTE_ENV_ID
+from progpo_envs.server.codec import CodecError, decode
+
 #: Only ids in this namespace can be hosted.
 HOSTABLE_NAMESPACE = "progpo/"
 #: Ids that can never be hosted (a remote env served by a server would proxy to arbitrary URLs).
-NEVER_HOSTED = frozenset({"progpo/Remote-v0"})
+NEVER_HOSTED = frozenset({REMOTE_ENV_ID})
 _UNSAFE_NAME = re.compile(
     r"(_dir$|^dir$|path|file|^root$|_root$|url|module|class|factory|callback|hook|engine|"
     r"seed$|^num_products$|^num_generated$)"
 )
 _MAX_STRING = 256
 _MAX_LIST = 64
+#: Constructor kwargs a client may not set unless the operator allows them by name.
+OPERATOR_ONLY = frozenset({"expert", "expert_mode", "max_cached_games"})
+#: Inclusive bounds of a client's integer kwargs (for a list kwarg: of each entry, and its most entries).
+KWARG_BOUNDS: Mapping[str, tuple[int, int]] = {
+    "max_steps": (1, 1000),
+    "max_action_length": (1, 4096),
+    "max_cached_games": (0, 64),
+    "history_depths": (1, 64),
+}
+_MAX_HISTORY_DEPTHS = 8
+#: What a plain split name looks like when the env's split names cannot be listed.
+_SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 class PolicyError(ValueError):
@@ -73,12 +97,37 @@ def default_allowed_kwargs(entry_point: str) -> frozenset[str]:
                 continue
             if param.default is param.empty or _UNSAFE_NAME.search(param.name):
                 continue
-            if _default_is_simple(param.default):
+            if _default_is_simple(param.default) and param.name not in OPERATOR_ONLY:
                 allowed.add(param.name)
         if not inspect.isclass(target) or cls is gym.Env:
             break
     allowed.discard("render_mode")
     return frozenset(allowed)
+
+
+def split_names(entry_point: str, fixed_kwargs: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The split names an env offers with the operator's kwargs, or ``None`` if it does not list them.
+
+    ALFWorld's are the folders of ``<data_dir>/json_2.1.1`` (``data_dir`` fixed by the operator or
+    ``$ALFWORLD_DATA``), or the generated splits without real data; WebShop's are its ``Split`` values.
+    """
+    if entry_point == "progpo_envs.alfworld.env:ALFWorldEnv":
+        from progpo_envs.alfworld.data import available_splits, resolve_data_dir
+        from progpo_envs.alfworld.generator import Split as GeneratedSplit
+
+        root = resolve_data_dir(fixed_kwargs.get("data_dir"))
+        return tuple(available_splits(root)) if root is not None else tuple(s.value for s in GeneratedSplit)
+    if entry_point == "progpo_envs.webshop.env:WebShopEnv":
+        from webshop_server.engine import Split as ShopSplit
+
+        return tuple(s.value for s in ShopSplit)
+    return None
+
+
+def _check_int(name: str, value: Any, bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise PolicyError(f"kwarg {name!r} must be an integer in [{low}, {high}], got {value!r}")
 
 
 def _check_value(name: str, value: Any) -> Any:
@@ -88,10 +137,20 @@ def _check_value(name: str, value: Any) -> Any:
         )
 
     if scalar(value):
-        return value
-    if isinstance(value, (list, tuple)) and len(value) <= _MAX_LIST and all(scalar(x) for x in value):
-        return value
-    raise PolicyError(f"kwarg {name!r} must be a JSON scalar or a short list of scalars")
+        checked = value
+    elif isinstance(value, (list, tuple)) and len(value) <= _MAX_LIST and all(scalar(x) for x in value):
+        checked = value
+    else:
+        raise PolicyError(f"kwarg {name!r} must be a JSON scalar or a short list of scalars")
+    bounds = KWARG_BOUNDS.get(name)
+    if bounds is not None and isinstance(value, (list, tuple)):
+        if len(value) > _MAX_HISTORY_DEPTHS:
+            raise PolicyError(f"kwarg {name!r} may list at most {_MAX_HISTORY_DEPTHS} values")
+        for item in value:
+            _check_int(name, item, bounds)
+    elif bounds is not None and value is not None:
+        _check_int(name, value, bounds)
+    return checked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,12 +162,14 @@ class EnvPolicy:
         entry_point: ``module:Class`` from Gymnasium's registry.
         fixed_kwargs: Kwargs set by the operator; a client cannot change them.
         allowed_kwargs: Names a client may set.
+        splits: The split names a client's ``split`` must be one of (``None``: any plain name).
     """
 
     env_id: str
     entry_point: str
     fixed_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     allowed_kwargs: frozenset[str] = frozenset()
+    splits: tuple[str, ...] | None = None
 
     @classmethod
     def from_registry(
@@ -131,10 +192,16 @@ class EnvPolicy:
         allowed = (
             default_allowed_kwargs(spec.entry_point) if allowed_kwargs is None else frozenset(allowed_kwargs)
         )
-        return cls(env_id, spec.entry_point, fixed, frozenset(allowed) - set(fixed_kwargs or {}))
+        allowed = frozenset(allowed) - set(fixed_kwargs or {})
+        splits = split_names(spec.entry_point, fixed) if "split" in allowed else None
+        return cls(env_id, spec.entry_point, fixed, allowed, splits)
 
     def resolve_kwargs(self, client_kwargs: Any) -> dict[str, Any]:
-        """The constructor kwargs for a client's request (:class:`PolicyError` on anything not allowed)."""
+        """The constructor kwargs for a client's request (:class:`PolicyError` on anything not allowed).
+
+        ``client_kwargs`` is the request's JSON object, its values as :mod:`~progpo_envs.server.codec`
+        encodes them (``{"$tuple": [1, 3]}``); a value is decoded only after every name is allowed.
+        """
         if client_kwargs is None:
             client_kwargs = {}
         if not isinstance(client_kwargs, dict):
@@ -143,4 +210,25 @@ class EnvPolicy:
             if name not in self.allowed_kwargs:
                 allowed = ", ".join(sorted(self.allowed_kwargs)) or "none"
                 raise PolicyError(f"kwarg {name!r} is not allowed for {self.env_id} (allowed: {allowed})")
-        return {**self.fixed_kwargs, **{k: _check_value(k, v) for k, v in client_kwargs.items()}}
+        resolved = {name: _check_value(name, _decoded(name, v)) for name, v in client_kwargs.items()}
+        if "split" in resolved:
+            self._check_split(resolved["split"])
+        return {**self.fixed_kwargs, **resolved}
+
+    def _check_split(self, split: Any) -> None:
+        if self.splits is not None:
+            if split not in self.splits:
+                valid = ", ".join(self.splits) or "none"
+                raise PolicyError(f"split {split!r} is not one of {self.env_id}'s splits: {valid}")
+        elif not isinstance(split, str) or not _SPLIT_NAME.fullmatch(split):
+            raise PolicyError(f"split must be a plain name (letters, digits, '_' and '-'), got {split!r}")
+
+
+def _decoded(name: str, value: Any) -> Any:
+    """A kwarg's value, decoded if it is a codec tag (a tuple of ints at most: small limits)."""
+    if not isinstance(value, dict):
+        return value
+    try:
+        return decode(value, max_depth=2, max_bytes=_MAX_LIST * 8)
+    except CodecError as exc:
+        raise PolicyError(f"kwarg {name!r}: {exc}") from None

@@ -5,10 +5,18 @@ The HTTP front (:mod:`progpo_envs.server.app`) is threaded; the envs are CPU-bou
 worker is killed, only the instances on that worker are lost (their next request is a 410 with a message), the
 worker is restarted, and every other instance keeps serving.
 
-Each instance has an unguessable id (``secrets.token_urlsafe``), is placed on the least-loaded worker, and
-expires after ``idle_timeout`` seconds without a request. Mutating calls (reset, step) may carry a ``seq``
-number: the worker remembers the last ``seq`` and its reply, so a client that lost a reply can resend the same
-call and get the same answer instead of stepping twice (that makes step and reset safe to retry).
+Each instance has an unguessable id (``secrets.token_urlsafe``), is placed on the least-loaded live worker,
+and expires after ``idle_timeout`` seconds without a request. Mutating calls (reset, step) may carry a ``seq``
+number: the worker remembers the last ``seq``, the call and its reply, so a client that lost a reply can
+resend the same call and get the same answer instead of stepping twice (that makes step and reset safe to
+retry); a *different* call with a used ``seq`` is a 409, never the old answer.
+
+Sharing is fair: one client (an address) may hold at most ``max_instances_per_client`` instances, so others
+still get some; a worker serves its requests in arrival order (:class:`FairLock`), and a batch runs in slices
+of at most ``batch_slice`` seconds of env time, so one long batch neither holds a worker past
+``request_timeout`` nor makes other instances on it wait for the whole batch. A supervisor thread restarts
+a dead worker within ``supervise_interval`` seconds, without waiting for a request to find it dead; a create
+that meets a dying worker is retried on a live one.
 
 Example:
     >>> policy = EnvPolicy.from_registry("progpo/ALFWorld-v0")  # doctest: +SKIP
@@ -27,13 +35,13 @@ import sys
 import threading
 import time
 import traceback
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from typing import Any
 
 import psutil
 
-from progpo_envs.server.codec import encode
+from progpo_envs.server.codec import dumps, encode
 from progpo_envs.server.policy import EnvPolicy
 
 
@@ -46,6 +54,52 @@ class ServerError(Exception):
         self.message = message
 
 
+class FairLock:
+    """A lock handed to its waiters in arrival order (``threading.Lock`` lets a releasing thread take it back
+    at once, so a loop of short holds, a sliced batch, could starve everyone else).
+
+    Example:
+        >>> lock = FairLock()
+        >>> with lock:
+        ...     lock.acquire(blocking=False)
+        False
+    """
+
+    def __init__(self):
+        self._mutex = threading.Lock()
+        self._waiters: deque[threading.Lock] = deque()
+        self._held = False
+
+    def acquire(self, blocking: bool = True) -> bool:
+        """Take the lock after the earlier waiters; ``False`` if not ``blocking`` and it is held."""
+        with self._mutex:
+            if not self._held and not self._waiters:
+                self._held = True
+                return True
+            if not blocking:
+                return False
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiters.append(turn)
+        turn.acquire()  # released by the holder that hands the lock over: it stays held
+        return True
+
+    def release(self) -> None:
+        """Hand the lock to the longest waiter, or free it."""
+        with self._mutex:
+            if self._waiters:
+                self._waiters.popleft().release()
+            else:
+                self._held = False
+
+    def __enter__(self) -> FairLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 # --- worker side --------------------------------------------------------------------------------------------
 
 
@@ -55,7 +109,13 @@ class _Instance:
     observation: str | None = None
     info: dict | None = None
     last_seq: int = 0
+    last_call: str | None = None
     last_reply: Any = None
+
+
+def _call_key(op: str, args: dict) -> str:
+    """What makes two calls the same call (the instance and ``seq`` aside), as canonical JSON."""
+    return dumps([op, {k: v for k, v in sorted(args.items()) if k not in ("instance_id", "seq")}])
 
 
 def _error(status: int, message: str) -> tuple:
@@ -97,9 +157,13 @@ def _run_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: st
         return ("ok", {"observation": instance.observation, "info": encode(instance.info)})
     if op in ("reset", "step"):
         seq = args.get("seq")
+        call = _call_key(op, args) if seq is not None else None
         if seq is not None:
             if seq == instance.last_seq and instance.last_reply is not None:
-                return instance.last_reply  # a retried call: same answer, no second step
+                if call == instance.last_call:
+                    return instance.last_reply  # a retried call: same answer, no second step
+                expected = instance.last_seq + 1
+                return _error(409, f"seq {seq} was already used by a different call; the next is {expected}")
             if seq != instance.last_seq + 1:
                 return _error(409, f"out-of-order call: seq {seq}, expected {instance.last_seq + 1}")
         if op == "reset":
@@ -119,7 +183,7 @@ def _run_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: st
         instance.observation, instance.info = observation, info
         reply = ("ok", payload)
         if seq is not None:
-            instance.last_seq, instance.last_reply = seq, reply
+            instance.last_seq, instance.last_call, instance.last_reply = seq, call, reply
         return reply
     return _error(400, f"unknown operation {op!r}")
 
@@ -127,7 +191,7 @@ def _run_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: st
 def _safe_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: str, args: dict) -> tuple:
     try:
         return _run_op(instances, creators, op, args)
-    except (ValueError, TypeError, KeyError, IndexError) as exc:
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
         # Bad input reaching the env (task_index out of range, a kwarg of the wrong type): the caller's fault.
         return _error(400, f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # noqa: BLE001 - any env failure becomes an answer, never a dead worker
@@ -138,8 +202,22 @@ def _safe_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: s
         return _error(500, f"the env raised {name}: {exc}")
 
 
+def _run_slice(
+    instances: dict[str, _Instance], creators: Mapping[str, Any], calls: list, budget: float
+) -> list:
+    """Run ``calls`` in order until ``budget`` seconds are spent (one call at least); a reply per call run."""
+    deadline = time.monotonic() + budget
+    replies = []
+    for op, args in calls:
+        replies.append(_safe_op(instances, creators, op, args))
+        if time.monotonic() >= deadline:
+            break
+    return replies
+
+
 def _worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dict]) -> None:
-    """Worker loop: answer ``(op, args)`` messages; ``("batch", [(op, args), ...])`` answers a list."""
+    """Worker loop: answer ``(op, args)`` messages; ``("batch", (calls, budget_s))`` answers the replies of
+    the calls it ran within the budget (a prefix of ``calls``: the pool sends the rest again)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         from gymnasium.envs.registration import load_env_creator
@@ -165,10 +243,7 @@ def _worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dic
         if op == "shutdown":
             break
         if op == "batch":
-            reply: Any = (
-                "ok",
-                [_safe_op(instances, creators, sub_op, sub_args) for sub_op, sub_args in args],
-            )
+            reply: Any = ("ok", _run_slice(instances, creators, *args))
         elif op == "count":
             reply = ("ok", len(instances))
         else:
@@ -186,6 +261,8 @@ def _worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dic
 
 # --- parent side --------------------------------------------------------------------------------------------
 
+#: Most batch items sent to a worker in one message (it runs fewer if they take longer than a slice).
+_MAX_SLICE_ITEMS = 512
 #: Ids of instances lost with their worker that are remembered (to answer 410 rather than 404).
 _MAX_REMEMBERED_LOST = 1 << 16
 _LOST_MESSAGE = "instance lost: its env worker died and was restarted; create a new instance"
@@ -194,12 +271,15 @@ _LOST_MESSAGE = "instance lost: its env worker died and was restarted; create a 
 class _Worker:
     def __init__(self, index: int):
         self.index = index
-        self.lock = threading.Lock()
+        self.lock = FairLock()
         self.process: Any = None
         self.conn: Any = None
         self.generation = 0
-        self.live = 0
         self.ready = False
+
+    @property
+    def alive(self) -> bool:
+        return self.ready and self.process is not None and self.process.is_alive()
 
 
 @dataclasses.dataclass
@@ -208,6 +288,7 @@ class _Record:
     worker: int
     generation: int
     last_used: float
+    client: str | None = None
 
 
 @dataclasses.dataclass
@@ -221,6 +302,11 @@ class PoolConfig:
         request_timeout: Seconds a worker may take for one request before it is killed and restarted.
         startup_timeout: Seconds a worker may take to start (import and warm up its envs).
         mp_context: Multiprocessing start method (default forkserver where available: safe with threads).
+        max_instances_per_client: Live instances one client (address) may hold (default: half of
+            ``max_instances``, so one client can never take them all).
+        batch_slice: Seconds of env time a worker spends on one batch before it serves other requests (the
+            rest of the batch follows); a batch is never one long call that could pass ``request_timeout``.
+        supervise_interval: Seconds between checks for dead workers (restarted without waiting for traffic).
     """
 
     num_workers: int = 1
@@ -229,6 +315,16 @@ class PoolConfig:
     request_timeout: float = 120.0
     startup_timeout: float = 300.0
     mp_context: str | None = None
+    max_instances_per_client: int | None = None
+    batch_slice: float = 0.05
+    supervise_interval: float = 0.5
+
+    @property
+    def client_share(self) -> int:
+        """Live instances one client may hold."""
+        if self.max_instances_per_client is not None:
+            return self.max_instances_per_client
+        return max(1, self.max_instances // 2)
 
 
 class EnvPool:
@@ -242,8 +338,8 @@ class EnvPool:
     def __init__(self, policies: Mapping[str, EnvPolicy], config: PoolConfig | None = None):
         self.policies = dict(policies)
         self.config = config or PoolConfig()
-        if self.config.num_workers < 1 or self.config.max_instances < 1:
-            raise ValueError("num_workers and max_instances must be >= 1")
+        if self.config.num_workers < 1 or self.config.max_instances < 1 or self.config.client_share < 1:
+            raise ValueError("num_workers, max_instances and max_instances_per_client must be >= 1")
         method = self.config.mp_context or (
             "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         )
@@ -268,8 +364,10 @@ class EnvPool:
         for worker in self._workers:
             with worker.lock:
                 self._start(worker)
-        self._sweeper = threading.Thread(target=self._sweep_loop, name="env-pool-sweeper", daemon=True)
-        self._sweeper.start()
+        self._supervisor = threading.Thread(
+            target=self._supervise_loop, name="env-pool-supervisor", daemon=True
+        )
+        self._supervisor.start()
 
     # --- workers ---
     def _start(self, worker: _Worker) -> None:
@@ -301,7 +399,6 @@ class EnvPool:
             process.join(5)
             raise RuntimeError(f"env worker {worker.index} failed to start:\n{payload[-1]}")
         worker.generation += 1
-        worker.live = 0
         worker.ready = True
 
     def _restart(self, worker: _Worker, reason: str) -> None:
@@ -380,16 +477,48 @@ class EnvPool:
             record.last_used = time.monotonic()
             return record
 
-    def create(self, env_id: Any, client_kwargs: Any) -> tuple[str, dict[str, Any]]:
-        """Build an instance; returns its id and metadata (``num_tasks``, ``max_steps``, ...)."""
+    def create(
+        self,
+        env_id: Any,
+        client_kwargs: Any,
+        server_kwargs: Mapping[str, Any] | None = None,
+        client: str | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """Build an instance; returns its id and metadata (``num_tasks``, ``max_steps``, ...).
+
+        ``server_kwargs`` are set by the server itself (never from a request) and override the operator's: the
+        AgentGym routes use them to serve AgentGym's task numbering whatever split the operator hosts.
+        ``client`` (the caller's address) is held to ``client_share`` live instances (429 past it); ``None``
+        is an in-process caller, held to ``max_instances`` only. A create whose worker dies under it is
+        retried on a live worker.
+        """
         if not isinstance(env_id, str):
             raise ServerError(400, f"env_id must be a string naming a hosted env, got {env_id!r}")
         if env_id not in self.policies:
             raise ServerError(
                 404, f"env {env_id!r} is not hosted here (hosted: {', '.join(sorted(self.policies))})"
             )
-        kwargs = self.policies[env_id].resolve_kwargs(client_kwargs)
+        kwargs = {**self.policies[env_id].resolve_kwargs(client_kwargs), **(server_kwargs or {})}
         instance_id = secrets.token_urlsafe(24)
+        message = ("create", {"instance_id": instance_id, "env_id": env_id, "kwargs": kwargs})
+        attempts = len(self._workers) + 1
+        for attempt in range(attempts):
+            worker, record = self._reserve(instance_id, env_id, client)
+            try:
+                meta = self._unwrap(self._request(worker, message, record.generation))
+                break
+            except ServerError as exc:
+                with self._records_lock:
+                    self._records.pop(instance_id, None)
+                if exc.status != 410 or attempt == attempts - 1:
+                    raise
+                # the worker died under this create (and was restarted): place it again
+        with self._records_lock:
+            self.counters["created"] += 1
+        return instance_id, {"env_id": env_id, **meta}
+
+    def _reserve(self, instance_id: str, env_id: str, client: str | None) -> tuple[_Worker, _Record]:
+        """Check the limits, record the instance on the least-loaded live worker (before the slow build)."""
         with self._records_lock:
             if len(self._records) >= self.config.max_instances:
                 self._expire_locked()
@@ -399,26 +528,26 @@ class EnvPool:
                     f"instance limit reached ({self.config.max_instances} live); close instances "
                     "or retry later",
                 )
-            worker = min(self._workers, key=lambda w: w.live)
-            worker.live += 1  # reserve the slot before the (slow) construction
-            record = _Record(env_id, worker.index, worker.generation, time.monotonic())
-            self._records[instance_id] = record
-        try:
-            meta = self._unwrap(
-                self._request(
-                    worker,
-                    ("create", {"instance_id": instance_id, "env_id": env_id, "kwargs": kwargs}),
-                    record.generation,
+            share = self.config.client_share
+            if client is not None and sum(r.client == client for r in self._records.values()) >= share:
+                raise ServerError(
+                    429,
+                    f"this client holds {share} live instances, its share of the server's "
+                    f"{self.config.max_instances}; close some or retry later",
                 )
-            )
-        except ServerError:
-            with self._records_lock:
-                if self._records.pop(instance_id, None) is not None:
-                    worker.live -= 1
-            raise
-        with self._records_lock:
-            self.counters["created"] += 1
-        return instance_id, {"env_id": env_id, **meta}
+            load = self._live_by_worker()
+            candidates = [w for w in self._workers if w.alive] or self._workers
+            worker = min(candidates, key=lambda w: load[w.index])
+            record = _Record(env_id, worker.index, worker.generation, time.monotonic(), client)
+            self._records[instance_id] = record
+        return worker, record
+
+    def _live_by_worker(self) -> list[int]:
+        """Live instances on each worker (``_records_lock`` held): counted, so never out of step."""
+        load = [0] * len(self._workers)
+        for record in self._records.values():
+            load[record.worker] += 1
+        return load
 
     def call(self, instance_id: Any, op: str, args: dict[str, Any]) -> Any:
         """Run ``op`` (``reset``, ``step``, ``get``) on an instance."""
@@ -431,10 +560,12 @@ class EnvPool:
         return result
 
     def batch(self, op: str, items: list[dict[str, Any]]) -> list[tuple]:
-        """Run ``op`` on many instances, one message per worker; returns one raw reply per item, in order.
+        """Run ``op`` on many instances; returns one raw reply per item, in order.
 
-        Workers are locked in index order (no deadlock) and all messages are sent before any reply is read, so
-        the workers run their parts at the same time.
+        Each round sends every worker the items still to run on it and reads back what it ran within
+        ``batch_slice`` seconds; workers are locked in index order (no deadlock) and all messages are sent
+        before any reply is read, so the workers run their parts at the same time. Between rounds the locks
+        are let go, so requests waiting for a worker are served in between.
         """
         replies: list[tuple | None] = [None] * len(items)
         by_worker: dict[int, list[int]] = {}
@@ -447,20 +578,36 @@ class EnvPool:
                 continue
             by_worker.setdefault(record.worker, []).append(position)
             generations[position] = record.generation
+        while by_worker:  # one slice per worker per round; the locks are let go between rounds
+            self._batch_round(op, items, by_worker, generations, replies)
+        self._count(op, sum(1 for r in replies if r is not None and r[0] == "ok"))
+        return replies  # type: ignore[return-value]
+
+    def _batch_round(
+        self,
+        op: str,
+        items: list[dict[str, Any]],
+        by_worker: dict[int, list[int]],
+        generations: dict[int, int],
+        replies: list[tuple | None],
+    ) -> None:
+        """One round of :meth:`batch`: fills ``replies`` and leaves in ``by_worker`` what is still to run."""
         workers = [self._workers[index] for index in sorted(by_worker)]
         for worker in workers:
             worker.lock.acquire()
         try:
             sent = []
             for worker in workers:
-                positions = [p for p in by_worker[worker.index] if generations[p] == worker.generation]
-                for p in by_worker[worker.index]:
+                positions = by_worker.pop(worker.index)
+                for p in positions:
                     if generations[p] != worker.generation:
                         replies[p] = _error(410, "instance lost: its env worker was restarted")
+                positions = [p for p in positions if generations[p] == worker.generation]
                 if not positions:
                     continue
+                calls = [(op, items[p]) for p in positions[:_MAX_SLICE_ITEMS]]
                 try:
-                    self._send(worker, ("batch", [(op, items[p]) for p in positions]))
+                    self._send(worker, ("batch", (calls, self.config.batch_slice)))
                     sent.append((worker, positions))
                 except ServerError as exc:
                     for p in positions:
@@ -470,13 +617,13 @@ class EnvPool:
                     results = self._unwrap(self._receive(worker))
                 except ServerError as exc:
                     results = [_error(exc.status, exc.message)] * len(positions)
-                for p, result in zip(positions, results, strict=True):
+                for p, result in zip(positions, results, strict=False):
                     replies[p] = result
+                if len(results) < len(positions):
+                    by_worker[worker.index] = positions[len(results) :]
         finally:
             for worker in workers:
                 worker.lock.release()
-        self._count(op, sum(1 for r in replies if r is not None and r[0] == "ok"))
-        return replies  # type: ignore[return-value]
 
     def _count(self, op: str, n: int) -> None:
         key = {"step": "steps", "reset": "resets"}.get(op)
@@ -495,7 +642,6 @@ class EnvPool:
         with self._records_lock:
             if self._records.pop(instance_id, None) is None:
                 raise ServerError(404, "unknown instance (closed, expired or never created)")
-            self._workers[record.worker].live -= 1
             self.counters["closed"] += 1
         reply = self._request(
             self._workers[record.worker], ("close", {"instance_id": instance_id}), record.generation
@@ -508,9 +654,8 @@ class EnvPool:
         """Drop idle records (``_records_lock`` held); the workers are told by :meth:`sweep`."""
         deadline = time.monotonic() - self.config.idle_timeout
         expired = [(i, r) for i, r in self._records.items() if r.last_used < deadline]
-        for instance_id, record in expired:
+        for instance_id, _ in expired:
             del self._records[instance_id]
-            self._workers[record.worker].live -= 1
         self.counters["expired"] += len(expired)
         self._pending_close.extend(expired)
         return expired
@@ -528,19 +673,43 @@ class EnvPool:
                 pass  # the worker died meanwhile: the instance is gone either way
         return expired
 
-    def _sweep_loop(self) -> None:
-        interval = max(0.05, min(30.0, self.config.idle_timeout / 4))
-        while not self._closed.wait(interval):
+    def revive(self) -> int:
+        """Restart the workers whose process died; returns how many were restarted.
+
+        A worker in use is left to its user, who meets the death and restarts it (with the right answer for
+        its request); the supervisor calls this every ``supervise_interval`` seconds, so an idle server
+        becomes ready again on its own.
+        """
+        restarted = 0
+        for worker in self._workers:
+            if worker.alive or not worker.lock.acquire(blocking=False):
+                continue
             try:
-                self.sweep()
-            except Exception:  # noqa: BLE001 - the sweeper must outlive any single failure
+                if not worker.alive and not self._closed.is_set():
+                    code = worker.process.exitcode if worker.process is not None else None
+                    self._restart(worker, f"found dead (exit code {code})")
+                    restarted += 1
+            finally:
+                worker.lock.release()
+        return restarted
+
+    def _supervise_loop(self) -> None:
+        sweep_interval = max(0.05, min(30.0, self.config.idle_timeout / 4))
+        next_sweep = time.monotonic() + sweep_interval
+        while not self._closed.wait(min(self.config.supervise_interval, sweep_interval)):
+            try:
+                self.revive()
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + sweep_interval
+                    self.sweep()
+            except Exception:  # noqa: BLE001 - the supervisor must outlive any single failure
                 traceback.print_exc()
 
     # --- status ---
     @property
     def ready(self) -> bool:
         """Every worker is up."""
-        return all(w.ready and w.process is not None and w.process.is_alive() for w in self._workers)
+        return all(w.alive for w in self._workers)
 
     @property
     def live_instances(self) -> int:
@@ -552,6 +721,10 @@ class EnvPool:
 
     def metrics(self) -> dict[str, Any]:
         """Counters, live instances and each worker's pid, live instances and resident memory."""
+        with self._records_lock:
+            counters = dict(self.counters)
+            live = len(self._records)
+            load = self._live_by_worker()
         workers = []
         for worker in self._workers:
             rss = None
@@ -564,14 +737,11 @@ class EnvPool:
                     "index": worker.index,
                     "pid": worker.process.pid if worker.process else None,
                     "alive": bool(worker.process and worker.process.is_alive()),
-                    "live_instances": worker.live,
+                    "live_instances": load[worker.index],
                     "generation": worker.generation,
                     "rss_bytes": rss,
                 }
             )
-        with self._records_lock:
-            counters = dict(self.counters)
-            live = len(self._records)
         return {
             "live_instances": live,
             "max_instances": self.config.max_instances,

@@ -34,11 +34,11 @@ from typing import Any
 import gymnasium as gym
 import requests
 
+from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.core.spaces import MAX_ACTION_LENGTH, MAX_OBSERVATION_LENGTH, Unicode
 from progpo_envs.core.vector import GroupVectorEnv, VectorMode
 from progpo_envs.server.codec import decode, encode
 
-REMOTE_ENV_ID = "progpo/Remote-v0"
 _RETRY_STATUSES = {502, 503, 504}
 
 
@@ -379,13 +379,3 @@ class RemoteGroupVectorEnv(GroupVectorEnv):
         )
         if self.vector_mode is VectorMode.SYNC:
             self._backend = _BatchedRemoteBackend(self._backend.envs)
-
-
-def register_remote_env() -> None:
-    """Register ``progpo/Remote-v0`` with its batched group vector env (idempotent)."""
-    if REMOTE_ENV_ID not in gym.registry:
-        gym.register(
-            id=REMOTE_ENV_ID,
-            entry_point=f"{__name__}:RemoteEnv",
-            vector_entry_point=f"{__name__}:RemoteGroupVectorEnv",
-        )

@@ -34,7 +34,7 @@ from webshop_server.engine import ObservationMode, Split, parse_action, split_ra
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-#: Flags for an offline, reproducible headless Chromium (shared/docs/webshop.md §5).
+#: Flags for an offline, reproducible headless Chromium (docs/webshop.md §5).
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",

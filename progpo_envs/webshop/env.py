@@ -42,6 +42,7 @@ from typing import Any
 from progpo_envs.core.spaces import MAX_ACTION_LENGTH
 from progpo_envs.core.text_env import EngineStep, TaskStart, TextEnv
 from webshop_server.engine import ObservationMode, Split, WebShopEngine, admissible_actions, split_range
+from webshop_server.expert import expert_action as scripted_expert_action
 
 #: The papers' WebShop step limit (verl-agent / GiGPO use 15).
 DEFAULT_MAX_STEPS = 15
@@ -96,9 +97,7 @@ class LocalBackend:
         }
 
     def expert_action(self, sid: str) -> str | None:
-        from progpo_envs.webshop.expert import expert_action
-
-        return expert_action(self.engine, self._sessions[sid])
+        return scripted_expert_action(self.engine, self._sessions[sid])
 
     def close_session(self, sid: str) -> None:
         self._sessions.pop(sid, None)

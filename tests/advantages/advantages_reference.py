@@ -1,5 +1,5 @@
 """Straightforward per-row Python reference implementations of every estimator (dicts and lists, no numpy
-vectorisation). They restate the formulas of ``shared/docs/algorithms.md`` independently of
+vectorisation). They restate the formulas of ``docs/algorithms.md`` independently of
 ``training.advantages`` and serve as cross-check oracles in the tests and as the speed baseline of
 ``benchmarks/bench_advantages.py``. Defaults only cover the parameters the tests and benchmark vary.
 """
@@ -150,7 +150,9 @@ def ref_rloo(batch, stats_scope="cross_steps", invalid_penalty=0.1):
     return np.array(out)
 
 
-def ref_gigpo(batch, gamma=0.95, omega=1.0, norm="mean_std", stats_scope="cross_steps", invalid_penalty=0.1):
+def ref_gigpo(
+    batch, gamma=0.95, step_weight=1.0, norm="mean_std", stats_scope="cross_steps", invalid_penalty=0.1
+):
     r = Rows(batch)
     adv_e = _episode(r, norm, stats_scope, invalid_penalty)
     ret = _step_returns(r, gamma, invalid_penalty)
@@ -158,13 +160,13 @@ def ref_gigpo(batch, gamma=0.95, omega=1.0, norm="mean_std", stats_scope="cross_
     for i in range(r.n):
         anchors[(r.group[i], r.obs[i])].append(i)
     adv_s = normalize_groups(anchors, ret, norm, "zero")
-    return np.array([e + omega * s for e, s in zip(adv_e, adv_s, strict=True)])
+    return np.array([e + step_weight * s for e, s in zip(adv_e, adv_s, strict=True)])
 
 
 def ref_g2po(
     batch,
     gamma=0.95,
-    step_advantage_w=1.0,
+    step_weight=1.0,
     norm="mean_std",
     stats_scope="cross_steps",
     invalid_penalty=0.1,
@@ -194,12 +196,12 @@ def ref_g2po(
         sources, [v_dst[i] - invalid_penalty * (not r.valid[i]) for i in range(r.n)], norm, "zero"
     )
     c2 = normalize_groups(groups, [v_dst[i] - v_src[i] for i in range(r.n)], norm, "zero")
-    return np.array([adv_e[i] + step_advantage_w * (c1[i] + c2[i]) for i in range(r.n)])
+    return np.array([adv_e[i] + step_weight * (c1[i] + c2[i]) for i in range(r.n)])
 
 
 def ref_graphgpo(
     batch,
-    omega=0.1,
+    distance_discount=0.1,
     success_reward=10.0,
     reward_convention="reference",
     beta_g=1.0,
@@ -243,7 +245,7 @@ def ref_graphgpo(
         reward = {}
         for i in rows:
             d = dist.get(target[i], d_max + 1) if target[i] is not None else d_max + 1
-            reward[i] = success_reward * omega ** (d + (1 if reward_convention == "paper" else 0))
+            reward[i] = success_reward * distance_discount ** (d + (1 if reward_convention == "paper" else 0))
         sources = defaultdict(list)
         for i in rows:
             sources[r.obs[i]].append(i)
@@ -259,7 +261,7 @@ def _norm_text(text: str) -> str:
 def ref_progpo(
     batch,
     gamma=0.95,
-    omega=1.0,
+    step_weight=1.0,
     norm="mean_std",
     stats_scope="cross_steps",
     invalid_penalty=0.1,
@@ -339,21 +341,21 @@ def ref_progpo(
             step = peer[i] if has_peer[i] else t
         else:
             step = (peer[i] if has_peer[i] else 0.0) + t
-        out.append(adv_e[i] + omega * step)
+        out.append(adv_e[i] + step_weight * step)
     return np.array(out)
 
 
 def ref_progpo_coverage(
     batch,
     gamma=0.95,
-    omega=1.0,
+    step_weight=1.0,
     norm="mean_std",
     stats_scope="cross_steps",
     invalid_penalty=0.1,
     coverage="trajectory",
 ):
     r = Rows(batch)
-    gig = ref_gigpo(batch, gamma, omega, norm, stats_scope, invalid_penalty)
+    gig = ref_gigpo(batch, gamma, step_weight, norm, stats_scope, invalid_penalty)
     novel = [False] * r.n
     if coverage == "trajectory":
         for rows in r.rows_of.values():
@@ -388,7 +390,7 @@ def ref_progpo_coverage(
     for t, g in r.group_of.items():
         if r.ep_return[t] != 0:
             failed[g] = False
-    return np.array([cov_e[i] + omega * cov_s[i] if failed[r.group[i]] else gig[i] for i in range(r.n)])
+    return np.array([cov_e[i] + step_weight * cov_s[i] if failed[r.group[i]] else gig[i] for i in range(r.n)])
 
 
 REFERENCES = {

@@ -137,7 +137,7 @@ def test_matches_reference_with_text_and_switches():
             atol=1e-9,
             err_msg=str(kwargs),
         )
-    for kwargs in ({"reward_convention": "paper"}, {"omega": 0.5, "beta_g": 2.0}):
+    for kwargs in ({"reward_convention": "paper"}, {"distance_discount": 0.5, "beta_g": 2.0}):
         np.testing.assert_allclose(
             compute_advantages("graphgpo", batch, **kwargs),
             REFERENCES["graphgpo"](batch, **kwargs),

@@ -33,7 +33,7 @@ def test_gigpo_loop_case(loop_batch):
 
 def test_gigpo_penalty_enters_step_return():
     b = build_batch([{"group": 0, "obs": ["x", "y"], "invalid": {0}}, {"group": 0, "obs": ["x", "y"]}])
-    adv = compute_advantages("gigpo", b, norm="mean", omega=1.0)
+    adv = compute_advantages("gigpo", b, norm="mean", step_weight=1.0)
     ae = compute_advantages("grpo", b, norm="mean")
     np.testing.assert_allclose(adv - ae, [-0.05, 0.0, 0.05, 0.0], atol=1e-12)
 
@@ -113,15 +113,21 @@ def test_graphgpo_truncated_and_unreachable_goal_group_has_no_graph_term():
     np.testing.assert_array_equal(compute_advantages("graphgpo", b), compute_advantages("grpo", b))
 
 
-@pytest.mark.parametrize("omega", [0.1, 0.5, 0.9])
-def test_graphgpo_paper_and_reference_conventions_agree(loop_batch, omega):
-    ref = compute_advantages("graphgpo", loop_batch, omega=omega, reward_convention="reference", beta_e=0.0)
-    paper = compute_advantages("graphgpo", loop_batch, omega=omega, reward_convention="paper", beta_e=0.0)
+@pytest.mark.parametrize("discount", [0.1, 0.5, 0.9])
+def test_graphgpo_paper_and_reference_conventions_agree(loop_batch, discount):
+    ref = compute_advantages(
+        "graphgpo", loop_batch, distance_discount=discount, reward_convention="reference", beta_e=0.0
+    )
+    paper = compute_advantages(
+        "graphgpo", loop_batch, distance_discount=discount, reward_convention="paper", beta_e=0.0
+    )
     assert np.abs(ref).max() > 0.5
     np.testing.assert_allclose(
         paper, ref, atol=1e-4
-    )  # equal up to eps: the factor omega cancels in the z-score
-    scaled = compute_advantages("graphgpo", loop_batch, omega=omega, success_reward=1000.0, beta_e=0.0)
+    )  # equal up to eps: the factor distance_discount cancels in the z-score
+    scaled = compute_advantages(
+        "graphgpo", loop_batch, distance_discount=discount, success_reward=1000.0, beta_e=0.0
+    )
     np.testing.assert_allclose(scaled, ref, atol=1e-4)  # and so does r_succ
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from agents.base import Task
 from agents.cli import main
-from agents.evaluate import EvalConfig, consecutive_batches, evaluate, load_finished
+from agents.evaluate import EvalConfig, evaluate, load_finished
 from agents.report import task_family
 from agents.scripted import HumanAgent
 
@@ -184,10 +184,6 @@ def test_resume_after_the_process_is_killed(tmp_path):
         json.dumps(r, sort_keys=True) == before[r["task_index"]] for r in records if r["task_index"] in before
     )
     assert json.loads((out / "summary.json").read_text())["success_rate"] == 1.0
-
-
-def test_consecutive_batches():
-    assert list(consecutive_batches([0, 1, 2, 5, 6, 9], 2)) == [[0, 1], [2], [5, 6], [9]]
 
 
 def test_task_families():

@@ -85,16 +85,17 @@ def test_env_url_plays_alfworld_through_the_env_server(tmp_path, private_cache):
     _require("progpo_envs.server.app")
     import gymnasium as gym
 
-    from progpo_envs.core import register_text_env
     from progpo_envs.server.app import ServerConfig, create_app
+    from progpo_envs.server.policy import default_allowed_kwargs
     from progpo_envs.server.pool import PoolConfig
     from progpo_envs.server.serving import BackgroundServer
 
-    if "progpo/Remote-v0" not in gym.registry:  # the lead registers it in progpo_envs/__init__.py
-        register_text_env("progpo/Remote-v0", "progpo_envs.server.remote:RemoteEnv")
+    # the expert agent needs the env's expert: `expert` is operator-only, so this operator allows it
+    allowed = (*default_allowed_kwargs(gym.spec("progpo/ALFWorld-v0").entry_point), "expert")
     app = create_app(
         ServerConfig(
             env_ids=("progpo/ALFWorld-v0",),
+            allowed_kwargs={"progpo/ALFWorld-v0": allowed},
             pool=PoolConfig(num_workers=1),
             env_kwargs={"progpo/ALFWorld-v0": {"num_generated": 6}},
         )

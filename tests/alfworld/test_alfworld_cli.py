@@ -18,7 +18,7 @@ def test_list_prints_every_task_and_a_summary(shared_alfworld_data, progpo_cache
 
 def test_list_reports_a_missing_split(shared_alfworld_data, capsys):
     assert cli.main(["list", "--split", "nope", "--data-dir", str(shared_alfworld_data)]) == 2
-    assert "available: ['valid_seen', 'valid_train']" in capsys.readouterr().err
+    assert "choose from valid_seen, valid_train" in capsys.readouterr().err
 
 
 def test_play_runs_a_scripted_session_to_a_win(generated_root, capsys):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from progpo_envs.alfworld import _wheel
+from progpo_envs.alfworld import wheel
 from progpo_envs.alfworld.data import cache_dir, is_current_game, load_tasks, scene_number
 from progpo_envs.alfworld.engine import AlfredEngine
 from progpo_envs.alfworld.expert import PlaceWording
@@ -62,12 +62,12 @@ def test_old_grammar_games_are_rebuilt_keeping_their_task_text(data_root, shared
     # Pre-0.4 games say ``put O in/on R`` and "You arrive at loc 10.": the generator's "put" wording plus the
     # old arrival text stands in for such a grammar.
     old_grammar = (
-        grammar_with_wording(_wheel.wheel_grammar(), PlaceWording.PUT)
+        grammar_with_wording(wheel.wheel_grammar(), PlaceWording.PUT)
         .replace("UNKNOWN GOAL", "put a pencil in dresser")
         .replace('"You arrive at {r.name}.', '"You arrive at loc {r.name}.')
     )
     old = {
-        "pddl_domain": _wheel.wheel_domain(),
+        "pddl_domain": wheel.wheel_domain(),
         "grammar": old_grammar,
         "pddl_problem": (trial / "initial_state.pddl").read_text(),
         "solvable": True,
@@ -82,7 +82,7 @@ def test_old_grammar_games_are_rebuilt_keeping_their_task_text(data_root, shared
     assert intro.endswith("Your task is to: put a pencil in dresser.")
     assert not any(c.startswith("put ") for c in engine.admissible_commands)
 
-    current = dict(old, grammar=_wheel.wheel_grammar().replace("UNKNOWN GOAL", "put a pencil in dresser"))
+    current = dict(old, grammar=wheel.wheel_grammar().replace("UNKNOWN GOAL", "put a pencil in dresser"))
     (trial / "game.tw-pddl").write_text(json.dumps(current))
     assert load_tasks("valid_seen", data_root)[0].game_file() == trial / "game.tw-pddl"
 
@@ -111,7 +111,7 @@ def test_alfworld_data_env_var_and_errors(shared_alfworld_data, tmp_path, monkey
 
 def test_importing_alfworld_does_not_set_alfworld_data(monkeypatch):
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
-    _wheel.import_alfworld("alfworld.agents.utils.misc")
+    wheel.import_alfworld("alfworld.agents.utils.misc")
     import os
 
     assert "ALFWORLD_DATA" not in os.environ

@@ -14,7 +14,7 @@ import textworld.envs.pddl.textgen as textgen
 from textworld.envs.pddl import PddlEnv
 from textworld.logic import Rule
 
-from progpo_envs.alfworld import _wheel
+from progpo_envs.alfworld import wheel
 from progpo_envs.alfworld.data import load_tasks
 from progpo_envs.alfworld.engine import (
     NOTHING_HAPPENS,
@@ -64,7 +64,7 @@ def engine_transcript(game_file, patches: EnginePatches) -> list[str]:
 def alfworld_transcript(game_file) -> list[str]:
     """The same episode through ALFWorld's own wrappers (``AlfredDemangler`` over a stock ``PddlEnv``)."""
     clear_caches()
-    tw_env = _wheel.import_alfworld("alfworld.agents.environment.alfred_tw_env")
+    tw_env = wheel.import_alfworld("alfworld.agents.environment.alfred_tw_env")
     env = tw_env.AlfredDemangler(
         PddlEnv(textworld.EnvInfos(won=True, admissible_commands=True)), shuffle=False
     )
@@ -205,7 +205,7 @@ def test_grammar_cache_hands_out_independent_copies():
 
 
 def test_demangled_names_match_alfworlds_demangler(game_files):
-    misc = _wheel.import_alfworld("alfworld.agents.utils.misc")
+    misc = wheel.import_alfworld("alfworld.agents.utils.misc")
     engine = AlfredEngine()
     engine.reset(game_files[0])
     infos = {k: copy.copy(v) for k, v in engine._env._entity_infos.items()}
@@ -224,7 +224,7 @@ def test_engine_exposes_the_true_state(game_files):
     assert all(arg.name in names for f in facts for arg in f.arguments)
     assert len(engine.raw_facts()) == len(facts)
     assert "help" in engine.admissible_commands and not engine.won
-    assert engine.game_data["pddl_domain"] == _wheel.wheel_domain()
+    assert engine.game_data["pddl_domain"] == wheel.wheel_domain()
 
 
 def test_engine_requires_reset_and_a_key_for_data():

@@ -14,9 +14,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import progpo_envs  # noqa: F401  (registers the ids)
-from progpo_envs.alfworld.data import TASK_TYPES
 from progpo_envs.alfworld.engine import NOTHING_HAPPENS
 from progpo_envs.alfworld.env import ALFWorldEnv
+from progpo_envs.alfworld.task_types import TASK_TYPES
 
 
 @pytest.fixture(scope="module")

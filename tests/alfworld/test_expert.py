@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from textworld.logic import Proposition, Variable
 
-from progpo_envs.alfworld.data import TASK_TYPES, load_tasks
+from progpo_envs.alfworld.data import load_tasks
 from progpo_envs.alfworld.engine import AlfredEngine
 from progpo_envs.alfworld.expert import ALFWorldExpert, PlaceWording, WorldState
+from progpo_envs.alfworld.task_types import TASK_TYPES
 
 MAX_STEPS = 50
 

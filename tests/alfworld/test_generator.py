@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from progpo_envs.alfworld import generator
-from progpo_envs.alfworld.data import TASK_TYPES, load_tasks
+from progpo_envs.alfworld.data import load_tasks
 from progpo_envs.alfworld.engine import AlfredEngine
 from progpo_envs.alfworld.generator import (
     DATA_FOLDER,
@@ -22,6 +22,7 @@ from progpo_envs.alfworld.generator import (
     make_game,
     split_scenes,
 )
+from progpo_envs.alfworld.task_types import TASK_TYPES
 
 SEED = 7
 GAME_FILES = ("game.tw-pddl", "initial_state.pddl", "traj_data.json")
@@ -190,9 +191,9 @@ def test_alfworlds_handcoded_expert_solves_generated_games(tmp_path):
     import textworld
     from textworld.envs.pddl import PddlEnv
 
-    from progpo_envs.alfworld import _wheel
+    from progpo_envs.alfworld import wheel
 
-    tw_env = _wheel.import_alfworld("alfworld.agents.environment.alfred_tw_env")
+    tw_env = wheel.import_alfworld("alfworld.agents.environment.alfred_tw_env")
     generate_games(tmp_path, n=12, seed=SEED, splits=("valid_seen",), progress=False)
     won = []
     for task in load_tasks("valid_seen", data_dir=tmp_path):

@@ -133,10 +133,10 @@ def test_learning_curves_get_one_panel_per_env_and_logged_curve(tmp_path):
 
 
 def test_settings_use_known_estimators_and_cover_three_seeds():
-    from training.config import ALGO_CHOICES
+    from training.config import algo_choices
 
     for name, setting in ce.SETTINGS.items():
-        assert set(setting.estimators) <= set(ALGO_CHOICES), name
+        assert set(setting.estimators) <= set(algo_choices()), name
         assert set(setting.envs) <= set(ce.ENV_OVERRIDES), name
     assert len(ce.SETTINGS["cpu"].seeds) >= 3 and len(ce.SETTINGS["gpu"].seeds) >= 3
     assert set(ce.SETTINGS["cpu"].estimators) == set(ce.ESTIMATORS)

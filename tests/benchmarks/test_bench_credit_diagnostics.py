@@ -68,11 +68,18 @@ def test_batch_stats_by_hand():
 
 def test_estimator_spec_parsing():
     assert cd.parse_estimator_spec("gigpo") == ("gigpo", {})
-    assert cd.parse_estimator_spec("progpo:omega=0.5,norm=mean") == ("progpo", {"omega": 0.5, "norm": "mean"})
+    assert cd.parse_estimator_spec("progpo:step_weight=0.5,norm=mean") == (
+        "progpo",
+        {"step_weight": 0.5, "norm": "mean"},
+    )
     with pytest.raises(ValueError, match="unknown estimator"):
         cd.parse_estimator_spec("nope")
     with pytest.raises(ValueError, match="key=value"):
-        cd.parse_estimator_spec("gigpo:omega")
+        cd.parse_estimator_spec("gigpo:step_weight")
+    with pytest.raises(ValueError, match="'omega' was renamed; use 'step_weight'"):
+        cd.parse_estimator_spec("progpo:omega=0.5")
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['gama'\]"):
+        cd.parse_estimator_spec("gigpo:gama=0.9")
 
 
 def test_every_estimator_has_a_defined_step_signal():

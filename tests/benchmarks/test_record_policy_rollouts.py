@@ -9,18 +9,18 @@ from benchmarks.record_policy_rollouts import main
 
 
 def test_policy_rollouts_are_labelled_groups_the_diagnostics_read(tmp_path, monkeypatch):
-    import agents.prompts
+    import training.rollout
     from training.config import TinyModelConfig, load_config
     from training.policy import build_tiny_policy
 
     templates = []  # the policy must see the prompt layout it was trained on (the quickstart's)
-    real_build_prompt = agents.prompts.build_prompt
+    real_build_prompt = training.rollout.build_prompt  # the prompts of the training policy's agent
 
     def build_prompt(*args, **kwargs):
         templates.append(kwargs.get("template"))
         return real_build_prompt(*args, **kwargs)
 
-    monkeypatch.setattr(agents.prompts, "build_prompt", build_prompt)
+    monkeypatch.setattr(training.rollout, "build_prompt", build_prompt)
 
     policy = build_tiny_policy(
         tmp_path / "policy",

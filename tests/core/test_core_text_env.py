@@ -1,4 +1,4 @@
-"""The TextEnv base class, through the toy counter env."""
+"""The TextEnv base class, through the toy counter env (:class:`progpo_envs.testing.CounterEnv`)."""
 
 from __future__ import annotations
 
@@ -6,33 +6,34 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-from toy_env import NUM_TASKS, ToyEnv
+
+from progpo_envs.testing import CounterEnv
 
 
 def test_check_env_passes():
-    check_env(ToyEnv(), skip_render_check=True)
+    check_env(CounterEnv(), skip_render_check=True)
 
 
 def test_task_index_option_and_seeded_choice():
-    env = ToyEnv()
+    env = CounterEnv()
     obs, info = env.reset(options={"task_index": 3})
     assert (
         obs == "Count to 5. The counter is at 0." and info["task_index"] == 3 and info["task_id"] == "count-5"
     )
-    picked = [ToyEnv().reset(seed=s)[1]["task_index"] for s in range(20)]
-    assert picked == [ToyEnv().reset(seed=s)[1]["task_index"] for s in range(20)]
+    picked = [CounterEnv().reset(seed=s)[1]["task_index"] for s in range(20)]
+    assert picked == [CounterEnv().reset(seed=s)[1]["task_index"] for s in range(20)]
     assert len(set(picked)) > 1
     with pytest.raises(ValueError, match="out of range"):
-        env.reset(options={"task_index": NUM_TASKS})
+        env.reset(options={"task_index": CounterEnv.NUM_TASKS})
 
 
 def test_step_before_reset_raises():
     with pytest.raises(gym.error.ResetNeeded):
-        ToyEnv().step("inc")
+        CounterEnv().step("inc")
 
 
 def test_win_terminates_and_the_episode_latches_without_stepping_the_engine():
-    env = ToyEnv()
+    env = CounterEnv()
     env.reset(options={"task_index": 0})  # target 2
     env.step("inc")
     obs, reward, terminated, truncated, info = env.step("inc")
@@ -46,7 +47,7 @@ def test_win_terminates_and_the_episode_latches_without_stepping_the_engine():
 
 
 def test_truncation_at_max_steps_latches():
-    env = ToyEnv(max_steps=3)
+    env = CounterEnv(max_steps=3)
     env.reset(options={"task_index": 4})
     flags = [env.step("noop")[2:4] for _ in range(3)]
     assert flags == [(False, False), (False, False), (False, True)]
@@ -54,7 +55,7 @@ def test_truncation_at_max_steps_latches():
 
 
 def test_winning_on_the_last_step_is_terminated_not_truncated():
-    env = ToyEnv(max_steps=2)
+    env = CounterEnv(max_steps=2)
     env.reset(options={"task_index": 0})
     env.step("inc")
     assert env.step("inc")[2:4] == (True, False)
@@ -62,7 +63,7 @@ def test_winning_on_the_last_step_is_terminated_not_truncated():
 
 @pytest.mark.parametrize("action", ["", "   ", "x" * 5000, "go\x00to", "\x1b[2J", b"inc", None, 7, ["inc"]])
 def test_malformed_actions_are_invalid_actions_not_errors(action):
-    env = ToyEnv()
+    env = CounterEnv()
     env.reset(options={"task_index": 0})
     obs, reward, terminated, truncated, info = env.step(action)
     assert (obs, reward, terminated, truncated) == ("Nothing happens.", 0.0, False, False)
@@ -72,7 +73,7 @@ def test_malformed_actions_are_invalid_actions_not_errors(action):
 
 def test_infos_carry_history_keys_and_same_seed_gives_same_keys():
     def run():
-        env = ToyEnv(history_depths=(1, 2))
+        env = CounterEnv(history_depths=(1, 2))
         _, info = env.reset(seed=7)
         infos = [info] + [env.step(a)[4] for a in ("inc", "look", "inc")]
         return infos
@@ -85,16 +86,16 @@ def test_infos_carry_history_keys_and_same_seed_gives_same_keys():
 
 
 def test_render_ansi_returns_last_observation():
-    env = ToyEnv(render_mode="ansi")
+    env = CounterEnv(render_mode="ansi")
     assert env.render() is None
     obs, _ = env.reset(options={"task_index": 1})
     assert env.render() == obs
-    assert ToyEnv().render() is None
+    assert CounterEnv().render() is None
 
 
 @pytest.mark.parametrize("action", ["inc\n", "  inc", "inc\t\r\n"])
 def test_surrounding_whitespace_is_stripped_not_invalid(action):
-    env = ToyEnv()
+    env = CounterEnv()
     env.reset(options={"task_index": 0})
     observation, *_ = env.step(action)
     assert env.engine_steps == 1 and env.invalid_steps == 0

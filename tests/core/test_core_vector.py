@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
-from progpo_envs.core.registration import register_text_env
 from progpo_envs.core.vector import GroupVectorEnv
+from progpo_envs.testing import COUNTER_ENV_ID
 
-TOY_ID = "progpo-test/Toy-v0"
-register_text_env(TOY_ID, "toy_env:ToyEnv")
+TOY_ID = COUNTER_ENV_ID
 
 MODES = ["sync", "async"]
 

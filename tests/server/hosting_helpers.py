@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parent)
-)  # `hosting_toy_env` importable here and in env workers
-
-from hosting_toy_env import TOY_ENV_ID, register_toy_env  # noqa: E402
-
-import progpo_envs  # noqa: E402,F401
-from progpo_envs.server.app import ServerConfig, create_app  # noqa: E402
-from progpo_envs.server.pool import PoolConfig  # noqa: E402
-from progpo_envs.server.remote import register_remote_env  # noqa: E402
-from progpo_envs.server.serving import BackgroundServer  # noqa: E402
-
-register_toy_env()
-register_remote_env()  # idempotent: progpo_envs/__init__.py registers it too
+from progpo_envs.server.app import ServerConfig, create_app
+from progpo_envs.server.pool import PoolConfig
+from progpo_envs.server.serving import BackgroundServer
+from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
 
 
 def same(a, b) -> bool:
@@ -66,18 +54,11 @@ class CliServer:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]
-            ),
-        }
         import tempfile
 
         self.log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty server never blocks on it
         self.process = subprocess.Popen(
             [sys.executable, "-m", "progpo_envs.server.cli", "--port", str(self.port), *args],
-            env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             text=True,
@@ -104,3 +85,19 @@ class CliServer:
             except Exception:  # noqa: BLE001
                 self.process.kill()
                 self.process.wait(5)
+
+
+def session_from(address: str):
+    """A ``requests`` session whose connections come from ``address`` (another loopback address is another
+    client to the server: ``127.0.0.2``, ``127.0.0.3``, ... all reach a server on ``127.0.0.1``)."""
+    import requests
+    from requests.adapters import HTTPAdapter
+
+    class SourceAddressAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs):
+            kwargs["source_address"] = (address, 0)
+            super().init_poolmanager(*args, **kwargs)
+
+    session = requests.Session()
+    session.mount("http://", SourceAddressAdapter())
+    return session

@@ -6,8 +6,7 @@ import time
 
 import pytest
 import requests
-from hosting_helpers import serve_toy
-from hosting_toy_env import TOY_ENV_ID
+from hosting_helpers import TOY_ENV_ID, serve_toy
 
 from progpo_envs.server.codec import decode
 
@@ -194,7 +193,7 @@ def test_metrics_count(toy_url):
 
 
 def test_idle_instances_expire_and_the_limit_is_a_429():
-    server = serve_toy(num_workers=1, max_instances=3, idle_timeout=0.5)
+    server = serve_toy(num_workers=1, max_instances=3, max_instances_per_client=3, idle_timeout=0.5)
     try:
         ids = [create(server.url) for _ in range(3)]
         full = requests.post(f"{server.url}/instances", json={"env_id": TOY_ENV_ID}, timeout=10)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hosting_toy_env import TOY_ENV_ID
+from hosting_helpers import TOY_ENV_ID
 
-from progpo_envs.server.cli import build_config, parse_args
+from progpo_envs.server.cli import app_from_environment, build_config, parse_args
 from progpo_envs.server.policy import EnvPolicy, PolicyError
+from webshop_server.usage import UsageError
 
 
 def test_defaults_and_agentgym_auto():
@@ -36,7 +37,7 @@ def test_defaults_and_agentgym_auto():
     "argv",
     [
         ["--workers", "0"],
-        ["--idle-timeout", "0"],
+        ["--idle-timeout", "-1"],  # 0 is allowed: never expire
         ["--env-kwargs", "nojson"],
         ["--env-kwargs", "progpo/ALFWorld-v0=[1]"],
         ["--env-kwargs", "x={bad"],
@@ -48,7 +49,7 @@ def test_bad_arguments_exit(argv):
 
 
 def test_agentgym_env_must_be_hosted():
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="choose from progpo/ALFWorld-v0, auto, none"):
         build_config(parse_args(["--agentgym", "progpo/WebShop-v0"]))
 
 
@@ -62,8 +63,9 @@ def test_only_registered_progpo_text_envs_are_hosted(env_id):
 
 def test_default_allow_lists_leave_out_paths_urls_and_data_builders():
     webshop = EnvPolicy.from_registry("progpo/WebShop-v0")
-    assert {"split", "max_steps", "history_depths", "observation_mode", "expert"} <= webshop.allowed_kwargs
+    assert {"split", "max_steps", "history_depths", "observation_mode"} <= webshop.allowed_kwargs
     assert not {"data_dir", "url", "engine", "seed", "num_products", "render_mode"} & webshop.allowed_kwargs
+    assert "expert" not in webshop.allowed_kwargs  # operator-only: it would hand clients the answer
     alfworld = EnvPolicy.from_registry("progpo/ALFWorld-v0")
     assert {"split", "max_steps", "history_depths"} <= alfworld.allowed_kwargs
     assert not {"data_dir", "generator_seed", "num_generated", "engine_patches"} & alfworld.allowed_kwargs
@@ -80,3 +82,16 @@ def test_operator_kwargs_are_fixed():
         policy.resolve_kwargs({"max_steps": [[1]]})
     with pytest.raises(PolicyError):
         policy.resolve_kwargs("max_steps=3")
+
+
+def test_app_from_environment_reads_the_serve_flags_for_gunicorn(monkeypatch, capsys):
+    flags = f"--import progpo_envs.testing --env {TOY_ENV_ID} --agentgym none"
+    monkeypatch.setenv("PROGPO_SERVE_ARGS", flags)
+    app = app_from_environment()
+    try:
+        client = app.test_client()
+        assert list(client.get("/envs").json) == [TOY_ENV_ID]
+        assert client.post("/create").status_code == 404  # --agentgym none: no AgentGym routes
+    finally:
+        app.extensions["progpo_pool"].shutdown()
+    assert '"serving": ["progpo/ServerToy-v0"]' in capsys.readouterr().out

@@ -12,9 +12,10 @@ import pytest
 import requests
 from hosting_helpers import same
 
+from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.pool import PoolConfig
-from progpo_envs.server.remote import REMOTE_ENV_ID, RemoteEnv, step_batch
+from progpo_envs.server.remote import RemoteEnv, step_batch
 from progpo_envs.server.serving import BackgroundServer
 
 ALFWORLD = "progpo/ALFWorld-v0"
@@ -98,8 +99,9 @@ def test_alfworld_agentgym_protocol(alfworld_url):
     ).json()
     local = gym.make(ALFWORLD, **ENV_KWARGS[ALFWORLD])
     obs, info = local.reset(options={"task_index": 0})
-    assert reset["observation"] == obs and reset["available_actions"] == info["admissible_actions"]
-    assert reset["task_type"] == info["task_type"]
+    # AgentGym's forms (tests/server/test_hosting_agentgym.py): no banner, task_type "<task folder>/<trial>"
+    assert reset["observation"] == "\n".join(obs.split("\n\n")[1:])
+    assert reset["available_actions"] == info["admissible_actions"] and reset["task_type"] == info["task_id"]
     action = info["admissible_actions"][0]
     step = requests.post(f"{alfworld_url}/step", json={"id": env_id, "action": action}, timeout=60).json()
     local_obs, reward, terminated, truncated, local_info = local.step(action)

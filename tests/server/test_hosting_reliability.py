@@ -12,8 +12,7 @@ import time
 import psutil
 import pytest
 import requests
-from hosting_helpers import serve_toy
-from hosting_toy_env import TOY_ENV_ID
+from hosting_helpers import TOY_ENV_ID, serve_toy
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

@@ -8,8 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import requests
-from hosting_helpers import same
-from hosting_toy_env import TOY_ENV_ID
+from hosting_helpers import TOY_ENV_ID, same
 
 from progpo_envs.server.remote import (
     REMOTE_ENV_ID,
@@ -152,7 +151,7 @@ def test_server_gone_is_a_clear_error():
 def test_server_process_killed_mid_episode():
     from hosting_helpers import CliServer
 
-    server = CliServer("--import", "hosting_toy_env", "--env", TOY_ENV_ID)
+    server = CliServer("--import", "progpo_envs.testing", "--env", TOY_ENV_ID)
     env = RemoteEnv(server.url, TOY_ENV_ID, retries=2, backoff=0.01, connect_timeout=0.5, timeout=5)
     env.reset(seed=0)
     env.step("look")

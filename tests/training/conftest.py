@@ -42,8 +42,9 @@ def tiny_policy_dir(tmp_path_factory) -> Path:
 def toy_vec():
     """A 2×2 group vector env of the toy env (sync), closed after the test."""
     import gymnasium as gym
-    import training_toy_env  # noqa: F401
 
-    envs = gym.make_vec(training_toy_env.ENV_ID, num_envs=4, group_size=2, max_steps=4, expert=True)
+    from progpo_envs.testing import DRAWER_ENV_ID
+
+    envs = gym.make_vec(DRAWER_ENV_ID, num_envs=4, group_size=2, max_steps=4, expert=True)
     yield envs
     envs.close()

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from training.config import ALGO_CHOICES, ConfigError, config_from_dict, config_to_dict, load_config
+from training.config import (
+    DAPO_RECIPE,
+    ConfigError,
+    algo_choices,
+    algo_parameters,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+)
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -82,7 +90,84 @@ def test_unknown_key_in_yaml_is_an_error(tmp_path):
         load_config(path)
 
 
-def test_every_algo_choice_is_a_registered_estimator():
+def test_algo_choices_are_the_registry():
     from training.advantages import ESTIMATORS
+    from training.advantages.registry import register_estimator
 
-    assert set(ALGO_CHOICES) <= set(ESTIMATORS)
+    assert algo_choices() == sorted(ESTIMATORS)
+    assert "gamma" in algo_parameters("progpo") and "invalid_penalty" not in algo_parameters("progpo")
+
+    @register_estimator("test_only_estimator")
+    def _estimator(batch, *, spread: float = 1.0, invalid_penalty: float = 0.1):
+        raise NotImplementedError
+
+    try:  # a newly registered estimator and its parameters are valid without touching the config
+        config = load_config(None, ["algo.name=test_only_estimator", "algo.params={spread: 2.0}"])
+        assert config.algo.params == {"spread": 2.0}
+        with pytest.raises(ConfigError, match="test_only_estimator"):
+            load_config(None, ["algo.name=test_only_estimator", "algo.params={gamma: 2.0}"])
+    finally:
+        del ESTIMATORS["test_only_estimator"]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algo.name=grop"], "algo.name 'grop' is not a registered estimator; valid: dapo, g2po, gigpo"),
+        (["algo.params={gama: 0.9}"], r"algo.params: estimator 'progpo': unknown parameter\(s\) \['gama'\]"),
+        (["algo.name=grpo", "algo.params={gamma: 0.9}"], "allowed: .'norm', 'stats_scope', 'eps'.$"),
+        (["algo.params={invalid_penalty: 0.2}"], "set algo.invalid_penalty instead"),
+    ],
+)
+def test_algo_typos_fail_at_load_time_naming_the_valid_choices(overrides, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(None, overrides)
+    assert "\n" not in str(info.value)
+    for preset in ("alfworld_progpo_qwen2.5-1.5b.yaml", "webshop_progpo_qwen2.5-1.5b.yaml"):
+        with pytest.raises(ConfigError, match=message):
+            load_config(CONFIGS / preset, overrides)
+
+
+def test_dapo_means_dapos_recipe_unless_set_on_the_command_line(tmp_path):
+    recipe = lambda c: (c.loss.clip_high, c.rollout.dynamic_sampling, c.loss.exclude_uniform_groups)  # noqa: E731
+    assert recipe(load_config(None)) == (0.2, False, False)
+    assert tuple(DAPO_RECIPE.values()) == (0.28, True, True)
+    assert recipe(load_config(None, ["algo.name=dapo"])) == (0.28, True, True)
+    # a preset that sets clip_high 0.2 for progpo: --algo dapo still means DAPO's clip-higher
+    preset = CONFIGS / "alfworld_progpo_qwen2.5-1.5b.yaml"
+    assert recipe(load_config(preset, ["algo.name=dapo"])) == (0.28, True, True)
+    overridden = load_config(
+        preset, ["algo.name=dapo", "loss.clip_high=0.25", "rollout.dynamic_sampling=false"]
+    )
+    assert recipe(overridden) == (0.25, False, True)
+    # a file that selects dapo itself keeps the values it sets
+    own = tmp_path / "dapo.yaml"
+    own.write_text("algo:\n  name: dapo\nloss:\n  clip_high: 0.3\n")
+    assert recipe(load_config(own)) == (0.3, True, True)
+    # a stored config (checkpoint, config.yaml) is taken as it is
+    stored = config_to_dict(load_config(None, ["algo.name=dapo", "rollout.dynamic_sampling=false"]))
+    assert recipe(config_from_dict(stored)) == (0.28, False, True)
+
+
+def test_precision_fields():
+    quick = load_config(None)
+    assert (quick.model.dtype, quick.model.compute_dtype, quick.model.export_dtype) == (
+        "float32",
+        "auto",
+        "auto",
+    )
+    for preset in ("alfworld_progpo_qwen2.5-1.5b.yaml", "webshop_progpo_qwen2.5-1.5b.yaml"):
+        model = load_config(CONFIGS / preset).model
+        assert (model.dtype, model.compute_dtype, model.export_dtype) == ("float32", "bfloat16", "bfloat16")
+    with pytest.raises(ConfigError, match="model.compute_dtype=auto.bfloat16.float16.float32"):
+        load_config(None, ["model.dtype=auto"])
+    for key in ("model.dtype=float64", "model.compute_dtype=int8", "model.export_dtype=fp8"):
+        with pytest.raises(ConfigError, match=key.split("=")[0]):
+            load_config(None, [key])
+    assert load_config(None, ["model.export_dtype=bfloat16"]).model.export_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("override", ["rollout.vllm_gpu_memory_utilization=0", "optim.logit_chunk_tokens=-1"])
+def test_memory_fields_are_checked(override):
+    with pytest.raises(ConfigError, match=override.split("=")[0]):
+        load_config(None, [override])

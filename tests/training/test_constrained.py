@@ -9,6 +9,7 @@ import pytest
 import torch
 from training_helpers import subprocess_env, tiny_config
 
+from agents.projection import demonstration_text
 from training import sampling
 from training.config import ConfigError, load_config
 from training.constrained import (
@@ -26,7 +27,6 @@ from training.sampling import (
     response_logits,
     sample_responses,
 )
-from training.warm_start import demonstration_text
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 ACTIONS = [
@@ -226,7 +226,8 @@ def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, 
     try:
         from training.warm_start import warm_start
 
-        stats = warm_start(trainer)  # demonstrations carry their candidates; the SFT loss is constrained
+        # demonstrations carry their candidates; the SFT loss is constrained
+        stats = warm_start(trainer.config, trainer.model, trainer.tokenizer, trainer.device, trainer.dist)
         metrics = trainer.train_iteration(0)
     finally:
         trainer.close()

@@ -26,11 +26,19 @@ def test_remote_env_training_matches_in_process(tmp_path, monkeypatch):
     from progpo_envs.server.pool import PoolConfig
     from progpo_envs.server.serving import BackgroundServer
 
-    register_text_env(HOSTED_ID, "training_toy_env:ToyEnv")
+    register_text_env(HOSTED_ID, "progpo_envs.testing:DrawerEnv")
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])  # env workers import the toy env
     args = ["--config", str(CONFIGS / "quickstart.yaml"), *TINY_OVERRIDES, "iterations=2"]
     assert main([*args, f"run_dir={tmp_path / 'local'}"]) == 0
-    app = create_app(ServerConfig(env_ids=(HOSTED_ID,), pool=PoolConfig(num_workers=1)))
+    from progpo_envs.server.policy import default_allowed_kwargs
+
+    # the warm start plays the expert remotely: `expert` is operator-only, so this operator allows it
+    allowed = (*default_allowed_kwargs("progpo_envs.testing:DrawerEnv"), "expert")
+    app = create_app(
+        ServerConfig(
+            env_ids=(HOSTED_ID,), allowed_kwargs={HOSTED_ID: allowed}, pool=PoolConfig(num_workers=1)
+        )
+    )
     with BackgroundServer(app) as server:
         remote_args = [f"run_dir={tmp_path / 'remote'}", f"env.url={server.url}", f"env.id={HOSTED_ID}"]
         assert main([*args, *remote_args]) == 0

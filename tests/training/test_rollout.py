@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from agents.projection import demonstration_text
 from progpo_envs.core.hashing import text_digest
 from training.advantages import ESTIMATORS, compute_advantages
+from training.engines import TransformersEngine
 from training.policy import load_policy
-from training.rollout import RolloutWorker, TransformersEngine
-from training.warm_start import demonstration_text
+from training.rollout import RolloutWorker
 
 
 @pytest.fixture(scope="module")

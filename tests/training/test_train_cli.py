@@ -295,7 +295,9 @@ def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypa
 
 def test_task_pool_limits_rl_tasks_and_is_evaluated_before_and_after(tmp_path, monkeypatch):
     """``rollout.task_pool``: RL draws from N tasks spread over the split; ``eval.rl_tasks`` measures them."""
-    from training.trainer import Trainer, spread_tasks
+    from agents.envs import num_tasks
+    from training.envs import spread_tasks
+    from training.trainer import Trainer
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
     config = tiny_config(
@@ -310,7 +312,7 @@ def test_task_pool_limits_rl_tasks_and_is_evaluated_before_and_after(tmp_path, m
     )
     trainer = Trainer(config)
     try:
-        pool = {f"train-{t}" for t in spread_tasks(trainer._num_tasks(trainer.train_envs), 2)}
+        pool = {f"train-{t}" for t in spread_tasks(num_tasks(trainer.train_envs), 2)}
         drawn = {e.task_id for it in range(4) for e in trainer.collect(it).episodes}
         summary = trainer.run()
     finally:

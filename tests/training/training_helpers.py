@@ -9,8 +9,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
-#: Make the toy env from any process (Gymnasium imports ``training_toy_env`` first; it must be on PYTHONPATH).
-TOY_ENV_ID = "training_toy_env:progpo-test/ToyALFWorld-v0"
+#: Make the toy env (``progpo_envs.testing.DrawerEnv``) from any process (Gymnasium imports the module first).
+TOY_ENV_ID = "progpo_envs.testing:progpo-test/ToyALFWorld-v0"
 
 #: Overrides that turn any preset into a seconds-long run on the toy env with a tiny model.
 TINY_OVERRIDES = [

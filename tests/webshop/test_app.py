@@ -128,7 +128,9 @@ def test_expert_endpoint_off_by_default(client):
 
 
 def test_session_limit_answers_503(store_kind, tmp_path):
-    client = create_app(make_tiny_engine(), config_for(store_kind, tmp_path, max_sessions=3)).test_client()
+    # one client may fill this table (the per-client share is tested in test_hardening.py)
+    config = config_for(store_kind, tmp_path, max_sessions=3, max_sessions_per_client=3)
+    client = create_app(make_tiny_engine(), config).test_client()
     sids = [new_session(client) for _ in range(3)]
     reply = client.post("/api/sessions", json={"goal_index": 0})
     assert reply.status_code == 503 and "limit" in reply.json["error"] and reply.headers["Retry-After"]
@@ -276,9 +278,14 @@ ACTIONS = st.one_of(
 def test_fuzz_actions_no_500_no_leak(client, actions):
     a, b = new_session(client, 0), new_session(client, 1)
     instruction_b = client.get(f"/api/sessions/{b}/observation").json["observation"]
+    done = False
     for action in actions:
         reply = client.post(f"/api/sessions/{a}/step", json={"action": action, "mode": "html"})
+        if done and action == "click[buy now]":  # a session buys once
+            assert reply.status_code == 409 and "already bought" in reply.json["error"]
+            continue
         assert reply.status_code == 200
+        done = done or reply.json["done"]
         body = reply.get_data(as_text=True)
         assert b not in body and "organic green tea" not in body  # b's id and goal never reach a
     assert client.get(f"/api/sessions/{b}/observation").json["observation"] == instruction_b

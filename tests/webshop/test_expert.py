@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from progpo_envs.webshop.env import SUCCESS_REWARD, WebShopEnv
-from progpo_envs.webshop.expert import expert_action, target_options
+from webshop_server.expert import expert_action, target_options
 from webshop_server.reward import get_reward
 
 

@@ -222,7 +222,7 @@ def test_num_products_stops_reading_early(tmp_path):
 
 
 def _real_format_files(directory: Path) -> Path:
-    """Products in the exact layout of WebShop's real files (shared/docs/webshop.md §1 "Data schemas")."""
+    """Products in the exact layout of WebShop's real files (docs/webshop.md §1.4 "Data schemas")."""
     base = {
         "product_information": {"Manufacturer": "Acme"},
         "brand": "Acme",

@@ -133,7 +133,7 @@ def test_get_reward_golden():
 
 
 def test_upstream_matching_quirks():
-    # token_set_ratio gives 100 when one token set contains the other (shared/docs/webshop.md §1 quirk 1).
+    # token_set_ratio gives 100 when one token set contains the other (docs/webshop.md §1.3 quirk 1).
     assert rw.fuzzy_match("7", "7.5") and rw.fuzzy_match("large", "x-large")
     assert rw.fuzzy_match("black", "black | white | red")
     assert rw.fuzzy_score("8 fl oz (pack of 1)", "16 fl oz (pack of 2)") == 91

@@ -7,8 +7,10 @@ Public API::
 
 Estimators: ``grpo``, ``rloo``, ``dapo``, ``gigpo``, ``g2po``, ``graphgpo``, ``progpo``,
 ``progpo_coverage`` (one module each). Formulas and sources: each module's docstring and
-``shared/docs/algorithms.md``. To add one: write a module with a function decorated by
+``docs/algorithms.md``. To add one: write a module with a function decorated by
 ``@register_estimator("name")`` taking ``(batch: StepBatch, *, params...)`` and import it below.
+``check_parameter_names`` checks a parameter dict without a batch (unknown names; renamed ones, such as
+GiGPO's ``omega``, now ``step_weight``, answer with their new name), for callers that validate configs early.
 """
 
 from training.advantages import (  # noqa: F401  (importing registers the estimators)
@@ -23,12 +25,18 @@ from training.advantages import (  # noqa: F401  (importing registers the estima
 )
 from training.advantages.batch import StepBatch
 from training.advantages.progpo import ProGPOConfig, progpo_report
-from training.advantages.registry import ESTIMATORS, compute_advantages, register_estimator
+from training.advantages.registry import (
+    ESTIMATORS,
+    check_parameter_names,
+    compute_advantages,
+    register_estimator,
+)
 
 __all__ = [
     "ESTIMATORS",
     "ProGPOConfig",
     "StepBatch",
+    "check_parameter_names",
     "compute_advantages",
     "progpo_report",
     "register_estimator",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from training.advantages.batch import StepBatch
-from training.advantages.common import Norm, StatsScope, check_range, episode_advantage, parse_enum
+from training.advantages.common import check_shared_params, episode_advantage
 from training.advantages.registry import register_estimator
 
 
@@ -59,13 +59,8 @@ def dapo(
         >>> compute_advantages("dapo", b, norm="mean").tolist()
         [5.0, -5.0, 0.0, 0.0]
     """
-    adv = episode_advantage(
-        batch,
-        norm=parse_enum(Norm, norm, "norm"),
-        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
-        eps=check_range(eps, "eps", 0.0, 1.0, low_open=True),
-        invalid_penalty=check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf),
-    )
+    shared = check_shared_params(norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty)
+    adv = episode_advantage(batch, shared)
     if drop_uniform_groups:
         adv = np.where(dynamic_sampling_keep(batch), adv, 0.0)
     return adv

@@ -8,7 +8,7 @@ next row's node, or the SUCCESS / FAIL sink after a trajectory's last step).
                     V(SUCCESS) = success_reward, V(FAIL) = 0  (failure and truncation alike)
     Same-source:    c1(e) = normalize_{e' in out(v)} [ V(v') - penalty * invalid(e) ]   (0 if |out(v)| = 1)
     Global TD:      c2(e) = normalize_{e' in task group} [ V(v') - V(v) ]              (0 if one edge)
-    Combined:       A = A^E + w * (c1 + c2)
+    Combined:       A = A^E + step_weight * (c1 + c2)         (the code's step_advantage_w)
 Note the exponent T_j - k: the last step of a successful trajectory contributes gamma * R, not R.
 """
 
@@ -18,12 +18,9 @@ import numpy as np
 
 from training.advantages.batch import StepBatch
 from training.advantages.common import (
-    Norm,
-    StatsScope,
-    check_range,
+    check_shared_params,
     episode_advantage,
     group_scoped_ids,
-    parse_enum,
     segment_normalize,
 )
 from training.advantages.registry import register_estimator
@@ -42,7 +39,7 @@ def g2po(
     batch: StepBatch,
     *,
     gamma: float = 0.95,
-    step_advantage_w: float = 1.0,
+    step_weight: float = 1.0,
     norm: str = "mean_std",
     stats_scope: str = "cross_steps",
     eps: float = 1e-6,
@@ -54,7 +51,7 @@ def g2po(
     Args:
         batch: canonical ``StepBatch`` with N rows.
         gamma: discount in the node value (hard-coded 0.95 in the official code).
-        step_advantage_w: weight w of the step (edge) advantage c1 + c2.
+        step_weight: weight of the step (edge) advantage c1 + c2 (the code's ``step_advantage_w``).
         norm: ``"mean_std"`` (ALFWorld) or ``"mean"`` (WebShop) for A^E, c1 and c2.
         stats_scope: population of the episode statistics.
         eps: added to the std.
@@ -74,24 +71,20 @@ def g2po(
         >>> compute_advantages("g2po", b, norm="mean").tolist()
         [15.0, -15.0]
     """
-    norm_mode = parse_enum(Norm, norm, "norm")
-    eps = check_range(eps, "eps", 0.0, 1.0, low_open=True)
-    penalty = check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf)
-    gamma = check_range(gamma, "gamma", 0.0, 1.0)
-    adv_e = episode_advantage(
-        batch,
-        norm=norm_mode,
-        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
-        eps=eps,
-        invalid_penalty=penalty,
+    shared = check_shared_params(
+        norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty, gamma=gamma
     )
+    adv_e = episode_advantage(batch, shared)
     node, n_nodes = group_scoped_ids(batch, batch.obs)
-    value = node_values(batch, node, n_nodes, gamma)
+    value = node_values(batch, node, n_nodes, shared.gamma)
     v_src = value[node]
     v_dst = np.empty(batch.n_rows)
     last = batch.is_last
     v_dst[~last] = v_src[1:][~last[:-1]]  # next row of the same trajectory is the next canonical row
     v_dst[last] = np.where(batch.traj_won[batch.traj[last]], float(success_reward), 0.0)
-    c1 = segment_normalize(v_dst - penalty * (~batch.valid), node, n_nodes, norm_mode, eps, singleton="zero")
+    norm_mode, eps = shared.norm, shared.eps
+    c1 = segment_normalize(
+        v_dst - shared.invalid_penalty * (~batch.valid), node, n_nodes, norm_mode, eps, singleton="zero"
+    )
     c2 = segment_normalize(v_dst - v_src, batch.group, batch.n_groups, norm_mode, eps, singleton="zero")
-    return adv_e + float(step_advantage_w) * (c1 + c2)
+    return adv_e + float(step_weight) * (c1 + c2)

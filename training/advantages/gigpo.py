@@ -4,7 +4,7 @@
     Step return (5):  R_t = sum_{k>=t} gamma^(k-t) r_k  - penalty * invalid_t
     Anchor group (6): G^S(s) = {(a, R_t) : o_t = s, same task group, any trajectory, any t}
     Step adv. (7):    A^S = (R_t - mean_{G^S} R) / F_norm            singleton -> 0, all-equal -> 0
-    Combined (8):     A = A^E + omega * A^S
+    Combined (8):     A = A^E + step_weight * A^S                    (the paper's omega)
 If no state repeats, every anchor group is a singleton and GiGPO equals GRPO exactly (paper §6).
 """
 
@@ -14,13 +14,11 @@ import numpy as np
 
 from training.advantages.batch import StepBatch
 from training.advantages.common import (
-    Norm,
-    StatsScope,
     check_range,
+    check_shared_params,
     discounted_returns,
     episode_advantage,
     group_scoped_ids,
-    parse_enum,
     segment_normalize,
 )
 from training.advantages.registry import register_estimator
@@ -32,7 +30,7 @@ def gigpo(
     batch: StepBatch,
     *,
     gamma: float = 0.95,
-    omega: float = 1.0,
+    step_weight: float = 1.0,
     norm: str = "mean_std",
     stats_scope: str = "cross_steps",
     eps: float = 1e-6,
@@ -45,7 +43,7 @@ def gigpo(
     Args:
         batch: canonical ``StepBatch`` with N rows.
         gamma: discount of the step return (paper 0.95).
-        omega: weight of the step advantage (paper 1.0).
+        step_weight: weight of the step advantage A^S (the paper's omega, 1.0).
         norm: ``"mean_std"`` (ALFWorld script) or ``"mean"`` (WebShop script), used at both levels.
         stats_scope: population of the episode statistics.
         eps: added to the std.
@@ -65,22 +63,15 @@ def gigpo(
         >>> np.round(compute_advantages("gigpo", b, norm="mean"), 4).tolist()
         [8.0833, 3.3333, -11.4167]
     """
-    norm_mode = parse_enum(Norm, norm, "norm")
-    eps = check_range(eps, "eps", 0.0, 1.0, low_open=True)
-    penalty = check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf)
-    gamma = check_range(gamma, "gamma", 0.0, 1.0)
-    adv_e = episode_advantage(
-        batch,
-        norm=norm_mode,
-        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
-        eps=eps,
-        invalid_penalty=penalty,
+    shared = check_shared_params(
+        norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty, gamma=gamma
     )
-    step_return = discounted_returns(batch, gamma) - penalty * (~batch.valid)
+    adv_e = episode_advantage(batch, shared)
+    step_return = discounted_returns(batch, shared.gamma) - shared.invalid_penalty * (~batch.valid)
     if enable_similarity:
         anchor = similarity_keys(batch, check_range(similarity_thresh, "similarity_thresh", 0.0, 1.0))
     else:
         anchor = batch.obs
     seg, n_seg = group_scoped_ids(batch, anchor)
-    adv_s = segment_normalize(step_return, seg, n_seg, norm_mode, eps, singleton="zero")
-    return adv_e + float(omega) * adv_s
+    adv_s = segment_normalize(step_return, seg, n_seg, shared.norm, shared.eps, singleton="zero")
+    return adv_e + float(step_weight) * adv_s

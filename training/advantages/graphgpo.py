@@ -8,24 +8,27 @@ last action of a successful trajectory points to the sink s_succ.
     Distance:   d(s_succ) = 0,  d(s) = min_{(s, s')} [1 + d(s')]     (reverse BFS from the sink)
                 unreachable: d = d_max + 1 (d_max = largest finite distance in the group's graph)
                 a failed/truncated last step targets the unseen final observation: unreachable
-    Reward:     R^G = r_succ * omega^(d(s'))            reward_convention="reference" (default)
-                R^G = r_succ * omega^(d(s') + 1)        reward_convention="paper" (Eq. 4, c = 1)
+    Reward:     R^G = r_succ * distance_discount^(d(s'))        reward_convention="reference" (default)
+                R^G = r_succ * distance_discount^(d(s') + 1)    reward_convention="paper" (Eq. 4, c = 1)
+                (distance_discount is the paper's omega)
     Advantage:  A^G = normalize_{edges leaving s} R^G    (ddof 1; singleton or zero spread -> 0;
                                                           no success in the group -> 0)
     Final:      A = beta_g * A^G + beta_e * A^E
-Both conventions differ by the constant factor omega inside a same-source group, which the z-score removes
-(paper vs reference give equal advantages up to eps); ranking is by distance reduction (Prop. 4.1).
+Both conventions differ by the constant factor distance_discount inside a same-source group, which the
+z-score removes (paper vs reference give equal advantages up to eps); ranking is by distance reduction
+(Prop. 4.1).
 """
 
 from __future__ import annotations
+
+from enum import Enum
 
 import numpy as np
 
 from training.advantages.batch import StepBatch, expand_ranges
 from training.advantages.common import (
-    Norm,
-    StatsScope,
     check_range,
+    check_shared_params,
     dense_ids,
     episode_advantage,
     group_scoped_ids,
@@ -34,7 +37,12 @@ from training.advantages.common import (
 )
 from training.advantages.registry import register_estimator
 
-_CONVENTIONS = ("reference", "paper")
+
+class RewardConvention(str, Enum):
+    """Exponent of the distance discount: d(s') (the reference recipe) or d(s') + 1 (the paper's Eq. 4)."""
+
+    REFERENCE = "reference"
+    PAPER = "paper"
 
 
 def reverse_bfs(src: np.ndarray, dst: np.ndarray, sources: np.ndarray, n_nodes: int) -> np.ndarray:
@@ -73,7 +81,7 @@ def reverse_bfs(src: np.ndarray, dst: np.ndarray, sources: np.ndarray, n_nodes: 
 def graphgpo(
     batch: StepBatch,
     *,
-    omega: float = 0.1,
+    distance_discount: float = 0.1,
     success_reward: float = 10.0,
     reward_convention: str = "reference",
     beta_g: float = 1.0,
@@ -87,9 +95,10 @@ def graphgpo(
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        omega: the paper's distance discount omega in (0, 1] (reference recipe ``OMEGA=0.1``).
+        distance_discount: per-step discount of the graph reward, in (0, 1] (the paper's omega; reference
+            recipe ``OMEGA=0.1``).
         success_reward: r_succ.
-        reward_convention: ``"reference"`` (omega^d(s')) or ``"paper"`` (omega^(d(s') + 1)).
+        reward_convention: ``"reference"`` (discount^d(s')) or ``"paper"`` (discount^(d(s') + 1)).
         beta_g, beta_e: weights of the graph and episode advantages.
         norm: ``"mean_std"`` (the paper's z-score) or ``"mean"``, for A^G and A^E.
         stats_scope: population of the episode statistics (reference implementation: cross-steps).
@@ -108,21 +117,10 @@ def graphgpo(
         >>> np.round(compute_advantages("graphgpo", b, norm="mean"), 4).tolist()
         [9.95, -9.95]
     """
-    norm_mode = parse_enum(Norm, norm, "norm")
-    eps = check_range(eps, "eps", 0.0, 1.0, low_open=True)
-    omega = check_range(omega, "omega", 0.0, 1.0, low_open=True)
-    if reward_convention not in _CONVENTIONS:
-        raise ValueError(
-            f"parameter 'reward_convention': unknown value {reward_convention!r}; "
-            f"choose one of {list(_CONVENTIONS)}"
-        )
-    adv_e = episode_advantage(
-        batch,
-        norm=norm_mode,
-        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
-        eps=eps,
-        invalid_penalty=check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf),
-    )
+    shared = check_shared_params(norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty)
+    discount = check_range(distance_discount, "distance_discount", 0.0, 1.0, low_open=True)
+    convention = parse_enum(RewardConvention, reward_convention, "reward_convention")
+    adv_e = episode_advantage(batch, shared)
     node, n_nodes = group_scoped_ids(batch, batch.obs)
     sink = n_nodes + batch.group  # one success sink per task group, after the state nodes
     last = batch.is_last
@@ -141,9 +139,9 @@ def graphgpo(
     np.maximum.at(d_max, node_group, dist)
     d_target = np.where(has_edge, dist[np.maximum(target, 0)], -1)
     d_target = np.where(d_target < 0, d_max[batch.group] + 1, d_target).astype(np.float64)
-    exponent = d_target + (1.0 if reward_convention == "paper" else 0.0)
-    graph_reward = float(success_reward) * omega**exponent
-    adv_g = segment_normalize(graph_reward, node, n_nodes, norm_mode, eps, singleton="zero")
+    exponent = d_target + (1.0 if convention is RewardConvention.PAPER else 0.0)
+    graph_reward = float(success_reward) * discount**exponent
+    adv_g = segment_normalize(graph_reward, node, n_nodes, shared.norm, shared.eps, singleton="zero")
     group_won = np.bincount(batch.traj_group, weights=batch.traj_won, minlength=batch.n_groups) > 0
     adv_g = np.where(group_won[batch.group], adv_g, 0.0)
     return float(beta_g) * adv_g + float(beta_e) * adv_e

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from training.advantages.batch import StepBatch
-from training.advantages.common import Norm, StatsScope, check_range, episode_advantage, parse_enum
+from training.advantages.common import check_shared_params, episode_advantage
 from training.advantages.registry import register_estimator
 
 
@@ -45,10 +45,5 @@ def grpo(
         >>> np.round(compute_advantages("grpo", b, norm="mean"), 4).tolist()
         [3.3333, 3.3333, -6.6667]
     """
-    return episode_advantage(
-        batch,
-        norm=parse_enum(Norm, norm, "norm"),
-        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
-        eps=check_range(eps, "eps", 0.0, 1.0, low_open=True),
-        invalid_penalty=check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf),
-    )
+    shared = check_shared_params(norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty)
+    return episode_advantage(batch, shared)

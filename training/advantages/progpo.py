@@ -27,7 +27,7 @@ Our reading (every item is a :class:`ProGPOConfig` field; defaults = the spec's 
 4. Step advantage. ``transition_mode="peerless"`` (default): A^step = A^peer where a peer exists, else
    transition_weight * c_rel * A^trans. ``"additive"``: A^step = [A^peer or 0] + transition_weight * c_rel *
    A^trans on every row.
-5. A = A^E + omega * A^step, A^E the GiGPO/GRPO episode advantage.
+5. A = A^E + step_weight * A^step, A^E the GiGPO/GRPO episode advantage.
 
 The earlier "Progress-conditioned" version (first-visit coverage in all-failed groups) is the separate
 estimator ``progpo_coverage``.
@@ -42,9 +42,8 @@ import numpy as np
 
 from training.advantages.batch import StepBatch
 from training.advantages.common import (
-    Norm,
-    StatsScope,
     check_range,
+    check_shared_params,
     discounted_returns,
     episode_advantage,
     full_prefix_keys,
@@ -54,7 +53,7 @@ from training.advantages.common import (
     segment_stats,
     window_keys,
 )
-from training.advantages.registry import register_estimator
+from training.advantages.registry import check_parameter_names, register_estimator
 from training.advantages.semantic import SemanticMode, state_keys
 
 
@@ -85,8 +84,8 @@ class ProGPOConfig:
 
     gamma: float = 0.95
     """Discount of step returns and of the next-state potential (GiGPO's 0.95)."""
-    omega: float = 1.0
-    """Weight of the step advantage against the episode advantage."""
+    step_weight: float = 1.0
+    """Weight of the step advantage against the episode advantage (GiGPO's omega)."""
     norm: str = "mean_std"
     """``mean_std`` or ``mean``: normaliser of A^E, A^peer and A^trans."""
     stats_scope: str = "cross_steps"
@@ -116,7 +115,7 @@ class ProGPOConfig:
     transition_mode: str = "peerless"
     """``peerless`` (transition credit only where no exact-prefix peer exists) or ``additive``."""
     transition_weight: float = 1.0
-    """omega_T: scale of the transition credit."""
+    """Scale of the transition credit."""
     transition_scope: str = "group"
     """``group`` or ``peerless``: rows over which delta is normalised."""
     reliability_gate: bool = True
@@ -126,10 +125,7 @@ class ProGPOConfig:
 
     @classmethod
     def from_params(cls, **params) -> ProGPOConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(params) - names)
-        if unknown:
-            raise ValueError(f"estimator 'progpo': unknown parameter(s) {unknown}; allowed: {sorted(names)}")
+        check_parameter_names("progpo", params, sorted(f.name for f in fields(cls)))
         return cls(**params)
 
 
@@ -166,15 +162,18 @@ def _parse_depths(depths) -> list[int | None]:
 
 def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
     """Compute every ProGPO part on a canonical batch (see the module docstring for the formulas)."""
-    norm = parse_enum(Norm, cfg.norm, "norm")
-    scope = parse_enum(StatsScope, cfg.stats_scope, "stats_scope")
+    shared = check_shared_params(
+        norm=cfg.norm,
+        stats_scope=cfg.stats_scope,
+        eps=cfg.eps,
+        invalid_penalty=cfg.invalid_penalty,
+        gamma=cfg.gamma,
+    )
+    norm, eps, penalty, gamma = shared.norm, shared.eps, shared.invalid_penalty, shared.gamma
     semantic = parse_enum(SemanticMode, cfg.semantic, "semantic")
     target_kind = parse_enum(PotentialTarget, cfg.potential_target, "potential_target")
     mode = parse_enum(TransitionMode, cfg.transition_mode, "transition_mode")
     trans_scope = parse_enum(TransitionScope, cfg.transition_scope, "transition_scope")
-    gamma = check_range(cfg.gamma, "gamma", 0.0, 1.0)
-    eps = check_range(cfg.eps, "eps", 0.0, 1.0, low_open=True)
-    penalty = check_range(cfg.invalid_penalty, "invalid_penalty", 0.0, np.inf)
     r_succ = check_range(cfg.success_reward, "success_reward", 0.0, np.inf, low_open=True)
     lam = (
         1e-2 * r_succ**2
@@ -191,7 +190,7 @@ def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
     depths = _parse_depths(cfg.depths)
     invalid = (~batch.valid).astype(np.float64)
 
-    episode = episode_advantage(batch, norm=norm, stats_scope=scope, eps=eps, invalid_penalty=penalty)
+    episode = episode_advantage(batch, shared)
     step_return = discounted_returns(batch, gamma) - penalty * invalid
 
     # (1) exact-prefix peer comparison
@@ -258,7 +257,7 @@ def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
     if mode is TransitionMode.PEERLESS:
         transition = np.where(has_peer, 0.0, transition)
     step = np.where(has_peer, peer, 0.0) + transition
-    total = episode + float(cfg.omega) * step
+    total = episode + float(cfg.step_weight) * step
     return ProGPOComponents(
         episode=episode,
         has_peer=has_peer,
@@ -278,7 +277,7 @@ def progpo(
     batch: StepBatch,
     *,
     gamma: float = ProGPOConfig.gamma,
-    omega: float = ProGPOConfig.omega,
+    step_weight: float = ProGPOConfig.step_weight,
     norm: str = ProGPOConfig.norm,
     stats_scope: str = ProGPOConfig.stats_scope,
     eps: float = ProGPOConfig.eps,
@@ -302,10 +301,10 @@ def progpo(
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        gamma, omega, ...: see :class:`ProGPOConfig` (each field documents itself and its default).
+        gamma, step_weight, ...: see :class:`ProGPOConfig` (each field documents itself and its default).
 
     Returns:
-        ``[N]`` float64 = A^E + omega * A^step.
+        ``[N]`` float64 = A^E + step_weight * A^step.
 
     Example:
         >>> from training.advantages import compute_advantages

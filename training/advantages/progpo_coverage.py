@@ -2,7 +2,7 @@
 **Reconstructed from a secondary summary**: "first-visit observation coverage used only when all samples in
 a group have zero outcome reward".
 
-Groups with some non-zero episode reward: plain GiGPO (A^E + omega * A^S).
+Groups with some non-zero episode reward: plain GiGPO (A^E + step_weight * A^S).
 All-failed groups (every episode reward is 0), our reading:
 
     novel(t)   = 1 if o_t is a first visit (``coverage="trajectory"``: not seen earlier in the same
@@ -11,7 +11,7 @@ All-failed groups (every episode reward is 0), our reading:
     A^E        = normalize_g(c_i - penalty * invalid_row)    (same population rules as GRPO's A^E)
     b_t        = novel(t + 1) (0 on the last step)           (progress bonus of the step)
     A^S        = normalize over anchor group (task group, o_t) of (b_t - penalty * invalid_t)
-    A          = A^E + omega * A^S
+    A          = A^E + step_weight * A^S
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ import numpy as np
 
 from training.advantages.batch import StepBatch
 from training.advantages.common import (
-    Norm,
-    StatsScope,
-    check_range,
+    check_shared_params,
     combine_keys,
     dense_ids,
     discounted_returns,
@@ -63,7 +61,7 @@ def progpo_coverage(
     batch: StepBatch,
     *,
     gamma: float = 0.95,
-    omega: float = 1.0,
+    step_weight: float = 1.0,
     norm: str = "mean_std",
     stats_scope: str = "cross_steps",
     eps: float = 1e-6,
@@ -75,7 +73,7 @@ def progpo_coverage(
     Args:
         batch: canonical ``StepBatch`` with N rows.
         gamma: discount of the GiGPO step return (groups with a non-zero reward).
-        omega: weight of the step advantage.
+        step_weight: weight of the step advantage (GiGPO's omega).
         norm: ``"mean_std"`` or ``"mean"``.
         stats_scope: population of the episode / coverage statistics.
         eps: added to the std.
@@ -94,17 +92,16 @@ def progpo_coverage(
         >>> np.round(compute_advantages("progpo_coverage", b, norm="mean"), 4).tolist()
         [1.1667, 0.5, -0.8333, -0.8333]
     """
-    norm_mode = parse_enum(Norm, norm, "norm")
-    scope = parse_enum(StatsScope, stats_scope, "stats_scope")
+    shared = check_shared_params(
+        norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty, gamma=gamma
+    )
     cov = parse_enum(Coverage, coverage, "coverage")
-    eps = check_range(eps, "eps", 0.0, 1.0, low_open=True)
-    penalty = check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf)
-    gamma = check_range(gamma, "gamma", 0.0, 1.0)
+    norm_mode, scope, eps, penalty = shared.norm, shared.stats_scope, shared.eps, shared.invalid_penalty
     invalid = (~batch.valid).astype(np.float64)
     anchor, n_anchor = group_scoped_ids(batch, batch.obs)
 
-    adv_e = episode_advantage(batch, norm=norm_mode, stats_scope=scope, eps=eps, invalid_penalty=penalty)
-    step_return = discounted_returns(batch, gamma) - penalty * invalid
+    adv_e = episode_advantage(batch, shared)
+    step_return = discounted_returns(batch, shared.gamma) - penalty * invalid
     adv_s = segment_normalize(step_return, anchor, n_anchor, norm_mode, eps, singleton="zero")
 
     novel = first_visits(batch, cov)
@@ -124,4 +121,4 @@ def progpo_coverage(
 
     abs_return = np.bincount(batch.traj_group, weights=np.abs(batch.episode_return), minlength=batch.n_groups)
     all_failed = (abs_return == 0)[batch.group]
-    return np.where(all_failed, cov_e + omega * cov_s, adv_e + omega * adv_s)
+    return np.where(all_failed, cov_e + step_weight * cov_s, adv_e + step_weight * adv_s)

@@ -4,7 +4,8 @@ the training loop uses).
 Adding an estimator = one module with a function decorated by ``@register_estimator("name")`` (imported in
 ``training/advantages/__init__.py``) plus its tests. The decorated function receives a validated canonical
 :class:`StepBatch` and keyword-only parameters; the registered wrapper accepts a plain column mapping,
-rejects unknown parameters with ``ValueError`` and returns advantages in the caller's row order.
+rejects unknown parameters with ``ValueError`` and returns advantages in the caller's row order. A
+parameter that was renamed (``RENAMED_PARAMETERS``) is rejected with an error naming its new name.
 
 Every estimator of the papers is *group-local*: rows of different task groups never interact. The wrapper
 therefore evaluates it on chunks of whole task groups of about ``CHUNK_ROWS`` (64k) rows, so the working
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,6 +25,43 @@ from training.advantages.batch import StepBatch
 
 EstimatorFn = Callable[..., np.ndarray]
 ESTIMATORS: dict[str, EstimatorFn] = {}
+
+#: Renamed keyword parameters, estimator -> {old name: new name}. One name per concept: the weight of the
+#: step-level advantage against the episode advantage is ``step_weight`` everywhere (GiGPO's and ProGPO's
+#: omega, G2PO's ``step_advantage_w``); GraphGPO's omega is a different quantity, the per-step discount
+#: of its distance-to-success reward, hence ``distance_discount``. An old name raises an error naming the new.
+RENAMED_PARAMETERS: dict[str, dict[str, str]] = {
+    "gigpo": {"omega": "step_weight"},
+    "g2po": {"step_advantage_w": "step_weight"},
+    "progpo": {"omega": "step_weight"},
+    "progpo_coverage": {"omega": "step_weight"},
+    "graphgpo": {"omega": "distance_discount"},
+}
+
+
+def check_parameter_names(name: str, given: Iterable[str], allowed: Sequence[str]) -> None:
+    """Reject parameter names that estimator ``name`` does not accept, naming the new name of a renamed one.
+
+    Args:
+        name: registry key of the estimator.
+        given: the parameter names a caller passed.
+        allowed: the estimator's parameter names (listed in the error).
+
+    Raises:
+        ValueError: a renamed parameter (the message names its new name), or unknown ones.
+
+    Example:
+        >>> check_parameter_names("gigpo", ["omega"], ["gamma", "step_weight"])
+        Traceback (most recent call last):
+        ValueError: estimator 'gigpo': parameter 'omega' was renamed; use 'step_weight'
+    """
+    given = set(given)
+    for old, new in RENAMED_PARAMETERS.get(name, {}).items():
+        if old in given:
+            raise ValueError(f"estimator {name!r}: parameter {old!r} was renamed; use {new!r}")
+    unknown = sorted(given - set(allowed))
+    if unknown:
+        raise ValueError(f"estimator {name!r}: unknown parameter(s) {unknown}; allowed: {list(allowed)}")
 
 
 def register_estimator(name: str, *, group_local: bool = True) -> Callable[[EstimatorFn], EstimatorFn]:
@@ -34,7 +72,8 @@ def register_estimator(name: str, *, group_local: bool = True) -> Callable[[Esti
         group_local: the result for a task group depends on that group's rows only (evaluate by chunks).
 
     Raises:
-        ValueError: ``name`` is already registered.
+        ValueError: ``name`` is already registered, or its ``RENAMED_PARAMETERS`` entry does not match its
+            parameters (an old name still accepted, or a new name it lacks).
     """
 
     def decorate(fn: EstimatorFn) -> EstimatorFn:
@@ -42,14 +81,13 @@ def register_estimator(name: str, *, group_local: bool = True) -> Callable[[Esti
             raise ValueError(f"advantage estimator {name!r} is already registered")
         params = inspect.signature(fn).parameters
         allowed = tuple(p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY)
+        renamed = RENAMED_PARAMETERS.get(name, {})
+        if set(renamed) & set(allowed) or not set(renamed.values()) <= set(allowed):
+            raise ValueError(f"estimator {name!r}: RENAMED_PARAMETERS {renamed} do not match {list(allowed)}")
 
         @functools.wraps(fn)
         def estimator(batch: Mapping | StepBatch, **kwargs) -> np.ndarray:
-            unknown = sorted(set(kwargs) - set(allowed))
-            if unknown:
-                raise ValueError(
-                    f"estimator {name!r}: unknown parameter(s) {unknown}; allowed: {list(allowed)}"
-                )
+            check_parameter_names(name, kwargs, allowed)
             steps = StepBatch.from_columns(batch)
             if steps.n_rows == 0:
                 return np.zeros(0, dtype=np.float64)
@@ -85,8 +123,8 @@ def compute_advantages(name: str, batch: Mapping | StepBatch, **params) -> np.nd
         ``[N]`` float64 advantages in the caller's row order.
 
     Raises:
-        ValueError: unknown estimator or parameter, missing column, mismatched lengths, NaN reward,
-            non-contiguous steps, bad parameter value.
+        ValueError: unknown estimator or parameter, renamed parameter (the message names the new name),
+            missing column, mismatched lengths, NaN reward, non-contiguous steps, bad parameter value.
 
     Example:
         >>> import numpy as np

@@ -21,7 +21,7 @@ and ``webshop_server.reward.get_reward(product, goal, price, options, verbose=Fa
 ``product = catalog.product_by_asin[asin]``, ``price = catalog.product_prices[asin]`` and ``options`` the
 {name: value} dict the agent chose (names and values as in ``product["options"]``).
 
-Data files (WebShop's own raw formats, see ``shared/docs/webshop.md`` §1 "Data schemas"):
+Data files (WebShop's own raw formats, see ``docs/webshop.md`` §1.4 "Data schemas"):
 
 * ``items_shuffle.json``: a JSON list of raw product dicts (``asin``, ``name``, ``full_description``,
   ``small_description``, ``pricing``, ``customization_options``, ``images``, ``product_category``,

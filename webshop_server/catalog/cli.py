@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 
 from webshop_server.catalog.generator import generate_catalog
+from webshop_server.usage import CommandParser
 
 
 def generate_main(argv: list[str] | None = None) -> int:
@@ -16,13 +16,13 @@ def generate_main(argv: list[str] | None = None) -> int:
         >>> generate_main(["--out", tempfile.mkdtemp(), "--n", "20", "--seed", "1", "--quiet"])
         0
     """
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="progpo webshop generate",
         description="Write a seeded synthetic WebShop catalog in WebShop's raw formats.",
     )
     parser.add_argument("--out", required=True, help="output directory (created if missing)")
-    parser.add_argument("--n", type=int, default=1000, help="number of products (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="catalog seed (default 0)")
+    parser.add_argument("--n", type=int, default=1000, help="number of products")
+    parser.add_argument("--seed", type=int, default=0, help="catalog seed")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
     args = parser.parse_args(argv)
     if args.n < 1:

@@ -1,9 +1,9 @@
-"""Seeded generator of WebShop's raw catalog files (``shared/docs/webshop.md`` §7a).
+"""Seeded generator of WebShop's raw catalog files (``docs/webshop.md`` §3).
 
 Writes ``items_shuffle.json`` (list of raw products), ``items_ins_v2.json`` (asin -> attributes and, for some
 products, a synthetic "Find me ..." instruction) and ``items_human_ins.json`` (asin -> human-style
-annotations), in the exact schemas of the real files (§1 "Data schemas"), so the same loader and reward run on
-generated and real data.
+annotations), in the exact schemas of the real files (``docs/webshop.md`` §1.4 "Data schemas"), so the same
+loader and reward run on generated and real data.
 
 What makes the task non-trivial:
 
@@ -34,9 +34,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from progpo_envs.core.hashing import text_digest
 from webshop_server.catalog import taxonomy as tx
 from webshop_server.reward import fuzzy_match, normalize_color
+from webshop_server.seeding import text_seed
 
 # Bump when the generated content changes for a given seed (part of the default cache path).
 GENERATOR_VERSION = 2
@@ -55,7 +55,7 @@ MISSING_PRICE_RATE = 0.01
 
 def rng_for(purpose: str, seed: int) -> random.Random:
     """An independent, portable random stream for ``purpose`` under ``seed`` (xxh3-64 of both)."""
-    return random.Random(int(text_digest(f"{purpose}:{seed}")))
+    return random.Random(text_seed(f"{purpose}:{seed}"))
 
 
 def loaded_option_value(raw_value: str) -> str:

@@ -1,8 +1,8 @@
 """Load WebShop's raw catalog files (real or generated) into products, prices and goals.
 
-Processing follows upstream's ``web_agent_site/engine/engine.py::load_products`` (``shared/docs/webshop.md``
-§1 "Data schemas"); goals follow ``goal.py`` (see ``webshop_server.goals``). Differences, all for determinism
-or robustness:
+Processing follows upstream's ``web_agent_site/engine/engine.py::load_products`` (``docs/webshop.md``
+§1.4 "Data schemas"); goals follow ``goal.py`` (see ``webshop_server.goals``). Differences, all for
+determinism or robustness:
 
 * a price *range* gets a price drawn from xxh3-64 of ``(seed, asin)`` instead of the unseeded
   ``random.uniform``;
@@ -31,7 +31,6 @@ from typing import Any
 
 import xxhash
 
-from progpo_envs.core.hashing import text_digest
 from webshop_server.catalog.generator import (
     ATTRS_FILE,
     GENERATOR_VERSION,
@@ -40,6 +39,7 @@ from webshop_server.catalog.generator import (
     generate_catalog,
 )
 from webshop_server.goals import build_goals
+from webshop_server.seeding import text_seed
 
 DATA_FILES: tuple[str, str, str] = (ITEMS_FILE, ATTRS_FILE, HUMAN_INS_FILE)
 # Upstream's small-set names (web_agent_site/utils.py, DEFAULT_FILE_PATH / DEFAULT_ATTR_PATH for 1000).
@@ -232,7 +232,7 @@ def _price_draw(pricing: list[float], asin: str, seed: int) -> float:
     # Upstream generate_product_prices: a single price as is, a range uniform(lo, hi) (unseeded there).
     if len(pricing) == 1:
         return pricing[0]
-    rng = random.Random(int(text_digest(f"price:{seed}:{asin}")))
+    rng = random.Random(text_seed(f"price:{seed}:{asin}"))
     return round(rng.uniform(pricing[0], pricing[1]), 2)
 
 

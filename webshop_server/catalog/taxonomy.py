@@ -2,7 +2,7 @@
 
 Modelled on WebShop's five scrape buckets (fashion, beauty, electronics, furniture, grocery) and on the style
 of its ``items_ins_v2`` attribute phrases ("rubber sole", "machine wash", "sulfate free"...). The phrases and
-templates are written for this project; no real product data is used (``shared/docs/webshop.md`` §3).
+templates are written for this project; no real product data is used (``docs/webshop.md`` §3).
 
 Sibling leaves share at least two breadcrumb levels, so the ``category_match`` branch of the reward's type
 factor is exercised (upstream ``goal.py::get_type_reward``).
@@ -814,7 +814,7 @@ LEAVES: tuple[Leaf, ...] = (
 # Option pools: axis key -> (raw option name as it appears in ``customization_options``, candidate values).
 # Candidates that would fuzzy-match an earlier one after colour normalisation are dropped at import by
 # ``generator.distinct_values`` (upstream's token_set_ratio > 85 gives free option credit for "large" vs
-# "x-large" or "7" vs "7.5": shared/docs/webshop.md §1 quirk 1, §7a).
+# "x-large" or "7" vs "7.5": docs/webshop.md §1.3 quirk 1, §3).
 OPTION_POOLS: dict[str, tuple[str, tuple[str, ...]]] = {
     "color": (
         "Color",
@@ -1002,7 +1002,7 @@ BULLET_TEMPLATES: tuple[str, ...] = (
     "WHAT YOU GET: one {noun}, packed with care",
 )
 
-# Instruction templates in the style of WebShop's human goals (openings from shared/docs/webshop.md §1:
+# Instruction templates in the style of WebShop's human goals (openings from docs/webshop.md §1.4:
 # "i am looking", "im looking for", "i would like", "i need a", "i want a"). {opener} {article} {noun}
 # {attrs} {options} are filled in by the generator.
 INSTRUCTION_OPENERS: tuple[str, ...] = (

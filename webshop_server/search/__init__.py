@@ -1,4 +1,4 @@
-"""BM25 product search over a catalog, with tantivy (``shared/docs/webshop.md`` §1 "Search engine", §4).
+"""BM25 product search over a catalog, with tantivy (``docs/webshop.md`` §1.5, §4).
 
 Public API::
 

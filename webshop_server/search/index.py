@@ -157,6 +157,16 @@ class SearchIndex:
         """Number of indexed products."""
         return self._searcher.num_docs
 
+    @property
+    def searcher(self) -> tantivy.Searcher:
+        """The tantivy searcher :meth:`search` queries (to measure the bare engine against it)."""
+        return self._searcher
+
+    @property
+    def schema(self) -> tantivy.Schema:
+        """The index's tantivy schema (one ``contents`` text field and the stored ``asin``)."""
+        return self._schema
+
     @staticmethod
     def build(
         products: Iterable[Mapping[str, Any]], path: str | os.PathLike[str], *, progress: bool = False

@@ -1,4 +1,10 @@
-"""Per-copy infos from a Gymnasium vector env (the harness and the training loop both need them).
+"""Per-copy infos from a Gymnasium vector env: its batched ``info`` taken apart into one plain dict per copy.
+
+A vector env's ``info`` is a dict of arrays with ``_key`` masks (``VectorEnv._add_info``); callers that play
+each copy (the agent harness, the training loop) want one dict per copy with plain Python values.
+:func:`unbatch_info` takes any batched info apart; :func:`unbatch_copy_infos` gives the same result straight
+from the copies' own infos, without building the arrays
+(:meth:`~progpo_envs.core.vector.GroupVectorEnv.step_copies` hands its infos out that way).
 
 Example:
     >>> import numpy as np

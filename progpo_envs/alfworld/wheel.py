@@ -1,5 +1,9 @@
 """The logic files shipped in the ``alfworld`` wheel, reached without ``alfworld``'s import side effects.
 
+Everything a game is made of comes from the wheel: the PDDL domain, the TextWorld grammar, and the goal
+library's task-text templates (:func:`templated_task_description`, which real-trial rebuilds and generated
+games both use).
+
 ``import alfworld`` runs ``alfworld/info.py``, which creates ``~/.cache/alfworld`` and *sets*
 ``os.environ["ALFWORLD_DATA"]`` when it is unset. Our loader reads ``ALFWORLD_DATA`` to decide between real
 data and generated games, so a stray import would silently switch it to an empty folder.
@@ -12,8 +16,10 @@ import functools
 import importlib
 import importlib.util
 import os
+import random
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 _ALFWORLD_DATA_VAR = "ALFWORLD_DATA"
 
@@ -58,3 +64,16 @@ def goal_templates() -> dict[str, list[str]]:
     """Task-description templates per goal (``goal_library.gdict[goal]["templates"]``)."""
     library = import_alfworld("alfworld.gen.goal_library")
     return {goal: list(entry["templates"]) for goal, entry in library.gdict.items() if "templates" in entry}
+
+
+def templated_task_description(traj_data: dict[str, Any], rng: random.Random) -> str:
+    """ALFWorld's templated task text (``misc.get_templated_task_desc``), template drawn from ``rng``."""
+    params = traj_data["pddl_params"]
+    goal = traj_data["task_type"] + ("_slice" if params.get("object_sliced") else "")
+    template = rng.choice(goal_templates()[goal])
+    return template.format(
+        obj=params["object_target"].lower(),
+        recep=params["parent_target"].lower(),
+        toggle=params["toggle_target"].lower(),
+        mrecep=params["mrecep_target"].lower(),
+    )

@@ -9,7 +9,7 @@ It reads the goal, so it exists for tests, demonstrations and warm starts only; 
 reads.
 
 Example:
-    >>> from progpo_envs.webshop.expert import expert_action  # doctest: +SKIP
+    >>> from webshop_server.expert import expert_action  # doctest: +SKIP
     >>> expert_action(engine, session)  # doctest: +SKIP
     'search[ultra soft cotton crew socks for men]'
 """

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
-
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import VectorEnv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.vector_info import unbatch_copy_infos, unbatch_info
+from progpo_envs.core.vector import GroupVectorEnv, reset_per_copy, step_per_copy
+from progpo_envs.core.vector_info import unbatch_copy_infos, unbatch_info
+from progpo_envs.testing import COUNTER_ENV_ID
 
 
 def gymnasium_batch(infos: list[dict]) -> dict:
@@ -114,41 +115,35 @@ def test_unbatch_info_takes_integer_keys():
     assert unbatch_info(gymnasium_batch(infos), 2) == expected
 
 
-@pytest.mark.parametrize(
-    ("env_id", "agent", "env_kwargs"),
-    [
-        ("agents-test/ToyWebShop-v0", "random", {}),
-        ("agents-test/ToyALFWorld-v0", "expert", {"expert": True, "history_depths": (1, 2)}),
-    ],
-)
-def test_harness_records_the_same_with_per_copy_or_batched_infos(tmp_path, env_id, agent, env_kwargs):
-    """With a GroupVectorEnv the harness skips batching; through any other vector env it unbatches."""
-    import gymnasium as gym
+TOY_ID = COUNTER_ENV_ID
 
-    from agents.evaluate import EvalConfig, evaluate
-    from progpo_envs.core.vector import GroupVectorEnv
 
-    outputs = []
+class Batched(gym.vector.VectorWrapper):
+    """A vector env that is not a GroupVectorEnv: it only hands out batched infos."""
 
-    class Batched(gym.vector.VectorWrapper):  # a vector env that is not a GroupVectorEnv: batched infos only
-        def get_attr(self, name):
-            return self.env.get_attr(name)
 
-    for name, wrap in (("copies", lambda envs: envs), ("batched", Batched)):
-        envs = wrap(gym.make_vec(env_id, num_envs=3, group_size=1, **env_kwargs))
-        assert isinstance(envs, GroupVectorEnv) == (name == "copies")
-        config = EvalConfig(
-            env_id=env_id,
-            agent=agent,
-            out_dir=str(tmp_path / name),
-            num_envs=3,
-            seed=2,
-            env_kwargs={k: v for k, v in env_kwargs.items() if k != "expert"},
-        )
+def test_group_vector_env_per_copy_infos_equal_its_batched_infos_taken_apart():
+    """``reset_copies``/``step_copies`` (and the per-copy helpers, on any vector env) agree with batching."""
+    actions = [["inc", "dec", "look", "inc"], ["inc", "inc", "", "inc"], ["inc"] * 4]
+    runs = []
+    for per_copy in (True, False):
+        envs = gym.make_vec(TOY_ID, num_envs=4, group_size=2, history_depths=(1, 2), max_steps=3)
         try:
-            summary = evaluate(config, envs=envs, progress=False)
+            assert isinstance(envs, GroupVectorEnv)
+            if per_copy:
+                run = [envs.reset_copies(seed=5)[1]] + [envs.step_copies(a)[4] for a in actions]
+            else:
+                _, info = envs.reset(seed=5)
+                run = [unbatch_info(info, 4)] + [unbatch_info(envs.step(a)[4], 4) for a in actions]
         finally:
             envs.close()
-        outputs.append(((tmp_path / name / "trajectories.jsonl").read_bytes(), summary))
-    assert outputs[0][0] == outputs[1][0] and outputs[0][0]
-    assert json.dumps(outputs[0][1], sort_keys=True) == json.dumps(outputs[1][1], sort_keys=True)
+        runs.append(run)
+    assert_identical(runs[0], runs[1])
+    assert isinstance(runs[0][1][0]["history_keys"][1], int)  # numpy keys come out as Python ints
+    for wrap in (lambda envs: envs, Batched):
+        envs = wrap(gym.make_vec(TOY_ID, num_envs=4, group_size=2, history_depths=(1, 2), max_steps=3))
+        try:
+            run = [reset_per_copy(envs, seed=5)[1]] + [step_per_copy(envs, a)[4] for a in actions]
+        finally:
+            envs.close()
+        assert_identical(run, runs[1])

@@ -1,0 +1,120 @@
+"""Env construction for evaluation and training: one group vector env maker, remote envs included.
+
+:func:`make_group_envs` makes ``num_groups × group_size`` copies of a registered env
+(:class:`~progpo_envs.core.vector.GroupVectorEnv`: copies of a group share their task and reset seed). With a
+``url`` the env is reached over the network: an env whose constructor takes ``url=`` itself (WebShop against
+its own shop server, or ``progpo/Remote-v0``) gets it as an argument; any other env is played through
+``progpo/Remote-v0`` hosting it on an env server (``progpo serve``). ``agents.evaluate`` and ``training.envs``
+both make their envs here (the training loop names ``progpo/Remote-v0`` itself: its ``env.url`` is always an
+env server).
+
+Example:
+    >>> envs = make_group_envs("progpo/ALFWorld-v0", 2, 1, split="valid_seen")  # doctest: +SKIP
+    >>> num_tasks(envs) > 0  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
+
+import progpo_envs  # noqa: F401  (registers the env ids, progpo/Remote-v0 included)
+from progpo_envs.core.registration import REMOTE_ENV_ID
+
+
+def accepts_url(env_id: str) -> bool:
+    """Whether the registered env's constructor has a ``url`` parameter."""
+    entry_point = gym.spec(env_id).entry_point
+    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    return "url" in inspect.signature(creator).parameters
+
+
+def group_env_spec(env_id: str, env_kwargs: dict[str, Any], url: str | None = None) -> tuple[str, dict]:
+    """``(env id, kwargs)`` that :func:`make_group_envs` makes for ``env_id`` with ``env_kwargs`` and ``url``.
+
+    Without ``url``: the env itself. With ``url``: the env itself given ``url=`` when it takes one, otherwise
+    ``progpo/Remote-v0`` hosting ``env_id`` (its kwargs travel with the create request).
+
+    Example:
+        >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"})
+        ('progpo/ALFWorld-v0', {'split': 'train'})
+        >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"}, url="http://host:8000")
+        ('progpo/Remote-v0', {'split': 'train', 'url': 'http://host:8000', 'env_id': 'progpo/ALFWorld-v0'})
+    """
+    if url is None:
+        return env_id, dict(env_kwargs)
+    if env_id == REMOTE_ENV_ID or accepts_url(env_id):
+        return env_id, {**env_kwargs, "url": url}
+    if REMOTE_ENV_ID not in gym.registry:
+        raise ValueError(f"{env_id} takes no url= and {REMOTE_ENV_ID} is not registered to reach it remotely")
+    return REMOTE_ENV_ID, {**env_kwargs, "url": url, "env_id": env_id}
+
+
+def make_group_envs(
+    env_id: str,
+    num_groups: int,
+    group_size: int = 1,
+    /,
+    *,
+    vector_mode: str = "sync",
+    url: str | None = None,
+    **env_kwargs: Any,
+) -> gym.vector.VectorEnv:
+    """``num_groups × group_size`` copies of ``env_id`` (see the module docstring for ``url``).
+
+    Args:
+        env_id: A registered env id (positional only, so ``progpo/Remote-v0`` copies can take ``env_id=``).
+        num_groups: Task groups (one task index each at reset).
+        group_size: Copies per group.
+        vector_mode: ``sync`` (in-process) or ``async`` (subprocesses).
+        url: Where the env is served, if remote.
+        **env_kwargs: Keyword arguments of every copy.
+
+    Raises:
+        ValueError: When the env does not take one of ``env_kwargs`` (the message names them).
+    """
+    make_id, kwargs = group_env_spec(env_id, env_kwargs, url)
+    try:
+        return gym.make_vec(
+            make_id,
+            num_envs=num_groups * group_size,
+            group_size=group_size,
+            vector_mode=vector_mode,
+            **kwargs,
+        )
+    except TypeError as error:  # an argument the env does not take
+        raise ValueError(f"{make_id} cannot be made with the arguments {sorted(kwargs)}: {error}") from error
+
+
+def first_copy_attribute(envs: gym.vector.VectorEnv, name: str) -> Any:
+    """Attribute ``name`` of the first copy (via ``call`` where the vector env has it, else ``get_attr``)."""
+    return envs.call(name)[0] if hasattr(envs, "call") else envs.get_attr(name)[0]
+
+
+def num_tasks(envs: gym.vector.VectorEnv) -> int:
+    """Tasks in the split the copies of ``envs`` play."""
+    return int(first_copy_attribute(envs, "num_tasks"))
+
+
+def task_types(envs: gym.vector.VectorEnv) -> list[str] | None:
+    """The task type of each task of the split, when the env lists its tasks (``tasks``, each with a
+    ``task_type``, as in-process ALFWorld does); ``None`` otherwise (WebShop's goals, a remote env)."""
+    try:
+        tasks = first_copy_attribute(envs, "tasks")
+    except (AttributeError, RuntimeError):  # no ``tasks`` (RuntimeError: from an async worker)
+        return None
+    types = [getattr(task, "task_type", None) for task in tasks] if isinstance(tasks, (list, tuple)) else []
+    return types if types and all(isinstance(t, str) for t in types) else None
+
+
+def split_name(envs: gym.vector.VectorEnv) -> str | None:
+    """The name of the split the copies play (``train`` for WebShop by default); ``None`` if not known."""
+    try:
+        split = first_copy_attribute(envs, "split")
+    except (AttributeError, RuntimeError):  # no ``split`` (RuntimeError: from an async worker)
+        return None
+    return None if split is None else str(getattr(split, "value", split))

@@ -1,0 +1,133 @@
+"""Reading the env server's requests: the JSON body and the validated arguments of a reset or a step.
+
+Both protocols the server speaks use these: its own routes (:mod:`~progpo_envs.server.app`) and AgentGym's
+(:mod:`~progpo_envs.server.agentgym`). Anything a client got wrong raises
+:class:`~progpo_envs.server.pool.ServerError` with status 400 and a message naming the field.
+
+Nothing is built from a request before its size is known to be bounded: the body is at most
+:data:`MAX_REQUEST_BYTES`, holds at most :data:`MAX_JSON_VALUES` JSON values (counted on the raw bytes before
+parsing: an 8 MiB body of ``{},{},...`` would otherwise become 2.8 million Python dicts), is parsed without
+``NaN``/``Infinity`` (not JSON; ``task_index: Infinity`` would reach the env) and nests at most
+:data:`MAX_JSON_DEPTH` levels in what is decoded (413 for the first, 400 for the others).
+
+Example:
+    >>> reset_args({"seed": 3})
+    {'seed': 3, 'options': None, 'seq': None}
+    >>> step_args({"action": "look", "seq": 2})
+    {'action': 'look', 'seq': 2}
+    >>> available_actions({"admissible_actions": ["look", "inventory"], "won": False})
+    ['look', 'inventory']
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flask import request
+
+from progpo_envs.server.codec import CodecError, decode
+from progpo_envs.server.pool import ServerError
+
+_MAX_SEED = 2**64
+#: Largest request body (bytes): an action is at most a few KiB, a batch a few thousand of them.
+MAX_REQUEST_BYTES = 8 << 20
+#: Most JSON values (objects, arrays and array items) in a body: 32 per item of the largest batch.
+MAX_JSON_VALUES = 1 << 17
+#: Deepest nesting of decoded options or kwargs (an env's options are flat: ``{"task_index": 3}``).
+MAX_JSON_DEPTH = 16
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_body() -> dict[str, Any]:
+    """The request's JSON object (empty for an empty body); 400 for anything else, 413 for too much."""
+    raw = request.get_data(cache=True)  # Flask's MAX_CONTENT_LENGTH answers 413 past MAX_REQUEST_BYTES
+    if not raw:
+        return {}
+    # every object, array and array item but the first of each opens with "{", "[" or ","; counted at C speed
+    if raw.count(b"{") + raw.count(b"[") + raw.count(b",") > MAX_JSON_VALUES:
+        raise ServerError(413, f"the request body holds more than {MAX_JSON_VALUES} JSON values")
+    try:
+        body = json.loads(raw, parse_constant=_no_constants)
+    except RecursionError:
+        raise ServerError(400, "the request body is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ServerError(400, f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ServerError(400, "the request body must be a JSON object")
+    return body
+
+
+def decode_arg(name: str, raw: Any) -> Any:
+    """A codec-encoded field of a request, decoded within the request's limits (400 naming ``name``)."""
+    try:
+        return decode(raw, max_depth=MAX_JSON_DEPTH, max_bytes=MAX_REQUEST_BYTES)
+    except CodecError as exc:
+        raise ServerError(400, f"{name}: {exc}") from None
+
+
+def seed_arg(body: Mapping[str, Any]) -> int | None:
+    """The body's reset ``seed``: ``None`` or an integer in ``[0, 2**64)``."""
+    seed = body.get("seed")
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _MAX_SEED:
+        raise ServerError(400, "seed must be null or an integer in [0, 2**64)")
+    return seed
+
+
+def options_arg(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The body's reset ``options`` (codec-decoded): ``None`` or an object with string keys."""
+    raw = body.get("options")
+    if raw is None:
+        return None
+    options = decode_arg("options", raw)
+    if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+        raise ServerError(400, "options must be a JSON object")
+    task_index = options.get("task_index")
+    if task_index is not None and (
+        isinstance(task_index, bool) or not isinstance(task_index, (int, np.integer))
+    ):
+        raise ServerError(400, f"options: task_index must be null or an integer, got {task_index!r}")
+    return options
+
+
+def _seq_arg(body: Mapping[str, Any]) -> int | None:
+    seq = body.get("seq")
+    if seq is None:
+        return None
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq < 2**63:
+        raise ServerError(400, "seq must be null or a positive integer")
+    return seq
+
+
+def _action_arg(body: Mapping[str, Any]) -> str | None:
+    if "action" not in body:
+        raise ServerError(400, "missing 'action'")
+    action = body["action"]
+    if action is not None and not isinstance(action, str):
+        raise ServerError(400, "action must be a string (or null for a non-text action, an invalid action)")
+    return action
+
+
+def reset_args(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated arguments of a reset."""
+    return {"seed": seed_arg(body), "options": options_arg(body), "seq": _seq_arg(body)}
+
+
+def step_args(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Validated arguments of a step."""
+    return {"action": _action_arg(body), "seq": _seq_arg(body)}
+
+
+def available_actions(info: Mapping[str, Any]) -> Any:
+    """The env's list of actions from its info (``admissible_actions`` or ``available_actions``)."""
+    for key in ("admissible_actions", "available_actions"):
+        if key in info:
+            return info[key]
+    return None
