@@ -32,4 +32,5 @@ exec "$PROGPO_PYTHON" -m progpo_envs.cli serve \
   --threads "${PROGPO_THREADS:-48}" \
   --max-instances "${PROGPO_MAX_INSTANCES:-1024}" \
   --idle-timeout "${PROGPO_IDLE_TIMEOUT:-600}" \
-  --agentgym "${PROGPO_AGENTGYM:-auto}"
+  --agentgym "${PROGPO_AGENTGYM:-auto}" \
+  ${PROGPO_AGENTGYM_MAPPINGS:+--agentgym-mappings "$PROGPO_AGENTGYM_MAPPINGS"}

@@ -1,35 +1,64 @@
-"""The compose file validates; the services start as the containers start them (same scripts, no Docker)."""
+"""The compose file validates; the services start as the containers start them (same scripts, no Docker).
+
+The ``test_compose_site_*`` tests drive the containerised WebShop site itself: ``.ci/compose_stage.sh`` runs
+them against ``docker compose up`` with ``PROGPO_COMPOSE_SITE_URL`` set (they are skipped without it).
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 import requests
 import yaml
+from bs4 import BeautifulSoup
+
+from progpo_envs.webshop.browser import WebShopBrowserEnv, chromium_available
+from progpo_envs.webshop.env import WebShopEnv
+from webshop_server.engine import WebShopEngine, parse_action
 
 REPO = Path(__file__).resolve().parents[2]
+SITE_URL = os.environ.get("PROGPO_COMPOSE_SITE_URL")
+compose_site = pytest.mark.skipif(SITE_URL is None, reason="needs the compose services: .ci/compose_stage.sh")
+
+
+def _compose_clients() -> list[list[str]]:
+    """The compose clients installed here: Debian's v1, the v2 plugin (`config` needs no engine)."""
+    clients = [["docker-compose"]] if shutil.which("docker-compose") else []
+    if shutil.which("docker"):
+        version = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=60)
+        if version.returncode == 0:
+            clients.append(["docker", "compose"])
+    return clients
 
 
 def test_compose_file_validates():
-    if shutil.which("docker-compose") is None:
-        pytest.skip("docker-compose (Debian's v1) is not installed")
-    for extra in ({}, {"ALFWORLD_HOST_PORTS": "8000-8003", "MODEL_DIR": "/models/x"}):
-        for profile in ([], ["--profile", "llm"]):
-            result = subprocess.run(
-                ["docker-compose", "-f", str(REPO / "docker-compose.yml"), *profile, "config", "-q"],
-                capture_output=True,
-                text=True,
-                env={**os.environ, **extra},
-                timeout=60,
-            )
-            assert result.returncode == 0, result.stderr
+    clients = _compose_clients()
+    if not clients:
+        pytest.skip("neither docker-compose (Debian's v1) nor the compose v2 plugin is installed")
+    for client in clients:
+        for extra in (
+            {},
+            {"ALFWORLD_HOST_PORTS": "8000-8003", "MODEL_DIR": "/models/x", "PROGPO_BIND": "0.0.0.0"},
+        ):
+            for profile in ([], ["--profile", "llm"]):
+                result = subprocess.run(
+                    [*client, "-f", str(REPO / "docker-compose.yml"), *profile, "config", "-q"],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, **extra},
+                    timeout=60,
+                )
+                assert result.returncode == 0, (client, extra, result.stderr)
 
 
 def test_compose_services_use_the_entry_point_scripts():
@@ -37,19 +66,70 @@ def test_compose_services_use_the_entry_point_scripts():
     services = compose["services"]
     assert {"webshop", "webshop-env", "alfworld", "vllm"} <= set(services)
     assert services["vllm"]["profiles"] == ["llm"]
-    for name in ("webshop", "webshop-env", "alfworld"):
+    env_services = ("webshop", "webshop-env", "alfworld")
+    for name in env_services:
         script = REPO / services[name]["command"][0]
         assert script.is_file() and os.access(script, os.X_OK), script
         assert "healthcheck" in services[name]
+        assert (
+            services[name]["image"] == "progpo-envs:latest" and services[name]["restart"] == "unless-stopped"
+        )
+    # one image, built once: only `webshop` builds it, from the base image the user may replace
+    assert [name for name in env_services if "build" in services[name]] == ["webshop"]
+    assert (
+        services["webshop"]["build"]["args"]["BASE_IMAGE"]
+        == "${PROGPO_BASE_IMAGE:-python:3.11-slim-bookworm}"
+    )
+    # loopback unless the user opts in; a vllm without a model stops instead of restarting forever
+    for name in (*env_services, "vllm"):
+        assert all(port.startswith("${PROGPO_BIND:-127.0.0.1}:") for port in services[name]["ports"]), name
+    assert services["vllm"]["restart"] == "no"
     for path in [
         "docker/Dockerfile",
         "docker/Dockerfile.vllm",
         "docker/prepare.py",
         "docker/healthcheck.py",
         "docker/install.sh",
+        "docker/requirements.py",
         "docker/serve-vllm.sh",
+        "scripts/wheelhouse.sh",
+        ".dockerignore",
     ]:
         assert (REPO / path).is_file(), path
+
+
+def test_vllm_entry_point_without_a_model_stops_with_one_line(tmp_path):
+    """An empty MODEL_DIR: one clear line and a non-zero exit (compose does not restart `vllm`)."""
+    result = subprocess.run(
+        [str(REPO / "docker/serve-vllm.sh")],
+        env={**os.environ, "VLLM_MODEL": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "MODEL_DIR" in result.stderr and str(tmp_path) in result.stderr
+
+
+def test_image_requirements_follow_pyproject_and_setup():
+    """The image installs (the wheelhouse holds) pyproject's lists; the engine pins match scripts/setup.sh."""
+
+    def listed(kind: str) -> list[str]:
+        result = subprocess.run(
+            [sys.executable, str(REPO / "docker/requirements.py"), kind],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return result.stdout.split()
+
+    setup_pins = (
+        re.search(r'ALFWORLD_PINS="([^"]+)"', (REPO / "scripts/setup.sh").read_text()).group(1).split()
+    )
+    assert listed("engine") == setup_pins
+    deps = listed("deps")
+    assert "flask>=3" in deps and "tantivy>=0.22" in deps and not any(d.startswith("torch") for d in deps)
+    assert listed("build")[0] == "pip"
 
 
 def _free_port() -> int:
@@ -131,3 +211,73 @@ def test_webshop_site_script_starts_the_site():
         assert info
     finally:
         _stop(process)
+
+
+# --- the containerised WebShop site (.ci/compose_stage.sh) -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def same_catalog_env(tmp_path_factory):
+    """An in-process WebShop env over the catalog the container serves, generated here from its size and seed
+    (compose's WEBSHOP_SEED): it knows each goal, so its expert tells what to click on the site."""
+    info = requests.get(f"{SITE_URL}/api/info", timeout=10).json()
+    seed = int(os.environ.get("WEBSHOP_SEED", "0"))
+    engine = WebShopEngine.shared(info["num_products"], seed, cache_dir=tmp_path_factory.mktemp("catalog"))
+    assert str(engine.catalog.fingerprint) == info["fingerprint"], "the container serves another catalog"
+    env = WebShopEnv(engine=engine, split="test", expert=True, reward_mode="raw")
+    yield env
+    env.close()
+
+
+@compose_site
+def test_compose_site_search_item_options_buy_over_http(same_catalog_env):
+    """A person's episode on the site's pages: search, open the item, pick its options, buy; scored 1.0."""
+    http = requests.Session()
+    _, info = same_catalog_env.reset(options={"task_index": 0})
+    page = http.get(f"{SITE_URL}/?goal=0&split=test", timeout=10)  # redirected to the session's search page
+    visited = []
+    terminated = False
+    while not terminated:
+        action = info["expert_action"]
+        name, arg = parse_action(action)
+        soup = BeautifulSoup(page.text, "html.parser")
+        if name == "search":
+            form = soup.find("form", class_="search-form")
+            page = http.get(urljoin(page.url, form["action"]), params={"q": arg, "page": "1"}, timeout=10)
+            visited.append("results")
+        elif arg == "buy now":
+            form = soup.find("form", class_="buy-form")
+            fields = {field["name"]: field["value"] for field in form.find_all("input") if field.get("name")}
+            page = http.post(urljoin(page.url, form["action"]), data=fields, timeout=10)  # 303 to "done"
+            visited.append("done")
+        else:
+            link = next(a for a in soup.find_all("a") if a.get_text().strip().lower() == arg)
+            page = http.get(urljoin(page.url, link["href"]), timeout=10)
+            visited.append("item" if "/item_page/" in page.url else "page")
+        assert page.status_code == 200, f"{action}: {page.status_code} {page.text[:300]}"
+        _, reward, terminated, truncated, info = same_catalog_env.step(action)
+        assert not truncated
+    assert visited[0] == "results" and "item" in visited and visited[-1] == "done"
+    assert reward == 1.0
+    assert float(BeautifulSoup(page.text, "html.parser").select_one("#reward pre").text) == 1.0
+
+
+@pytest.mark.browser
+@compose_site
+@pytest.mark.skipif(not chromium_available(), reason="needs apt packages chromium chromium-driver")
+def test_compose_site_episode_in_chromium(same_catalog_env):
+    """One episode in headless Chromium against the container: the same pages as in-process, scored 1.0."""
+    browser = WebShopBrowserEnv(url=SITE_URL, split="test", reward_mode="raw")
+    try:
+        obs_b, _ = browser.reset(options={"task_index": 1})
+        obs_l, info_l = same_catalog_env.reset(options={"task_index": 1})
+        assert obs_b == obs_l
+        terminated = truncated = False
+        while not (terminated or truncated):
+            action = info_l["expert_action"]
+            obs_b, reward_b, terminated_b, _, _ = browser.step(action)
+            obs_l, reward, terminated, truncated, info_l = same_catalog_env.step(action)
+            assert obs_b == obs_l, action
+        assert terminated and terminated_b and reward_b == reward == 1.0
+    finally:
+        browser.close()
