@@ -12,7 +12,14 @@ Two stores share one interface (:class:`SessionStore`):
   409), while steps on different sessions run in parallel.
 
 A create that would exceed ``max_sessions`` after expiring idle sessions raises :class:`SessionLimitReached`
-(the app answers 503). Ids are 128-bit ``secrets.token_urlsafe`` strings: no session can find another's id.
+(the app answers 503). Each session records the client that created it (the app passes the remote address);
+otherwise, a client already holding ``max_sessions_per_client`` live sessions gets :class:`ClientShareReached`
+(the app answers 429), so one client cannot take the whole table from everyone else. Ids are 128-bit
+``secrets.token_urlsafe`` strings: no session can find another's id.
+
+A request that raises inside :meth:`SessionStore.use` changes nothing: the SQLite store never writes the
+session back, and the memory store puts back the copy it took before the request (so an action is never
+half-applied when rendering its page fails).
 
 Example:
     >>> from webshop_server.engine import Session
@@ -46,6 +53,10 @@ class SessionLimitReached(RuntimeError):
     """The table is full of sessions that are still in use."""
 
 
+class ClientShareReached(RuntimeError):
+    """This client already holds its share of the table (other clients may still create sessions)."""
+
+
 class UnknownSession(KeyError):
     """No live session has this id (never created, closed, or expired)."""
 
@@ -63,13 +74,16 @@ class SessionStore(Protocol):
     """What the app needs from a session table."""
 
     max_sessions: int
+    max_sessions_per_client: int
     idle_timeout_s: float
 
-    def create(self, make_session: Callable[[str], Session]) -> str:
-        """Add ``make_session(new_id)`` and return the id; :class:`SessionLimitReached` when full."""
+    def create(self, make_session: Callable[[str], Session], client: str = "") -> str:
+        """Add ``make_session(new_id)`` for ``client`` and return the id; :class:`ClientShareReached` when
+        ``client`` holds ``max_sessions_per_client`` sessions, :class:`SessionLimitReached` when full."""
 
     def use(self, session_id: str) -> contextlib.AbstractContextManager[Session]:
-        """The session, for one request (changes are kept); :class:`UnknownSession` if there is none."""
+        """The session, for one request (changes are kept unless the request raises); :class:`UnknownSession`
+        if there is none."""
 
     def close(self, session_id: str) -> bool:
         """Drop a session; whether it existed."""
@@ -85,6 +99,22 @@ def _limit_message(max_sessions: int, idle_timeout_s: float) -> str:
     )
 
 
+def _share_message(client: str, store: SessionStore) -> str:
+    return (
+        f"client {client or '(unknown)'} already holds {store.max_sessions_per_client} open sessions, its "
+        f"share of the {store.max_sessions} this server keeps; close some (DELETE /api/sessions/<id>) or "
+        f"wait up to {store.idle_timeout_s:.0f} s for idle ones to expire"
+    )
+
+
+def _share_from(max_sessions: int, max_sessions_per_client: int | None) -> int:
+    if max_sessions_per_client is None:
+        return max_sessions
+    if max_sessions_per_client < 1:
+        raise ValueError("max_sessions_per_client must be >= 1 (or None for no separate share)")
+    return min(int(max_sessions_per_client), max_sessions)
+
+
 class MemorySessionStore:
     """Thread-safe bounded in-process table with idle expiry.
 
@@ -92,6 +122,7 @@ class MemorySessionStore:
         max_sessions: The most sessions alive at once.
         idle_timeout_s: A session unused this long is dropped.
         clock: Seconds (injectable for tests).
+        max_sessions_per_client: The most sessions one client may hold (``None``: no separate share).
     """
 
     def __init__(
@@ -99,14 +130,17 @@ class MemorySessionStore:
         max_sessions: int = 10_000,
         idle_timeout_s: float = 1800.0,
         clock: Callable[[], float] = time.monotonic,
+        max_sessions_per_client: int | None = None,
     ):
         if max_sessions < 1 or idle_timeout_s <= 0:
             raise ValueError("max_sessions must be >= 1 and idle_timeout_s > 0")
         self.max_sessions = int(max_sessions)
+        self.max_sessions_per_client = _share_from(self.max_sessions, max_sessions_per_client)
         self.idle_timeout_s = float(idle_timeout_s)
         self._clock = clock
-        # id -> [session, last use, lock]; ordered by last use
+        # id -> [session, last use, lock, client]; ordered by last use
         self._entries: OrderedDict[str, list] = OrderedDict()
+        self._per_client: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -119,16 +153,25 @@ class MemorySessionStore:
             last_used = next(iter(self._entries.values()))[1]
             if now - last_used < self.idle_timeout_s:
                 break
-            self._entries.popitem(last=False)
+            self._forget(self._entries.popitem(last=False)[1])
 
-    def create(self, make_session: Callable[[str], Session]) -> str:
+    def _forget(self, entry: list) -> None:
+        client = entry[3]
+        self._per_client[client] -= 1
+        if not self._per_client[client]:
+            del self._per_client[client]
+
+    def create(self, make_session: Callable[[str], Session], client: str = "") -> str:
         with self._lock:
             now = self._clock()
             self._expire(now)
             if len(self._entries) >= self.max_sessions:
                 raise SessionLimitReached(_limit_message(self.max_sessions, self.idle_timeout_s))
+            if self._per_client.get(client, 0) >= self.max_sessions_per_client:
+                raise ClientShareReached(_share_message(client, self))
             session_id = new_session_id()
-            self._entries[session_id] = [make_session(session_id), now, threading.Lock()]
+            self._entries[session_id] = [make_session(session_id), now, threading.Lock(), client]
+            self._per_client[client] = self._per_client.get(client, 0) + 1
             return session_id
 
     @contextlib.contextmanager
@@ -142,11 +185,20 @@ class MemorySessionStore:
             entry[1] = now
             self._entries.move_to_end(session_id)
         with entry[2]:
-            yield entry[0]
+            before = entry[0].to_dict()
+            try:
+                yield entry[0]
+            except BaseException:
+                entry[0] = Session.from_dict(before)
+                raise
 
     def close(self, session_id: str) -> bool:
         with self._lock:
-            return self._entries.pop(session_id, None) is not None
+            entry = self._entries.pop(session_id, None)
+            if entry is None:
+                return False
+            self._forget(entry)
+            return True
 
 
 class SqliteSessionStore:
@@ -157,6 +209,7 @@ class SqliteSessionStore:
         max_sessions: The most sessions alive at once (over all processes).
         idle_timeout_s: A session unused this long is dropped.
         clock: Wall-clock seconds (shared by processes; injectable for tests).
+        max_sessions_per_client: The most sessions one client may hold (``None``: no separate share).
     """
 
     def __init__(
@@ -165,20 +218,26 @@ class SqliteSessionStore:
         max_sessions: int = 10_000,
         idle_timeout_s: float = 1800.0,
         clock: Callable[[], float] = time.time,
+        max_sessions_per_client: int | None = None,
     ):
         if max_sessions < 1 or idle_timeout_s <= 0:
             raise ValueError("max_sessions must be >= 1 and idle_timeout_s > 0")
         self.path = Path(path)
         self.max_sessions = int(max_sessions)
+        self.max_sessions_per_client = _share_from(self.max_sessions, max_sessions_per_client)
         self.idle_timeout_s = float(idle_timeout_s)
         self._clock = clock
         self._local = threading.local()
         with self._db() as db:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, data TEXT NOT NULL, "
-                "version INTEGER NOT NULL, last_used REAL NOT NULL)"
+                "version INTEGER NOT NULL, last_used REAL NOT NULL, client TEXT NOT NULL DEFAULT '')"
             )
+            columns = {row[1] for row in db.execute("PRAGMA table_info(sessions)")}
+            if "client" not in columns:  # a file written before sessions recorded their client
+                db.execute("ALTER TABLE sessions ADD COLUMN client TEXT NOT NULL DEFAULT ''")
             db.execute("CREATE INDEX IF NOT EXISTS sessions_last_used ON sessions (last_used)")
+            db.execute("CREATE INDEX IF NOT EXISTS sessions_client ON sessions (client)")
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -199,7 +258,7 @@ class SqliteSessionStore:
             self._expire(db, self._clock())
             return int(db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
 
-    def create(self, make_session: Callable[[str], Session]) -> str:
+    def create(self, make_session: Callable[[str], Session], client: str = "") -> str:
         session_id = new_session_id()
         data = json.dumps(make_session(session_id).to_dict())
         with self._db() as db:
@@ -209,7 +268,13 @@ class SqliteSessionStore:
                 self._expire(db, now)
                 if db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] >= self.max_sessions:
                     raise SessionLimitReached(_limit_message(self.max_sessions, self.idle_timeout_s))
-                db.execute("INSERT INTO sessions VALUES (?, ?, 0, ?)", (session_id, data, now))
+                held = db.execute("SELECT COUNT(*) FROM sessions WHERE client = ?", (client,)).fetchone()[0]
+                if held >= self.max_sessions_per_client:
+                    raise ClientShareReached(_share_message(client, self))
+                db.execute(
+                    "INSERT INTO sessions (id, data, version, last_used, client) VALUES (?, ?, 0, ?, ?)",
+                    (session_id, data, now, client),
+                )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")

@@ -7,10 +7,21 @@ import json
 import numpy as np
 import torch
 
-from training.checkpoint import latest_checkpoint, load_checkpoint_state, save_checkpoint, set_rng_state
+from training.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    set_rng_state,
+    verify_checkpoint,
+)
 from training.metrics import MetricsLog
 from training.rollout import Episode, RolloutResult, StepRows
-from training.trainer import Trainer, derive_seed, episode_metrics, exact_prefix_peer_fraction
+from training.trainer import (
+    derive_seed,
+    episode_metrics,
+    exact_prefix_peer_fraction,
+    mixed_outcome_groups,
+)
 
 
 def _save(root, iteration, keep=2):
@@ -34,13 +45,14 @@ def test_checkpoints_are_complete_pointed_to_and_pruned(tmp_path):
     assert latest_checkpoint(tmp_path).name == "iter_000003"
     assert sorted(p.name for p in tmp_path.glob("iter_*")) == ["iter_000002", "iter_000003"]
     assert not list(tmp_path.glob(".tmp-*"))
-    state, optimizer, rng = load_checkpoint_state(latest_checkpoint(tmp_path))
-    assert state == {"stage": "rl", "iteration": 3} and optimizer == {"step": 3}
-    assert torch.load(latest_checkpoint(tmp_path) / "model.pt")["w"].tolist() == [3.0, 3.0]
+    verify_checkpoint(tmp_path / "iter_000002")  # every kept checkpoint has a manifest that matches it
+    checkpoint = load_checkpoint(latest_checkpoint(tmp_path))
+    assert checkpoint.state == {"stage": "rl", "iteration": 3} and checkpoint.optimizer_state == {"step": 3}
+    assert checkpoint.model_state["w"].tolist() == [3.0, 3.0]
     # RNG states restore exactly
-    set_rng_state(rng)
+    set_rng_state(checkpoint.rng_state)
     first = torch.rand(3)
-    set_rng_state(rng)
+    set_rng_state(checkpoint.rng_state)
     assert torch.equal(first, torch.rand(3))
 
 
@@ -107,7 +119,7 @@ def test_dynamic_sampling_keeps_only_groups_with_different_outcomes():
         Episode(1, 2, "b", "t", False, 0.0, 1, 0),
         Episode(1, 3, "b", "t", False, 0.0, 1, 0),
     ]
-    keep_rows, keep_groups = Trainer._filter_groups(RolloutResult(rows, episodes))
+    keep_rows, keep_groups = mixed_outcome_groups(RolloutResult(rows, episodes))
     assert keep_groups == {0} and keep_rows == [0, 1]
 
 

@@ -1,0 +1,446 @@
+"""Issue 17's attacks on the env server, each reproduced: bounded decoding, splits as names, bounded batches,
+worker recovery, fair shares, no 500 from client input, exact ``seq`` replay and a draining SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+from hosting_helpers import TOY_ENV_ID, CliServer, serve_toy, session_from
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from progpo_envs.server.codec import CodecError, decode
+from progpo_envs.server.policy import KWARG_BOUNDS, EnvPolicy, PolicyError
+from progpo_envs.server.serving import CONNECTION_LIMIT, CONNECTIONS_PER_ADDRESS
+
+MIB = 1 << 20
+
+
+def rss() -> int:
+    return psutil.Process().memory_info().rss
+
+
+def post_raw(url: str, body: str | bytes, session=requests) -> requests.Response:
+    return session.post(url, data=body, headers={"Content-Type": "application/json"}, timeout=60)
+
+
+def new_instance(url: str, session=requests, **body) -> str:
+    created = session.post(f"{url}/instances", json={"env_id": TOY_ENV_ID, "seed": 0, **body}, timeout=30)
+    assert created.status_code == 201, created.text
+    return created.json()["instance_id"]
+
+
+# --- 1. a tiny request cannot make a huge allocation --------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    chars=st.integers(0, 2_000_000),
+    shape=st.lists(st.integers(0, 4), min_size=1, max_size=2),
+    limit=st.sampled_from([1 << 10, 1 << 20]),
+)
+def test_decoding_an_array_never_allocates_past_the_limit(chars, shape, limit):
+    count = 1
+    for size in shape:
+        count *= size
+    values = ["a"] * count
+    data = {"$nd": f"<U{chars}", "shape": shape, "v": values}
+    try:
+        array = decode(data, max_bytes=limit)
+    except CodecError:
+        return
+    assert array.nbytes <= limit  # anything decoded fits the budget: nothing larger was allocated
+
+
+def test_the_budget_is_for_the_whole_payload_and_depth_is_bounded():
+    small = {"$nd": "<U1000", "shape": [1], "v": ["a"]}  # 4,000 bytes each
+    assert decode([small] * 2, max_bytes=8000)[1].dtype.itemsize == 4000
+    with pytest.raises(CodecError, match="limit"):
+        decode([small] * 3, max_bytes=8000)
+    nested: list = []
+    for _ in range(100):
+        nested = [nested]
+    with pytest.raises(CodecError, match="deeper"):
+        decode(nested, max_depth=64)
+
+
+def test_a_large_dtype_in_options_or_kwargs_is_a_400_without_the_allocation(toy_url):
+    instance = new_instance(toy_url)
+    pad = {"$nd": "<U50000000", "shape": [1], "v": ["a"]}  # 200 MB as numpy would allocate it
+    before = rss()
+    reset = requests.post(
+        f"{toy_url}/instances/{instance}/reset", json={"options": {"task_index": 0, "pad": pad}}, timeout=60
+    )
+    assert reset.status_code == 400 and "limit" in reset.json()["error"]
+    created = requests.post(
+        f"{toy_url}/instances", json={"env_id": TOY_ENV_ID, "kwargs": {"pad": pad}}, timeout=60
+    )
+    assert created.status_code == 400 and "not allowed" in created.json()["error"]
+    allowed_name = requests.post(
+        f"{toy_url}/instances", json={"env_id": TOY_ENV_ID, "kwargs": {"rooms": pad}}, timeout=60
+    )
+    assert allowed_name.status_code == 400
+    assert rss() - before < 64 * MIB  # before: +572 MiB (server and worker) for the reset alone
+
+
+def test_an_8_mib_body_of_empty_objects_is_refused_before_parsing(toy_url):
+    body = '{"steps": [' + ",".join(["{}"] * ((8 * MIB - 64) // 3)) + "]}"
+    assert len(body) < 8 * MIB
+    before = rss()
+    answer = post_raw(f"{toy_url}/batch/step", body)
+    assert answer.status_code == 413 and "JSON values" in answer.json()["error"]
+    assert rss() - before < 48 * MIB  # before: +212 MiB of parsed dicts
+
+
+# --- 9. no 500 from client input ----------------------------------------------------------------------------
+
+
+def deep(depth: int, kind: str) -> str:
+    return ("[" * depth + "]" * depth) if kind == "list" else ('{"a":' * depth + "1" + "}" * depth)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    depth=st.one_of(st.integers(1, 40), st.integers(900, 6000)),
+    kind=st.sampled_from(["list", "dict"]),
+    where=st.sampled_from(["body", "options", "kwargs", "steps"]),
+    path=st.sampled_from(["/instances", "/instances/{id}/reset", "/batch/reset", "/reset", "/create"]),
+)
+def test_deep_nesting_is_a_4xx_never_a_500(toy_url, fuzz_target, depth, kind, where, path):
+    inner = deep(depth, kind)
+    body = {
+        "body": inner,
+        "options": f'{{"env_id": "{TOY_ENV_ID}", "options": {inner}}}',
+        "kwargs": f'{{"env_id": "{TOY_ENV_ID}", "kwargs": {{"rooms": {inner}}}}}',
+        "steps": f'{{"resets": [{{"instance_id": "{fuzz_target}", "options": {inner}}}]}}',
+    }[where]
+    answer = post_raw(toy_url + path.replace("{id}", fuzz_target), body)
+    assert answer.status_code < 500, (depth, kind, where, path, answer.text[:200])
+    if depth >= 900 and path != "/create":  # AgentGym's /create reads no body
+        assert 400 <= answer.status_code < 500 and answer.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/instances/{id}/reset", '{"options": {"task_index": Infinity}}'),
+        ("/instances/{id}/reset", '{"options": {"task_index": NaN}}'),
+        ("/instances/{id}/reset", '{"options": {"task_index": {"$float": "inf"}}}'),
+        ("/instances/{id}/reset", '{"options": {"task_index": 1e400}}'),
+        ("/instances", f'{{"env_id": "{TOY_ENV_ID}", "options": {{"task_index": {{"$float": "-inf"}}}}}}'),
+        ("/batch/reset", '{"resets": [{"instance_id": "{id}", "options": {"task_index": Infinity}}]}'),
+        ("/reset", '{"id": Infinity, "game": 0}'),
+        ("/reset", '{"env_idx": Infinity}'),
+        ("/reset", '{"id": 1e400, "game": 0}'),
+        ("/step", '{"id": -Infinity, "action": "look"}'),
+    ],
+)
+def test_non_finite_numbers_are_a_400(toy_url, fuzz_target, path, body):
+    answer = post_raw(toy_url + path.replace("{id}", fuzz_target), body.replace("{id}", fuzz_target))
+    assert 400 <= answer.status_code < 500, answer.text
+    assert answer.json()["error"]
+
+
+@pytest.fixture(scope="module")
+def fuzz_target(toy_url) -> str:
+    return new_instance(toy_url)
+
+
+# --- 2 and 3 (kwargs). splits are names, operator-only settings, bounds -------------------------------------
+
+
+@pytest.fixture
+def alfworld_data(tmp_path) -> Path:
+    for split in ("train", "valid_seen"):
+        (tmp_path / "data" / "json_2.1.1" / split).mkdir(parents=True)
+    (tmp_path / "outside" / "json_2.1.1").mkdir(parents=True)
+    return tmp_path / "data"
+
+
+@pytest.mark.parametrize(
+    "split", ["../../outside", "/", "/etc", "..", "train/../..", "missing", "x" * 300, "", 3, None]
+)
+def test_an_alfworld_split_must_be_one_of_the_data_dirs_names(alfworld_data, split):
+    policy = EnvPolicy.from_registry("progpo/ALFWorld-v0", fixed_kwargs={"data_dir": str(alfworld_data)})
+    assert policy.splits == ("train", "valid_seen")
+    with pytest.raises(PolicyError) as error:
+        policy.resolve_kwargs({"split": split})
+    assert str(alfworld_data) not in str(error.value) and "/tmp" not in str(error.value)
+    if isinstance(split, str) and len(split) < 256:
+        assert "train, valid_seen" in str(error.value)  # the valid names are listed
+    assert policy.resolve_kwargs({"split": "valid_seen"})["split"] == "valid_seen"
+
+
+def test_alfworld_split_names_come_from_alfworld_data(alfworld_data, monkeypatch):
+    monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))
+    assert EnvPolicy.from_registry("progpo/ALFWorld-v0").splits == ("train", "valid_seen")
+    monkeypatch.delenv("ALFWORLD_DATA")
+    assert EnvPolicy.from_registry("progpo/ALFWorld-v0").splits == ("train", "valid_seen", "valid_unseen")
+
+
+@pytest.mark.parametrize("env_id", ["progpo/ALFWorld-v0", "progpo/WebShop-v0"])
+def test_operator_only_settings_are_not_client_settable_by_default(env_id):
+    policy = EnvPolicy.from_registry(env_id)
+    for name in ("expert", "max_cached_games"):
+        with pytest.raises(PolicyError, match="not allowed"):
+            policy.resolve_kwargs({name: True if name == "expert" else 1000})
+    allowed = EnvPolicy.from_registry(env_id, allowed_kwargs=["expert"])  # the operator's choice
+    assert allowed.resolve_kwargs({"expert": True})["expert"] is True
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=st.sampled_from(sorted(KWARG_BOUNDS)), value=st.integers(-(2**40), 2**40))
+def test_work_and_memory_settings_are_bounded(name, value):
+    policy = EnvPolicy.from_registry("progpo/ALFWorld-v0", allowed_kwargs=list(KWARG_BOUNDS))
+    low, high = KWARG_BOUNDS[name]
+    sent = [value] if name == "history_depths" else value
+    if low <= value <= high:
+        assert policy.resolve_kwargs({name: sent})[name] == sent
+    else:
+        with pytest.raises(PolicyError, match="must be an integer in"):
+            policy.resolve_kwargs({name: sent})
+
+
+def test_long_history_depths_are_refused():
+    policy = EnvPolicy.from_registry("progpo/ALFWorld-v0")
+    with pytest.raises(PolicyError, match="at most"):
+        policy.resolve_kwargs({"history_depths": {"$tuple": list(range(1, 65))}})  # ~68 ms per step before
+    assert policy.resolve_kwargs({"history_depths": {"$tuple": [1, 2, 64]}})["history_depths"] == (1, 2, 64)
+
+
+# --- 3. one batch cannot hold or kill a worker --------------------------------------------------------------
+
+
+def costly_instance(url: str) -> str:
+    """A toy instance whose steps cost ~2 ms each (8 deep history windows over up to 1,000 steps)."""
+    return new_instance(url, kwargs={"history_depths": {"$tuple": list(range(57, 65))}, "max_steps": 1000})
+
+
+def test_a_batch_longer_than_the_request_timeout_completes_without_a_restart():
+    server = serve_toy(num_workers=1, request_timeout=1.0)
+    try:
+        instance = costly_instance(server.url)
+        steps = [{"instance_id": instance, "action": "look"}] * 1000  # ~2 s of env time in one request
+        answer = requests.post(f"{server.url}/batch/step", json={"steps": steps}, timeout=120)
+        assert answer.status_code == 200
+        results = answer.json()["results"]
+        assert len(results) == 1000 and all(r["ok"] for r in results), results[-1]
+        metrics = requests.get(f"{server.url}/metrics", timeout=10).json()
+        assert metrics["worker_restarts"] == 0 and metrics["lost"] == 0  # before: 504, every instance lost
+    finally:
+        server.stop()
+
+
+def test_a_long_batch_does_not_hold_the_worker_from_other_instances():
+    server = serve_toy(num_workers=1)
+    try:
+        costly, other = costly_instance(server.url), new_instance(server.url)
+        steps = [{"instance_id": costly, "action": "look"}] * 1000
+        pool = server.app.extensions["progpo_pool"]
+        started = time.perf_counter()
+        batch = threading.Thread(target=pool.batch, args=("step", [{**s, "seq": None} for s in steps]))
+        batch.start()
+        time.sleep(0.3)  # the batch has the worker
+        asked = time.perf_counter()
+        step = requests.post(f"{server.url}/instances/{other}/step", json={"action": "look"}, timeout=60)
+        waited = time.perf_counter() - asked
+        batch.join(120)
+        batch_s = time.perf_counter() - started
+        assert step.status_code == 200
+        # served between the batch's slices (before: after the whole batch, ~2 s of env time)
+        assert waited < batch_s / 4, (waited, batch_s)
+    finally:
+        server.stop()
+
+
+# --- 4. dead workers are restarted without traffic; creates survive a crash; counters stay right ------------
+
+
+def test_an_idle_server_restarts_a_dead_worker_on_its_own():
+    server = serve_toy(num_workers=2, supervise_interval=0.1)
+    try:
+        pool = server.app.extensions["progpo_pool"]
+        victim = pool.worker_pids()[1]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        time.sleep(0.2)
+        while time.monotonic() < deadline and not pool.ready:
+            time.sleep(0.1)  # no request at all: only the supervisor can notice
+        assert pool.worker_pids()[1] != victim
+        assert requests.get(f"{server.url}/ready", timeout=10).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_creates_right_after_a_crash_land_on_a_live_worker_and_counters_stay_right():
+    server = serve_toy(num_workers=2, supervise_interval=3600)  # only the create path can recover here
+    try:
+        pool = server.app.extensions["progpo_pool"]
+        lost = [new_instance(server.url) for _ in range(4)]
+        for pid in pool.worker_pids():
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+        statuses: list[int] = []
+
+        def create() -> None:
+            answer = requests.post(f"{server.url}/instances", json={"env_id": TOY_ENV_ID}, timeout=120)
+            statuses.append(answer.status_code)
+
+        threads = [threading.Thread(target=create) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(180)
+        assert statuses == [201] * 8  # before: 4 of 8 were 410
+        for instance in lost:
+            assert requests.get(f"{server.url}/instances/{instance}", timeout=10).status_code == 410
+        metrics = requests.get(f"{server.url}/metrics", timeout=10).json()
+        per_worker = [w["live_instances"] for w in metrics["workers"]]
+        assert min(per_worker) >= 0 and sum(per_worker) == metrics["live_instances"] == 8
+    finally:
+        server.stop()
+
+
+# --- 8. one client cannot take everything -------------------------------------------------------------------
+
+
+def test_one_client_gets_its_share_of_instances_and_others_still_get_theirs():
+    server = serve_toy(num_workers=1, max_instances=8)
+    try:
+        greedy, polite = session_from("127.0.0.2"), session_from("127.0.0.1")
+        statuses = [
+            greedy.post(f"{server.url}/instances", json={"env_id": TOY_ENV_ID}, timeout=30).status_code
+            for _ in range(8)
+        ]
+        assert statuses == [201] * 4 + [429] * 4  # half of the server's instances
+        answer = greedy.post(f"{server.url}/create", timeout=30)  # the AgentGym door shares the same count
+        assert answer.status_code == 429 and "share" in answer.json()["error"]
+        assert (
+            polite.post(f"{server.url}/instances", json={"env_id": TOY_ENV_ID}, timeout=30).status_code == 201
+        )
+    finally:
+        server.stop()
+
+
+def test_idle_half_open_connections_do_not_starve_health_checks(toy_server):
+    toy_url, port = toy_server.url, toy_server.port
+    held = []
+    try:
+        for _ in range(
+            CONNECTION_LIMIT + 100
+        ):  # past the server's whole limit (before: 192), from one address
+            sock = socket.socket()
+            sock.bind(("127.0.0.2", 0))
+            sock.settimeout(5)
+            try:
+                sock.connect(("127.0.0.1", port))
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        time.sleep(0.5)
+        from_greedy = [c for c in toy_server._server.active_channels.values() if c.addr[0] == "127.0.0.2"]
+        assert len(from_greedy) <= CONNECTIONS_PER_ADDRESS  # the rest were closed as they came
+        assert requests.get(f"{toy_url}/health", timeout=10).status_code == 200
+    finally:
+        for sock in held:
+            sock.close()
+
+
+# --- 10. seq replays only the same call; SIGTERM drains -----------------------------------------------------
+
+
+def test_a_seq_retry_replays_only_the_same_call(toy_url):
+    instance = new_instance(toy_url)
+    url = f"{toy_url}/instances/{instance}"
+    step = requests.post(f"{url}/step", json={"action": "look", "seq": 1}, timeout=10)
+    assert step.status_code == 200
+    again = requests.post(f"{url}/step", json={"action": "look", "seq": 1}, timeout=10)
+    assert again.json() == step.json()  # the same call: the same answer, not a second step
+    for other in (
+        ("reset", {"seq": 1}),
+        ("step", {"action": "go right", "seq": 1}),
+        ("reset", {"seed": 3, "seq": 1}),
+    ):
+        answer = requests.post(f"{url}/{other[0]}", json=other[1], timeout=10)
+        assert answer.status_code == 409 and "different call" in answer.json()["error"], other
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    calls=st.lists(st.tuples(st.sampled_from(["look", "go right", "reset"]), st.integers(1, 4)), max_size=8)
+)
+def test_seq_replay_matches_a_model(toy_url, calls):
+    """Against a model of the rule: a new seq is the last + 1; a repeated seq replays only the same call."""
+    instance = new_instance(toy_url)
+    last_seq, last_call, last_answer = 0, None, None
+    for action, seq in calls:
+        op, body = ("reset", {"seq": seq}) if action == "reset" else ("step", {"action": action, "seq": seq})
+        answer = requests.post(f"{toy_url}/instances/{instance}/{op}", json=body, timeout=10)
+        if seq == last_seq and last_answer is not None:
+            if (op, action) == last_call:
+                assert answer.status_code == 200 and answer.json() == last_answer
+            else:
+                assert answer.status_code == 409
+        elif seq == last_seq + 1:
+            assert answer.status_code == 200
+            last_seq, last_call, last_answer = seq, (op, action), answer.json()
+        else:
+            assert answer.status_code == 409
+
+
+def test_sigterm_finishes_the_requests_in_flight_then_exits(monkeypatch):
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    )
+    server = CliServer(
+        "--import",
+        "hosting_slow_env",
+        "--env",
+        "progpo/SlowToy-v0",
+        "--env-kwargs",
+        'progpo/SlowToy-v0={"step_delay": 2.0}',
+        "--agentgym",
+        "none",
+    )
+    try:
+        instance = requests.post(
+            f"{server.url}/instances", json={"env_id": "progpo/SlowToy-v0", "seed": 0}, timeout=60
+        ).json()["instance_id"]
+        answers: list = []
+        in_flight = threading.Thread(
+            target=lambda: answers.append(
+                requests.post(f"{server.url}/instances/{instance}/step", json={"action": "look"}, timeout=60)
+            )
+        )
+        in_flight.start()
+        time.sleep(0.5)
+        server.process.send_signal(signal.SIGTERM)
+        in_flight.join(60)
+        assert answers and answers[0].status_code == 200 and "observation" in answers[0].json()
+        assert server.process.wait(30) == 0
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"{server.url}/health", timeout=5)
+    finally:
+        server.stop()
+        server.log.seek(0)
+        log = server.log.read()
+    assert "finishing the requests in flight" in log, log[-2000:]
+
+
+def test_the_per_client_share_is_an_operator_setting():
+    from progpo_envs.server.cli import build_config, parse_args
+
+    assert build_config(parse_args(["--max-instances", "10"])).pool.client_share == 5
+    assert build_config(parse_args(["--max-instances-per-client", "7"])).pool.client_share == 7
+    with pytest.raises(SystemExit):
+        parse_args(["--max-instances-per-client", "0"])
