@@ -1,0 +1,84 @@
+"""How every ``progpo`` command line reports usage: one-line errors with exit status 2, help with defaults.
+
+Tools people know (``git``, ``pip``, ``docker``) answer a mistyped argument with one line that says what is
+wrong and what would be right, exit with status 2, and show each option's default in ``--help``. Every
+``progpo`` subcommand builds its parser from :class:`CommandParser` and raises :class:`UsageError` for what it
+checks itself (a path that does not exist, an unknown env id or split), so they all behave alike. The module
+lives in the lowest layer so that the shop's own command line (``progpo webshop``) shares it.
+
+Example:
+    >>> parser = CommandParser(prog="progpo demo", description="A demo.")
+    >>> _ = parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    >>> "(default: 8000)" in parser.format_help()
+    True
+    >>> suggestion("progpo/Alfworld-v0", ["progpo/ALFWorld-v0", "progpo/WebShop-v0"])
+    " (did you mean 'progpo/ALFWorld-v0'?)"
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NoReturn
+
+
+class UsageError(Exception):
+    """A mistake in a command line that the user can fix; reported as one line, exit status 2."""
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default after its help, unless it has none (``None``, off flags, ``[]``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help or ""
+        return super()._get_help_string(action) or ""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``prog: error: message``, exit 2), help with defaults.
+
+    Subcommand parsers made with ``add_subparsers().add_parser`` are of this class too.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def suggestion(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'X'?)`` for the closest of ``choices`` to a mistyped ``name``, or ``""``."""
+    choices = list(choices)
+    by_lower = {choice.lower(): choice for choice in choices}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+def one_of(what: str, name: str, choices: Iterable[str]) -> UsageError:
+    """The error for ``name`` not among ``choices``: the closest match and the valid ones, in one line."""
+    choices = list(choices)
+    return UsageError(f"unknown {what} {name!r}{suggestion(name, choices)}; choose from {', '.join(choices)}")
+
+
+def existing_dir(flag: str, path: str | None) -> Path | None:
+    """``path`` as an existing folder (``None`` stays ``None``); else :class:`UsageError` naming ``flag``."""
+    if path is None:
+        return None
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        reason = "is not a folder" if folder.exists() else "does not exist"
+        raise UsageError(f"{flag} {path} {reason}")
+    return folder
+
+
+def report(prog: str, error: Exception) -> int:
+    """Print ``error`` as one line (``prog: error: message``) on stderr; returns the exit status 2."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
