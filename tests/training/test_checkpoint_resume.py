@@ -441,10 +441,7 @@ _FAST = {"no state.json", "truncated optimizer.pt", "planted rng.pt, manifest re
 
 @pytest.mark.parametrize(
     "corruption",
-    [
-        pytest.param(name, marks=[] if name in _FAST else [pytest.mark.slow])
-        for name in TRAINER_CORRUPTIONS
-    ],
+    [pytest.param(name, marks=[] if name in _FAST else [pytest.mark.slow]) for name in TRAINER_CORRUPTIONS],
 )
 def test_trainer_resumes_from_the_newest_intact_checkpoint(
     finished_run, tmp_path, corruption, monkeypatch, capsys

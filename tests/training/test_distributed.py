@@ -3,33 +3,17 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from training_helpers import TINY_OVERRIDES, subprocess_env
+from training_helpers import TINY_OVERRIDES, subprocess_env, torchrun_train
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _command(run_dir: Path, *extra: str) -> list[str]:
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
-    return [
-        *launcher,
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "training.cli",
-        "--config",
-        str(CONFIGS / "quickstart.yaml"),
-        *TINY_OVERRIDES,
-        f"run_dir={run_dir}",
-        *extra,
-    ]
+    return torchrun_train(CONFIGS / "quickstart.yaml", *TINY_OVERRIDES, f"run_dir={run_dir}", *extra)
 
 
 def test_two_process_fsdp2_run(tmp_path):

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -60,3 +62,11 @@ def subprocess_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")])
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return env
+
+
+def torchrun_train(config: Path, *overrides: str, processes: int = 2) -> list[str]:
+    """``progpo train --config config overrides...`` over ``processes`` local ranks (torchrun)."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    nproc = ["--standalone", "--nproc_per_node", str(processes)]
+    return [*launcher, *nproc, "-m", "training.cli", "--config", str(config), *overrides]
