@@ -78,7 +78,7 @@ def test_alfworld_protocol_errors_are_4xx(toy_url):
 ALFWORLD = "progpo/ALFWorld-v0"
 WEBSHOP = "progpo/WebShop-v0"
 #: Where CI points these tests at AgentGym's mapping files and real ALFWorld trials (unset: generated ones).
-MAPPINGS_ENV_VAR = "PROGPO_AGENTGYM_MAPPINGS"
+MAPPINGS_ENV_VAR = "PROGPO_TEST_AGENTGYM_MAPPINGS"
 REAL_DATA_ENV_VAR = "PROGPO_TEST_ALFWORLD_DATA"
 
 
@@ -181,9 +181,10 @@ def test_webshop_imperfect_purchase_scores_its_raw_score(webshop_default_server)
 def agentgym_games(tmp_path_factory) -> dict:
     """AgentGym mapping files and the ALFWorld data they name.
 
-    CI points ``PROGPO_AGENTGYM_MAPPINGS`` at AgentGym's own mapping files and ``PROGPO_TEST_ALFWORLD_DATA``
-    at real trials (AgentGym's 200 test trials, no train trials). Without them, mapping files in AgentGym's
-    format are written for generated games: train ids 0 (present) and 1 (absent), test id 2.
+    CI points ``PROGPO_TEST_AGENTGYM_MAPPINGS`` at AgentGym's own mapping files and
+    ``PROGPO_TEST_ALFWORLD_DATA`` at real trials (AgentGym's 200 test trials, no train trials). Without them,
+    mapping files in AgentGym's format are written for generated games: train ids 0 (present) and 1 (absent),
+    test id 2.
     """
     mappings, data = os.environ.get(MAPPINGS_ENV_VAR), os.environ.get(REAL_DATA_ENV_VAR)
     if mappings and data:
