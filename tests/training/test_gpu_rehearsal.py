@@ -15,15 +15,15 @@ with ``progpo eval --agent transformers``; the ALFWorld run trains one iteration
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from training_helpers import REPO, subprocess_env, torchrun_train
 
@@ -92,6 +92,20 @@ def _wait_for_checkpoint(process: subprocess.Popen, folder: Path, timeout_s: flo
     raise AssertionError(f"no intact {folder.name} after {timeout_s} s")
 
 
+def _kill_job(launcher: subprocess.Popen) -> None:
+    """SIGKILL torchrun and every rank it started (its ranks need not share its process group)."""
+    try:
+        job = psutil.Process(launcher.pid)
+        processes = [job, *job.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        processes = []
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    psutil.wait_procs(processes, timeout=60)
+    launcher.wait()
+
+
 def test_webshop_preset_rehearsal_kill_resume_export_eval(tmp_path):
     env = subprocess_env()
     run_dir = tmp_path / "run"
@@ -106,9 +120,7 @@ def test_webshop_preset_rehearsal_kill_resume_export_eval(tmp_path):
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{log_path.read_text()[-4000:]}") from None
         finally:
-            if first.poll() is None:
-                os.killpg(first.pid, signal.SIGKILL)  # the whole torchrun job, mid-way through iteration 2
-            first.wait()
+            _kill_job(first)  # the whole torchrun job, mid-way through iteration 2
     assert [r["iteration"] for r in _train_records(run_dir)] == [1]
 
     resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=900)
