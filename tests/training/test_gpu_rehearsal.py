@@ -27,7 +27,9 @@ import psutil
 import pytest
 from training_helpers import REPO, subprocess_env, torchrun_train
 
-pytestmark = pytest.mark.rehearsal
+# Each rehearsal runs several bf16 processes of a vocabulary-sized model on CPU: ~10 min on 2 cores, so the
+# suite-wide 600 s per-test timeout is too tight for them.
+pytestmark = [pytest.mark.rehearsal, pytest.mark.timeout(1800)]
 
 #: Qwen2.5-1.5B-Instruct's config.json, as ``model.tiny`` fields, cut to 2 decoder layers.
 QWEN25_1_5B_TWO_LAYERS = {
