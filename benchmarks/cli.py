@@ -7,6 +7,7 @@ Exit status: 0 when every benchmark that ran succeeded, 1 otherwise.
 
 Example:
     >>> main(["--list"])  # doctest: +ELLIPSIS
+    quickstart ...
     compare_estimators ...
     0
 """

@@ -1,11 +1,11 @@
 """What every benchmark records beside its numbers, and the server process some of them measure.
 
-A result file (``benchmarks/results/<name>.json``) names the machine it was measured on (:func:`machine_info`:
-CPU count, Python, platform, plus what the benchmark's numbers depend on, such as library versions or the load
-of a shared machine) and, for the long comparisons, the commit (:func:`git_commit`); :func:`save_result`
-writes it. A benchmark of an HTTP server starts the server in its own process (:class:`ServerProcess`, on a
-:func:`free_port`), so that clients and server do not share a GIL, and waits until it answers its readiness
-URL.
+A result file (``benchmarks/results/<name>.json``) names what it was measured with (:func:`machine_info`: the
+CPU's model and flags, Python, platform, torch's build, the package versions and the commit, the record every
+training run keeps too (:mod:`training.provenance`), plus what else the benchmark's numbers depend on, such
+as the load of a shared machine); :func:`save_result` writes it. A benchmark of an HTTP server starts the
+server in its own process (:class:`ServerProcess`, on a :func:`free_port`), so that clients and server do not
+share a GIL, and waits until it answers its readiness URL.
 
 Benchmark scripts run as ``python benchmarks/<script>.py``, so each puts the repository root on ``sys.path``
 before it imports this module.
@@ -13,8 +13,8 @@ before it imports this module.
 Example:
     >>> import json, sys
     >>> result = {"benchmark": "demo", "machine": machine_info(numpy="1.26.4")}
-    >>> sorted(result["machine"])
-    ['cpu_count', 'numpy', 'platform', 'python']
+    >>> [key for key in result["machine"] if key.startswith("cpu") or key in ("git", "numpy")]
+    ['cpu_model', 'cpu_flags', 'cpu_count', 'git', 'numpy']
     >>> path = save_result(result, Path("results") / "demo.json")  # the folder is made
     >>> json.loads(path.read_text())["benchmark"]
     'demo'
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import socket
 import subprocess
 import tempfile
@@ -39,44 +38,23 @@ from typing import Any
 
 import requests
 
+from training.provenance import environment
+from training.provenance import git_commit as git_commit  # one implementation, re-exported for the benchmarks
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 
 
 def machine_info(**extra: Any) -> dict[str, Any]:
-    """The machine a result was measured on: ``cpu_count``, ``python`` (its version), ``platform``, ``extra``.
+    """The machine, software and code a result was measured with: :func:`training.provenance.environment`
+    (CPU model and flags, ``cpu_count``, ``python``, ``platform``, torch's build, every package's version,
+    the commit), then ``extra``.
 
     Args:
         **extra: what else the benchmark's numbers depend on, under the key its result file uses (for example
-            ``torch=torch.__version__`` or ``load_average_1m=os.getloadavg()[0]``).
+            ``torch_threads=torch.get_num_threads()`` or ``load_average_1m=os.getloadavg()[0]``).
     """
-    return {
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        **extra,
-    }
-
-
-def git_commit() -> dict[str, Any]:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the repository (read-only git calls); dirty =
-    changed or untracked files exist, i.e. the numbers may come from code that is not in that commit."""
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
-        )
-        status = subprocess.run(
-            ["git", "status", "--porcelain"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    if sha.returncode != 0:
-        return {"commit": None, "dirty": None}
-    return {"commit": sha.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    return {**environment(), **extra}
 
 
 def save_result(result: dict[str, Any], path: Path | str) -> Path:

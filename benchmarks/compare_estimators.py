@@ -23,6 +23,12 @@ Settings (``--setting``):
   time: under 60 minutes on 2 cores.
 * ``cpu_quickstart_rl``: the cpu setting's ALFWorld half with the quickstart's RL (30 iterations at learning
   rate 3e-4 instead of 10 at 1e-3) for GRPO, GiGPO and ProGPO, 3 seeds: 31 minutes on 2 cores (measured).
+* ``quickstart_ablation``: ProGPO's reconstruction choices on the quickstart itself (its embedded defaults:
+  30 RL iterations, held-out ``valid_seen`` tasks and RL's own 8 tasks), 3 seeds, paired with GRPO: the
+  first reading's defaults, each later change alone, and the current defaults (``progpo``). Estimators
+  are specs, ``name:key=value,...`` (:func:`benchmarks.credit_diagnostics.parse_estimator_spec`), each
+  spelling out every ablated parameter so that a later change of a default does not change what a row
+  measured. About 45 minutes on 2 cores.
 * ``gpu``: the larger setting: ALFWorld (all six task types, trained in every training scene, evaluated in
   ``valid_unseen``'s four held-out scenes) and WebShop, a ~25M-parameter policy (or ``--model-path`` to a
   local causal LM folder), 30 iterations of 8 groups × 8, 3 seeds.
@@ -58,6 +64,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
+from benchmarks.credit_diagnostics import (  # noqa: E402
+    PROGPO_CHANGES,
+    parse_estimator_spec,
+    progpo_spec,
+)
 from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND  # noqa: E402
 
 #: The issue's estimator list (DAPO is a GRPO variant with a filter; run it with --estimators if wanted).
@@ -181,6 +192,23 @@ SETTINGS: dict[str, Setting] = {
         timeout_s=1800.0,
         jobs=2,
     ),
+    "quickstart_ablation": Setting(
+        envs=["alfworld"],
+        seeds=[0, 1, 2],
+        estimators=[
+            "grpo",
+            progpo_spec(),
+            # each change of the defaults alone; leave-one-out (an option, not a default) only in the
+            # diagnostics, to keep the setting within an hour on 2 cores
+            *(progpo_spec(**{key: value}) for key, value in PROGPO_CHANGES.items() if key != "leave_one_out"),
+            "progpo",
+        ],
+        overrides=[*_COMMON, "device=cpu"],
+        # the quickstart's own held-out split and task restriction (ENV_OVERRIDES' valid_unseen is replaced)
+        env_overrides={"alfworld": ["env.eval_split=valid_seen"]},
+        timeout_s=1800.0,
+        jobs=2,
+    ),
     "gpu": Setting(
         envs=["alfworld", "webshop"],
         seeds=[0, 1, 2],
@@ -228,6 +256,48 @@ def train_command(overrides: list[str]) -> list[str]:
     return [sys.executable, "-m", "training.cli", *overrides]
 
 
+def estimator_overrides(spec: str) -> list[str]:
+    """``progpo train`` keys for an estimator spec (``name`` or ``name:key=value,...``).
+
+    Example:
+        >>> estimator_overrides("progpo:success_potential=0")
+        ['algo.name=progpo', 'algo.params={"success_potential": 0}']
+    """
+    name, params = parse_estimator_spec(spec)
+    return [f"algo.name={name}", *([f"algo.params={json.dumps(params)}"] if params else [])]
+
+
+def run_folder_name(spec: str) -> str:
+    """A folder name for an estimator spec (``:`` and ``,`` are awkward in paths and shells).
+
+    Example:
+        >>> run_folder_name("progpo:success_potential=0,semantic=exact")
+        'progpo__success_potential=0__semantic=exact'
+    """
+    return spec.replace(":", "__").replace(",", "__")
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a finished ``progpo train`` run (its ``summary.json``, written last)."""
+    return (run_dir / "summary.json").is_file()
+
+
+def command_text(overrides: list[str], run_dir: Path) -> str:
+    """The recorded form of a run's command (``python -m training.cli ...``)."""
+    return shlex.join(["python", "-m", "training.cli", *overrides, f"run_dir={run_dir}"])
+
+
+def reused_record(overrides: list[str], run_dir: Path) -> dict[str, Any]:
+    """The record of a finished run kept by ``--reuse`` (its time was not measured by this invocation)."""
+    return {
+        "status": "ok",
+        "returncode": 0,
+        "seconds": None,
+        "reused": True,
+        "command": command_text(overrides, run_dir),
+    }
+
+
 def run_training(overrides: list[str], run_dir: Path, timeout_s: float, log_path: Path) -> dict[str, Any]:
     """Run ``progpo train`` in a subprocess; returns ``{status, returncode, seconds, command}``."""
     command = train_command([*overrides, f"run_dir={run_dir}"])
@@ -250,7 +320,7 @@ def run_training(overrides: list[str], run_dir: Path, timeout_s: float, log_path
         "status": status,
         "returncode": returncode,
         "seconds": time.perf_counter() - start,
-        "command": shlex.join(["python", "-m", "training.cli", *command[3:]]),
+        "command": command_text(overrides, run_dir),
     }
 
 
@@ -432,6 +502,13 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs", type=int, default=None, help="training runs at once (default: the setting's)"
     )
     parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the warm start and every run whose folder already holds a finished run (its summary.json, "
+        "written at the end of training) instead of running them again; run only what is missing (after an "
+        "interruption, or to add estimators or seeds)",
+    )
+    parser.add_argument(
         "--resummarise",
         action="store_true",
         help="run nothing: read --out's runs again from their folders with this code and rewrite it",
@@ -447,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     setting = SETTINGS[args.setting]
     seeds = args.seeds if args.seeds is not None else setting.seeds
     estimators = args.estimators or setting.estimators
+    for spec in estimators:
+        parse_estimator_spec(spec)  # a bad name or parameter fails here, before any training
     envs = args.envs or setting.envs
     timeout_s = args.timeout or setting.timeout_s
     args.jobs = args.jobs or setting.jobs
@@ -461,21 +540,21 @@ def main(argv: list[str] | None = None) -> int:
         # One warm start per env, shared by every estimator and seed: runs differ only in estimator and RL
         # seed. Its held-out evaluation is every run's ``before_rl``.
         ws_dir = runs_dir / env / "warm_start"
-        console.print(f"[bold]{env}: warm start (seed {seeds[0]})")
-        ws = run_training(
-            [*env_base, f"seed={seeds[0]}", "iterations=0", "warm_start.enabled=true"],
-            ws_dir,
-            timeout_s,
-            ws_dir / "train.log",
-        )
+        ws_overrides = [*env_base, f"seed={seeds[0]}", "iterations=0", "warm_start.enabled=true"]
+        if args.reuse and finished(ws_dir) and (ws_dir / "final").is_dir():
+            console.print(f"[bold]{env}: warm start reused from {ws_dir}")
+            ws = reused_record(ws_overrides, ws_dir)
+        else:
+            console.print(f"[bold]{env}: warm start (seed {seeds[0]})")
+            ws = run_training(ws_overrides, ws_dir, timeout_s, ws_dir / "train.log")
         ws.update(env=env, seed=seeds[0], run_dir=str(ws_dir))
         ws["before_rl"] = final_metrics(read_metrics(ws_dir), "before_rl")
         warm_starts.append(ws)
-        console.print(f"  {ws['status']} in {ws['seconds']:.0f} s; held-out {ws['before_rl'] or '—'}")
+        console.print(f"  {ws['status']}; held-out {ws['before_rl'] or '—'}")
         policy = ws_dir / "final"
         for seed in seeds:
             for est in estimators:
-                run_dir = runs_dir / env / f"seed{seed}" / est
+                run_dir = runs_dir / env / f"seed{seed}" / run_folder_name(est)
                 record: dict[str, Any] = {"env": env, "seed": seed, "estimator": est, "run_dir": str(run_dir)}
                 record["before_rl"] = ws["before_rl"]
                 if ws["status"] != "ok" or not policy.is_dir():
@@ -485,11 +564,15 @@ def main(argv: list[str] | None = None) -> int:
                 overrides = [
                     *env_base,
                     f"seed={seed}",
-                    f"algo.name={est}",
+                    *estimator_overrides(est),
                     f"model.path={policy}",
                     "warm_start.enabled=false",
                     "eval.before_rl=false",
                 ]
+                if args.reuse and finished(run_dir):
+                    record.update(reused_record(overrides, run_dir), **run_results(run_dir, finished=True))
+                    jobs.append((record, [], run_dir))
+                    continue
                 jobs.append((record, overrides, run_dir))
 
     def run_one(job: tuple[dict[str, Any], list[str], Path]) -> dict[str, Any]:

@@ -57,6 +57,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
+from progpo_envs.core.hashing import action_set_key, hex_key  # noqa: E402
 from training.advantages import ESTIMATORS, check_parameter_names, compute_advantages  # noqa: E402
 
 #: Parameters that switch an estimator's step term off, leaving its trajectory-level (episode) advantage.
@@ -93,6 +94,8 @@ class StepRow:
         valid: the action was well-formed / admissible.
         expert_action: the expert's action at this state ("" when unknown).
         progress: ``d(s_t) - d(s_{t+1})`` with ``d`` the expert's remaining plan length (None when unknown).
+        admissible_key: key of the state's set of admissible actions (:func:`action_set_key`; None when not
+            recorded, e.g. rollout files written before it existed).
     """
 
     group_id: int
@@ -105,10 +108,12 @@ class StepRow:
     valid: bool
     expert_action: str = ""
     progress: float | None = None
+    admissible_key: int | None = None
 
 
 def rows_to_batch(rows: Sequence[StepRow]) -> dict[str, np.ndarray]:
-    """Columns for :func:`training.advantages.compute_advantages` (observation/action texts as keys).
+    """Columns for :func:`training.advantages.compute_advantages` (observation/action texts as keys); the
+    ``admissible_key`` column only when every row has one (``state_key="observation_actions"`` needs it).
 
     Example:
         >>> b = rows_to_batch([StepRow(0, 0, 0, "room", "go", 10.0, True, True)])
@@ -116,6 +121,11 @@ def rows_to_batch(rows: Sequence[StepRow]) -> dict[str, np.ndarray]:
         (['action_key', 'group_id', 'obs_key', 'obs_text'], [10.0])
     """
     obs = np.array([r.obs for r in rows], dtype=object)
+    admissible = (
+        {"admissible_key": np.array([r.admissible_key for r in rows], dtype=np.uint64)}
+        if rows and all(r.admissible_key is not None for r in rows)
+        else {}
+    )
     return {
         "group_id": np.array([r.group_id for r in rows], dtype=np.int64),
         "traj_id": np.array([r.traj_id for r in rows], dtype=np.int64),
@@ -126,6 +136,7 @@ def rows_to_batch(rows: Sequence[StepRow]) -> dict[str, np.ndarray]:
         "obs_key": obs,
         "action_key": np.array([r.action for r in rows], dtype=object),
         "obs_text": obs,
+        **admissible,
     }
 
 
@@ -205,6 +216,7 @@ def record_group(
                     ),
                     expert_action=expert_action,
                     progress=progress,
+                    admissible_key=int(action_set_key(info.get("admissible_actions") or ())),
                 )
             )
             obs, info, d_before, t = next_obs, next_info, d_after, t + 1
@@ -274,7 +286,8 @@ def load_rollouts_jsonl(path: str | Path) -> list[StepRow]:
     action was taken from), ``action`` (str), ``reward`` (float), ``won`` (bool). Optional: ``valid`` (bool,
     default true), ``expert_action`` (str: the expert's action at that state), ``progress`` (float:
     decrease of
-    the expert's remaining plan length caused by the step). Blank lines are skipped.
+    the expert's remaining plan length caused by the step), ``admissible_key`` (16 hex digits: the key of the
+    state's admissible-action set; files without it load with ``None``). Blank lines are skipped.
 
     Raises:
         ValueError: a line is not a JSON object or lacks a required key (the message names the line).
@@ -304,6 +317,13 @@ def load_rollouts_jsonl(path: str | Path) -> list[StepRow]:
             raise ValueError(f"{path}:{lineno}: missing key(s) {missing}")
         dense = {k: ids[k].setdefault(json.dumps(rec[k]), len(ids[k])) for k in ids}
         progress = rec.get("progress")
+        admissible_key = rec.get("admissible_key")
+        try:
+            admissible_key = None if admissible_key is None else int(admissible_key, 16)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{path}:{lineno}: admissible_key must be 16 hex digits, got {admissible_key!r}"
+            ) from None
         rows.append(
             StepRow(
                 group_id=dense["group_id"],
@@ -316,16 +336,20 @@ def load_rollouts_jsonl(path: str | Path) -> list[StepRow]:
                 valid=bool(rec.get("valid", True)),
                 expert_action=str(rec.get("expert_action") or ""),
                 progress=None if progress is None else float(progress),
+                admissible_key=admissible_key,
             )
         )
     return rows
 
 
 def save_rollouts_jsonl(rows: Iterable[StepRow], path: str | Path) -> None:
-    """Write rows in the format of :func:`load_rollouts_jsonl`."""
+    """Write rows in the format of :func:`load_rollouts_jsonl` (``admissible_key`` as :func:`hex_key`)."""
     with Path(path).open("w", encoding="utf-8") as fh:
         for row in rows:
-            fh.write(json.dumps(asdict(row)) + "\n")
+            rec = asdict(row)
+            if row.admissible_key is not None:
+                rec["admissible_key"] = hex_key(row.admissible_key)
+            fh.write(json.dumps(rec) + "\n")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -430,6 +454,34 @@ def batch_stats(rows: Sequence[StepRow]) -> dict[str, Any]:
     }
 
 
+#: ProGPO's first reading (before issue 20): terminal potential r_succ under the step-return target, every
+#: depth's precision summed, normalised-text expansion, the row's own return inside its potential.
+PROGPO_FIRST_READING = {
+    "success_potential": 10,
+    "dedup_depths": False,
+    "semantic": "normalized_text",
+    "leave_one_out": False,
+}
+#: Each change of issue 20 applied alone to the first reading.
+PROGPO_CHANGES = {
+    "success_potential": 0,
+    "dedup_depths": True,
+    "semantic": "similarity",
+    "leave_one_out": True,
+}
+
+
+def progpo_spec(**changes: Any) -> str:
+    """The estimator spec of ProGPO's first reading with ``changes`` applied (every ablated key spelled out).
+
+    Example:
+        >>> progpo_spec(success_potential=0)
+        'progpo:success_potential=0,dedup_depths=false,semantic=normalized_text,leave_one_out=false'
+    """
+    params = {**PROGPO_FIRST_READING, **changes}
+    return "progpo:" + ",".join(f"{k}={json.dumps(v).strip(chr(34))}" for k, v in params.items())
+
+
 def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """``"name"`` or ``"name:key=value,key=value"`` -> ``(name, params)``; values are JSON when they parse
     (numbers, true/false, null), else strings. Keys are checked against the estimator's parameters here, so a
@@ -483,11 +535,12 @@ class DiagnosticsConfig:
     webshop_max_steps: int = 15  # the papers' WebShop limit
     webshop_num_products: int = 200
     sources: list[str] = field(default_factory=lambda: ["alfworld", "webshop"])
-    #: estimator specs (``name`` or ``name:key=value,...``). The extra ProGPO row uses the TD reading of the
-    #: terminal potential (Phi = 0 after success): with the default Phi = r_succ the winning step's
-    #: delta = r + gamma * r_succ - Phi(s) counts the success twice, and after normalisation over the group
-    #: ordinary progress steps get negative transition credit (compare the two rows' step sign accuracy).
-    estimators: list[str] = field(default_factory=lambda: [*sorted(ESTIMATORS), "progpo:success_potential=0"])
+    #: estimator specs (``name`` or ``name:key=value,...``): every registered estimator with its defaults,
+    #: plus ProGPO's first reading (the defaults before issue 20; benchmarks/progpo_ablation.py has each
+    #: change) and GraphGPO keyed by observation and admissible actions (``state_key``).
+    estimators: list[str] = field(
+        default_factory=lambda: [*sorted(ESTIMATORS), progpo_spec(), "graphgpo:state_key=observation_actions"]
+    )
 
 
 QUICK = {"noise": [0.3, 0.7], "alfworld_tasks_per_type": 1, "alfworld_max_steps": 30, "webshop_goals": 8}

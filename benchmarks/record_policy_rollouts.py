@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.credit_diagnostics import StepRow, alfworld_source, save_rollouts_jsonl  # noqa: E402
+from progpo_envs.core.hashing import action_set_key  # noqa: E402
 
 
 def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list[StepRow]:
@@ -97,6 +98,7 @@ def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list
                             valid=bool(t.decision.valid),
                             expert_action=str(t.info.get("expert_action", "")),
                             progress=progress,
+                            admissible_key=int(action_set_key(t.info.get("admissible_actions") or ())),
                         )
                     )
     finally:

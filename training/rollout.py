@@ -12,7 +12,9 @@ and the vector env steps all copies at once.
 A step row keeps what the update needs (prompt ids, response ids, the log-probs recorded at sampling) and what
 the estimators group by, read from ``info`` — never parsed from the text: ``obs_key`` is the env's
 ``obs_hash`` of the observation the action was taken in, ``action_key`` the xxh3 key of the action played
-(:func:`progpo_envs.core.hashing.text_digest`), and ``history_key`` the exact-prefix key (for the
+(:func:`progpo_envs.core.hashing.text_digest`), ``admissible_key`` the key of the set of admissible actions
+in that state (``info["admissible_actions"]``, :func:`progpo_envs.core.hashing.action_set_key`; the graph
+estimators' ``state_key="observation_actions"``), and ``history_key`` the exact-prefix key (for the
 "exact-prefix peer" metric).
 
 Example:
@@ -36,7 +38,7 @@ from agents.memory import History
 from agents.projection import demonstration_text, project_action_with_reason
 from agents.prompts import admissible_actions_from_info, build_prompt, env_kind_from_id
 from agents.rollout import play_episodes
-from progpo_envs.core.hashing import text_digest
+from progpo_envs.core.hashing import action_set_key, text_digest
 from training.config import TrainConfig
 from training.constrained import enumerable_commands
 from training.engines import GenerationEngine
@@ -50,6 +52,8 @@ class StepRows:
         prompt_ids, response_ids, old_logprobs: Token-level data of each row.
         group_id, traj_id, step, reward, won, valid, obs_key, action_key: The estimator columns.
         admissible: Whether the action played was in the admissible list (reported, not used by estimators).
+        admissible_key: Key of the state's set of admissible actions (uint64; the empty set's key when the
+            env's info lists none), the estimator column ``admissible_key``.
         history_key: Exact-prefix key of the state (uint64).
         obs_text: Raw observation the action was taken in.
         action_text: The action played.
@@ -69,6 +73,7 @@ class StepRows:
     admissible: list[bool]
     obs_key: list[int]
     action_key: list[int]
+    admissible_key: list[int]
     history_key: list[int]
     obs_text: list[str]
     action_text: list[str]
@@ -106,6 +111,7 @@ class StepRows:
             "valid": np.asarray(self.valid, dtype=bool),
             "obs_key": np.asarray(self.obs_key, dtype=np.uint64),
             "action_key": np.asarray(self.action_key, dtype=np.uint64),
+            "admissible_key": np.asarray(self.admissible_key, dtype=np.uint64),
             "obs_text": np.asarray(self.obs_text, dtype=object),
         }
 
@@ -407,6 +413,7 @@ class RolloutWorker:
                 rows.admissible.append(bool(decision.admissible))
                 rows.obs_key.append(int(info["obs_hash"]))
                 rows.action_key.append(int(text_digest(decision.action)))
+                rows.admissible_key.append(int(action_set_key(info.get("admissible_actions") or ())))
                 rows.history_key.append(int(info.get("history_key", 0)))
                 rows.obs_text.append(t.observation)
                 rows.action_text.append(decision.action)

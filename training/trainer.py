@@ -62,6 +62,7 @@ from training.policy import (
     resolve_dtype,
     resolve_export_dtype,
 )
+from training.provenance import environment
 from training.rollout import Episode, RolloutResult, RolloutWorker, StepRows
 from training.update import (
     MiniBatchPlan,
@@ -161,6 +162,8 @@ class Trainer:
         torch.set_num_threads(max(1, config.num_threads))
         self.run_dir = Path(config.run_dir)
         self.device = resolve_device(self.dist.device(config.device))
+        # taken at the start: the commit and dirty flag of the code this process runs, not the tree's later
+        self.environment = environment() if self.dist.is_main else None
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
@@ -683,6 +686,7 @@ class Trainer:
                 trained, self.run_dir / "final", dtype=resolve_export_dtype(self.config.model, self.device)
             )
             plot_learning_curve(self.metrics.read(), self.run_dir / "learning_curve.png")
+            summary["environment"] = self.environment  # machine, packages, commit (training.provenance)
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         self.metrics.close()
         self.dist.barrier()

@@ -12,8 +12,9 @@ Normalisation (applied to observations and actions before hashing, :func:`normal
 
 Case and punctuation are kept: "Open drawer 1" and "open drawer 1" are different texts to an LLM.
 
-Composite keys (history chains, windows) combine 64-bit digests by hashing their little-endian packing under a
-distinct seed per role (:class:`KeyRole`), so a chain value can never be confused with a plain text digest.
+Composite keys (history chains, windows, action sets) combine 64-bit digests by hashing their little-endian
+packing under a distinct seed per role (:class:`KeyRole`), so a chain value can never be confused with a plain
+text digest.
 
 Example:
     >>> int(text_digest("You arrive at  drawer 1.\\n")) == int(text_digest("You arrive at drawer 1."))
@@ -28,6 +29,7 @@ import enum
 import re
 import struct
 import unicodedata
+from collections.abc import Iterable
 
 import numpy as np
 import xxhash
@@ -42,6 +44,7 @@ class KeyRole(enum.IntEnum):
     CHAIN = 1
     PREFIX = 2
     WINDOW = 3
+    ACTION_SET = 4
 
 
 def normalize_text(text: str) -> str:
@@ -58,6 +61,21 @@ def combine(role: KeyRole, *keys: int | np.uint64) -> np.uint64:
     """Hash an ordered tuple of 64-bit keys into one, under ``role``."""
     packed = struct.pack(f"<{len(keys)}Q", *(int(k) for k in keys))
     return np.uint64(xxhash.xxh3_64_intdigest(packed, seed=int(role)))
+
+
+def action_set_key(actions: Iterable[str]) -> np.uint64:
+    """The 64-bit key of a *set* of actions (a state's admissible actions): order and repeats do not matter.
+
+    The sorted, de-duplicated :func:`text_digest` of each action, combined under ``KeyRole.ACTION_SET``; no
+    separator is needed, so no action text can make two different sets collide by concatenation.
+
+    Example:
+        >>> int(action_set_key(["look", "eat"])) == int(action_set_key(["eat", "look", "look"]))
+        True
+        >>> int(action_set_key(["look"])) == int(action_set_key(["look", "inventory"]))
+        False
+    """
+    return combine(KeyRole.ACTION_SET, *sorted({int(text_digest(a)) for a in actions}))
 
 
 def hex_key(key: int | np.uint64) -> str:

@@ -258,6 +258,26 @@ def _norm_text(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", str(text)).lower().split()).strip(" .!?,;:")
 
 
+def _similarity_clusters(r, threshold):
+    """Per row, its cluster's representative text: in each task group, distinct normalised texts in sorted
+    order join the first earlier representative with Indel ratio >= threshold, else found a cluster."""
+    from rapidfuzz import fuzz
+
+    out = [None] * r.n
+    for g in sorted(set(r.group)):
+        rows = [i for i in range(r.n) if r.group[i] == g]
+        reps, rep_of = [], {}
+        for text in sorted({_norm_text(r.text[i]) for i in rows}):
+            rep = next((q for q in reps if fuzz.ratio(text, q) >= 100 * threshold), None)
+            if rep is None:
+                reps.append(text)
+                rep = text
+            rep_of[text] = rep
+        for i in rows:
+            out[i] = rep_of[_norm_text(r.text[i])]
+    return out
+
+
 def ref_progpo(
     batch,
     gamma=0.95,
@@ -274,8 +294,13 @@ def ref_progpo(
     reliability_gate=True,
     reliability_kappa=None,
     success_potential=None,
+    dedup_depths=True,
+    leave_one_out=False,
+    semantic="similarity",
+    similarity_threshold=0.95,
 ):
-    """ProGPO with the default semantic mode (normalised text, or obs keys without text)."""
+    """ProGPO, step-return target; depth-0 states by normalised text or greedy similarity clusters (obs keys
+    without text)."""
     r = Rows(batch)
     lam = 1e-2 * success_reward**2 if variance_floor is None else variance_floor
     kappa = 1.0 / lam if reliability_kappa is None else reliability_kappa
@@ -294,8 +319,14 @@ def ref_progpo(
         peers[prefix[i]].append(i)
     has_peer = [len(peers[prefix[i]]) >= 2 for i in range(r.n)]
     peer = normalize_groups(peers, ret, norm, "zero")
-    cur = [_norm_text(t) for t in r.text] if r.text is not None else r.obs
+    if r.text is None:
+        cur = r.obs
+    elif semantic == "normalized_text":
+        cur = [_norm_text(t) for t in r.text]
+    else:
+        cur = _similarity_clusters(r, similarity_threshold)
     num, den = [0.0] * r.n, [0.0] * r.n
+    counted_sets: list[set] = [set() for _ in range(r.n)]  # member sets of the depths already fused, per row
     for depth in depths:
         keys = []
         for i in range(r.n):
@@ -310,18 +341,27 @@ def ref_progpo(
         for i, k in enumerate(keys):
             members[k].append(i)
         for rows in members.values():
-            n, mean, std, _ = _stats([ret[i] for i in rows])
-            if n >= min_samples:
-                w = n / (std**2 + lam)
-                for i in rows:
+            members_set = frozenset(rows)
+            for i in rows:
+                if dedup_depths and members_set in counted_sets[i]:
+                    continue  # the same rows as a shallower depth: the same estimate again
+                counted_sets[i].add(members_set)
+                sample = [ret[j] for j in rows if not (leave_one_out and j == i)]
+                n, mean, std, _ = _stats(sample) if sample else (0, 0.0, 0.0, True)
+                if n >= min_samples:
+                    w = n / (std**2 + lam)
                     num[i] += w * mean
                     den[i] += w
     group_rows = defaultdict(list)
     for i in range(r.n):
         group_rows[r.group[i]].append(i)
-    group_mean = {g: sum(ret[i] for i in rows) / len(rows) for g, rows in group_rows.items()}
-    phi = [num[i] / den[i] if den[i] > 0 else group_mean[r.group[i]] for i in range(r.n)]
-    s_pot = success_reward if success_potential is None else success_potential
+
+    def group_baseline(i):
+        others = [ret[j] for j in group_rows[r.group[i]] if not (leave_one_out and j == i)] or [ret[i]]
+        return sum(others) / len(others)
+
+    phi = [num[i] / den[i] if den[i] > 0 else group_baseline(i) for i in range(r.n)]
+    s_pot = 0.0 if success_potential is None else success_potential  # the TD reading for the step return
     delta, gate = [0.0] * r.n, [0.0] * r.n
     for i in range(r.n):
         j = r.next_row[i]

@@ -37,7 +37,7 @@ def test_progpo_hand_case_depth0(peer_batch):
     delta = np.array(
         [
             G * phi["s1"] - phi["s0"],
-            10 + G * 10 - phi["s1"],  # a (success potential 10 after the last step)
+            10 + G * 0 - phi["s1"],  # a (after success: potential 0, R_t already holds the reward)
             G * phi["s2"] - phi["s0"],
             0 + G * 0 - phi["s2"],  # b (failure: 0)
             G * phi["s1"] - phi["s0"],
@@ -64,8 +64,8 @@ def test_progpo_switches(peer_batch):
     np.testing.assert_allclose(ungated[[3, 6]] + 20 / 7, (base[[3, 6]] + 20 / 7) * 1.5)  # gate was 2/3
     no_trans = compute_advantages("progpo", peer_batch, norm="mean", depths=(0,), transition_weight=0.0)
     assert no_trans[[3, 6]].tolist() == [-20 / 7] * 2
-    td = compute_advantages("progpo", peer_batch, norm="mean", depths=(0,), success_potential=0.0)
-    assert not np.allclose(td, base)
+    spec = compute_advantages("progpo", peer_batch, norm="mean", depths=(0,), success_potential=10.0)
+    assert not np.allclose(spec, base)
     for kwargs in (
         {"potential_target": "success"},
         {"transition_scope": "peerless"},
@@ -87,12 +87,67 @@ def test_progpo_inverse_variance_fusion_weights(peer_batch):
     steps = StepBatch.from_columns(peer_batch)
     one = progpo_components(steps, ProGPOConfig(depths=(0,)))
     many = progpo_components(steps, ProGPOConfig(depths=(0, 1, "inf")))
-    # identical samples at every depth: the fused potential is the same mean, the precision triples
+    # identical samples at every depth: one estimate, counted once (de-duplicated depths, the default) ...
     np.testing.assert_allclose(many.potential[5], one.potential[5])
-    np.testing.assert_allclose(many.reliability[5], 3 * one.reliability[5])
+    np.testing.assert_allclose(many.reliability[5], one.reliability[5])
+    # ... or three times as if independent (the first reading, dedup_depths=False)
+    summed = progpo_components(steps, ProGPOConfig(depths=(0, 1, "inf"), dedup_depths=False))
+    np.testing.assert_allclose(summed.potential[5], one.potential[5])
+    np.testing.assert_allclose(summed.reliability[5], 3 * one.reliability[5])
     # b1 (s2 after look) and c2 (s2 after s1-wait): depth 0 pools them (n=2), depth 1/inf do not (n=1 < 2)
     np.testing.assert_allclose(many.reliability[[3, 6]], one.reliability[[3, 6]])
     assert one.reliability[3] == 2.0  # n / (var + lambda) = 2 / (0 + 1)
+
+
+def test_progpo_depth_dedup_keeps_a_deeper_key_that_splits_the_rows():
+    """Depth 0 pools s2's two rows (b1, c2); the exact prefix splits them: only depth 0 counts for them, and
+    for a1/c1 (s1 after s0-go, the same two rows at depth 0 and as exact prefix) depth 0 counts once."""
+    steps = StepBatch.from_columns(
+        build_batch(
+            [
+                {"group": 0, "obs": ["s0", "s1"], "actions": ["go", "take"], "success": True},
+                {"group": 0, "obs": ["s0", "s1"], "actions": ["go", "wait"]},
+                {"group": 0, "obs": ["s0", "s2"], "actions": ["look", "wait"]},
+            ]
+        )
+    )
+    parts = progpo_components(steps, ProGPOConfig(depths=(0, "inf")))
+    # s0 at step 0: three rows, returns 9.5, 0, 0 (sample var 30.083); depth 0 = exact prefix here: once
+    var_s0 = ((9.5 - 9.5 / 3) ** 2 + 2 * (9.5 / 3) ** 2) / 2
+    np.testing.assert_allclose(parts.reliability[[0, 2, 4]], 3 / (var_s0 + 1))
+    # s1 rows (a1 return 10, b1 0): the same two rows at both depths -> one weight 2 / (50 + 1)
+    np.testing.assert_allclose(parts.reliability[[1, 3]], 2 / (50 + 1))
+    # s2 (c1): one row, below min_samples at every depth
+    assert parts.reliability[5] == 0
+
+
+def test_progpo_leave_one_out_potential(peer_batch):
+    """Depth 0, leave-one-out: at s0 (returns a 9.5, b 0, c 0) each row sees only the other two."""
+    steps = StepBatch.from_columns(peer_batch)
+    parts = progpo_components(steps, ProGPOConfig(depths=(0,), leave_one_out=True))
+    # a0: others {0, 0} -> mean 0, var 0, n 2 -> weight 2; b0 and c0: others {9.5, 0} -> mean 4.75,
+    # var 45.125, weight 2 / 46.125
+    assert parts.potential[0] == 0.0 and parts.reliability[0] == 2.0
+    np.testing.assert_allclose(parts.potential[[2, 4]], 4.75)
+    np.testing.assert_allclose(parts.reliability[[2, 4]], 2 / 46.125)
+    # s1 (a1 return 10, c1 0): one other row each, below min_samples 2 -> the group's other rows' mean
+    group_returns = np.array([9.5, 10.0, 0, 0, 0, 0, 0])
+    others_mean = (group_returns.sum() - group_returns) / 6
+    np.testing.assert_allclose(parts.potential[[1, 5]], others_mean[[1, 5]])
+    assert parts.reliability[1] == parts.reliability[5] == 0
+
+
+def test_progpo_success_potential_follows_the_target(peer_batch):
+    steps = StepBatch.from_columns(peer_batch)
+    for target, terminal in (("step_return", 0.0), ("success", 10.0)):
+        default = progpo_components(steps, ProGPOConfig(depths=(0,), potential_target=target))
+        explicit = progpo_components(
+            steps, ProGPOConfig(depths=(0,), potential_target=target, success_potential=terminal)
+        )
+        np.testing.assert_array_equal(default.delta, explicit.delta)
+    # the winning step's TD error under the step-return target: r_T - Phi(s_T), no second success reward
+    parts = progpo_components(steps, ProGPOConfig(depths=(0,)))
+    np.testing.assert_allclose(parts.delta[1], 10.0 - parts.potential[1])
 
 
 def test_progpo_all_failed_and_unreachable_goal_is_finite():
@@ -148,8 +203,13 @@ def test_semantic_similarity_clusters_near_duplicates():
     assert gig[1] - gig[3] == pytest.approx(
         20.0
     )  # the two egg rows are one anchor group: +-5 each side + A^E
+    without_text = {k: v for k, v in b.items() if k != "obs_text"}  # falls back to the env's keys
+    np.testing.assert_array_equal(
+        compute_advantages("progpo", without_text, semantic="similarity"),
+        compute_advantages("progpo", without_text, semantic="exact"),
+    )
     with pytest.raises(ValueError, match="obs_text"):
-        compute_advantages("progpo", {k: v for k, v in b.items() if k != "obs_text"}, semantic="similarity")
+        compute_advantages("progpo", without_text, semantic="embedding")
 
 
 @pytest.mark.slow

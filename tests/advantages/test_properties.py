@@ -128,7 +128,11 @@ def test_matches_reference_with_text_and_switches():
         {"reliability_gate": False},
         {"depths": (0, "inf")},
         {"min_samples": 3, "variance_floor": 0.5},
-        {"success_potential": 0.0},
+        {"success_potential": 10.0},
+        {"dedup_depths": False},
+        {"leave_one_out": True},
+        {"semantic": "normalized_text"},
+        {"leave_one_out": True, "dedup_depths": False, "min_samples": 1},
     ):
         np.testing.assert_allclose(
             compute_advantages("progpo", batch, **kwargs),

@@ -14,7 +14,8 @@ from benchmarks.common import ServerProcess, free_port, git_commit, machine_info
 
 def test_machine_info_keeps_each_benchmarks_extra_keys_after_the_common_ones():
     info = machine_info(load_avg_1m=0.5, torch="2.0")
-    assert list(info) == ["cpu_count", "python", "platform", "load_avg_1m", "torch"]
+    common = ["cpu_model", "cpu_flags", "cpu_count", "python", "platform", "torch_build", "packages", "git"]
+    assert list(info) == [*common, "load_avg_1m", "torch"]  # the record every training run keeps, then extras
     assert info["load_avg_1m"] == 0.5 and re.fullmatch(r"\d+\.\d+\.\d+\S*", info["python"])
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from benchmarks import compare_estimators as ce
+from benchmarks.credit_diagnostics import PROGPO_FIRST_READING
 
 RECORDS = [
     {"kind": "warm_start", "iteration": 0},
@@ -136,8 +137,13 @@ def test_settings_use_known_estimators_and_cover_three_seeds():
     from training.config import algo_choices
 
     for name, setting in ce.SETTINGS.items():
-        assert set(setting.estimators) <= set(algo_choices()), name
+        names = {ce.parse_estimator_spec(spec)[0] for spec in setting.estimators}  # specs: name:key=value
+        assert names <= set(algo_choices()), name
         assert set(setting.envs) <= set(ce.ENV_OVERRIDES), name
+    ablation = ce.SETTINGS["quickstart_ablation"]
+    assert len(ablation.seeds) >= 3 and {"grpo", "progpo", ce.progpo_spec()} <= set(ablation.estimators)
+    # GRPO, the first reading, each change of the defaults alone (not leave-one-out), the current defaults
+    assert len(set(ablation.estimators)) == 3 + len(ce.PROGPO_CHANGES) - 1
     assert len(ce.SETTINGS["cpu"].seeds) >= 3 and len(ce.SETTINGS["gpu"].seeds) >= 3
     assert set(ce.SETTINGS["cpu"].estimators) == set(ce.ESTIMATORS)
     assert set(ce.SETTINGS["cpu"].envs) == {"alfworld", "webshop"}  # issue 8: both envs in the quick setting
@@ -156,7 +162,15 @@ def test_every_setting_builds_valid_configs(name):
         assert config.env.id == ce.ENV_OVERRIDES[env][0].split("=", 1)[1]
         if name == "cpu" and env == "webshop":
             assert config.iterations == 6 and config.env.kwargs == {"num_products": 200, "reward_mode": "raw"}
-        if env == "alfworld":
+        if name == "quickstart_ablation":
+            # the quickstart itself: its embedded defaults, apart from the comparison's bookkeeping keys
+            quickstart = load_config(None)
+            assert (config.env, config.iterations, config.rollout) == (
+                quickstart.env,
+                quickstart.iterations,
+                quickstart.rollout,
+            )
+        elif env == "alfworld":
             # issue 8: evaluation in held-out scenes, which must be able to host every trained task type
             from progpo_envs.alfworld.generator import check_restriction
 
@@ -181,3 +195,17 @@ def test_smoke_run_end_to_end(tmp_path):
         assert run["status"] == "ok" and "success" in run["final"] and len(run["curve"]) == 1
     assert result["git"]["commit"] is None or len(result["git"]["commit"]) == 40
     assert (tmp_path / "compare.png").exists()
+
+
+def test_estimator_specs_become_train_overrides_and_folders():
+    from training.config import load_config
+
+    spec = ce.progpo_spec(semantic="similarity")
+    config = load_config(None, ce.estimator_overrides(spec))
+    assert config.algo.name == "progpo"
+    assert config.algo.params == {**PROGPO_FIRST_READING, "semantic": "similarity"}
+    assert ce.estimator_overrides("grpo") == ["algo.name=grpo"]
+    folder = ce.run_folder_name(spec)
+    assert "/" not in folder and ":" not in folder and "," not in folder
+    with pytest.raises(ValueError, match="unknown estimator"):
+        ce.estimator_overrides("nope:x=1")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 from benchmarks import credit_diagnostics as cd
+from progpo_envs.core.hashing import action_set_key
 from training.advantages import progpo_report
 
 # One task group, two rollouts of a 2-cell corridor (obs "A" = 2 steps from the goal, "B" = 1 step):
@@ -169,3 +171,35 @@ def test_alfworld_expert_rollouts_make_progress_every_step():
         assert any(r.action != r.expert_action for r in noisy)
     finally:
         env.close()
+
+
+def test_recorded_rows_carry_the_admissible_set_key(corridor_env):
+    rows = cd.record_group(corridor_env, 0, 2, 0.5, [3], None, group_id=0, first_traj_id=0)
+    assert {r.admissible_key for r in rows} == {int(action_set_key(["wait", "forward", "back"]))}
+    batch = cd.rows_to_batch(rows)
+    assert batch["admissible_key"].dtype == np.uint64 and batch["admissible_key"].shape == (len(rows),)
+
+
+def test_jsonl_admissible_key_round_trip_and_older_files(tmp_path):
+    keyed = [dataclasses.replace(r, admissible_key=2**64 - 1 - i) for i, r in enumerate(TINY)]
+    path = tmp_path / "keyed.jsonl"
+    cd.save_rollouts_jsonl(keyed, path)
+    assert json.loads(path.read_text().splitlines()[0])["admissible_key"] == "ffffffffffffffff"
+    assert cd.load_rollouts_jsonl(path) == keyed
+    assert cd.rows_to_batch(keyed)["admissible_key"].tolist() == [2**64 - 1 - i for i in range(4)]
+    # a file written before the field existed: rows without the key, batch without the column
+    old = tmp_path / "old.jsonl"
+    old.write_text(
+        "".join(
+            json.dumps({k: v for k, v in dataclasses.asdict(r).items() if k != "admissible_key"}) + "\n"
+            for r in TINY
+        )
+    )
+    rows = cd.load_rollouts_jsonl(old)
+    assert rows == TINY and "admissible_key" not in cd.rows_to_batch(rows)
+    with pytest.raises(ValueError, match="admissible_key"):
+        cd.estimator_metrics("graphgpo", rows, {"state_key": "observation_actions"})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**dataclasses.asdict(TINY[0]), "admissible_key": "not hex"}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: admissible_key must be 16 hex digits"):
+        cd.load_rollouts_jsonl(bad)

@@ -16,6 +16,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def page(tmp_path) -> str:
     results = tmp_path / "results"
     shutil.copytree(FIXTURES, results)
+    shutil.copy(report.RESULTS_DIR / "published.json", results)  # the committed papers' numbers
     (results / "credit_diagnostics.png").write_bytes(b"\x89PNG")
     return report.render_page(results)
 
@@ -38,8 +39,10 @@ def test_markdown_table_formats_cells():
 
 def test_credit_diagnostics_section(page):
     text = section(page, "credit_diagnostics")
-    # steps without an exact-prefix peer = 1 - 0.25; the paper's 44.5% beside it; anchor: 1 - 0.875
-    assert "| alfworld | p=0.5 | 100 | 8 | 0.625 | 0.5 | 0.75 | 0.445 | 0.125 |" in text
+    # steps with an exact-prefix peer as measured, the paper's share without one (44.5%) beside it
+    assert "| alfworld | p=0.5 | 100 | 8 | 0.625 | 0.5 | 0.25 | 0.445 | 0.875 |" in text
+    # the summary covers every ranked column (progpo leads each in this fixture)
+    assert "| alfworld | p=0.5 | progpo 0.75 | progpo 0.31 | progpo 0.3 | progpo 0.4 | progpo 0.7 |" in text
     assert "| progpo | 0.75 | 0.31 | 0.3 | 0.4 | 0.7 | 1.5 | 0.5 |" in text
     assert "| grpo | 0 | 0.1235 | 0.2 | — | — | 1 | 0 |" in text
     assert "recording failed: `RuntimeError: no catalog`" in text
@@ -75,10 +78,45 @@ def test_missing_malformed_and_generic_results(page):
     assert "| alfworld | 12.5 | 2.7 |" in hosting and "| webshop | 1874 | — |" in hosting
 
 
+def test_credit_summary_ranks_every_column_not_only_the_leader():
+    estimators = {
+        "grpo": {"nonzero_step_fraction": 0.0, "corr_progress": 0.5, "corr_expert": 0.2},
+        "gigpo": {"nonzero_step_fraction": 0.9, "corr_progress": 0.5, "corr_expert": 0.1},
+        "progpo": {"nonzero_step_fraction": 0.75, "corr_progress": 0.25, "corr_expert": 0.3},
+    }
+    data = {"sources": {"rollouts": {"warm_start.jsonl": {"estimators": estimators}}}}
+    assert (
+        "| rollouts | warm_start.jsonl | gigpo 0.9; progpo 0.75 (2/3) | grpo = gigpo 0.5; progpo 0.25 (3/3) "
+        "| progpo 0.3 | — | — |"
+    ) in report._credit_summary(data)
+
+
+def test_quickstart_section(page):
+    text = section(page, "quickstart")
+    assert "| 0 | 0.25 ± 0.03 → 0.5 ± 0.03 | 0.5 ± 0.03 → 0.875 ± 0.03 | +0.25 | +0.375 |" in text
+    assert "| 1 | 0.25 ± 0.03 → 0.125 ± 0.03 | 0.25 ± 0.03 → 0.625 ± 0.03 | -0.125 | +0.375 |" in text
+    # mean ± sample std over the 3 RL seeds
+    assert "| mean ± std (n = 3) | 0.2083 ± 0.07217 → 0.3333 ± 0.1909 |" in text
+    assert "Success on held-out tasks rose in 2 and fell in 1 of 3 RL seeds." in text
+    assert "783 s wall, 782 s user CPU, 12 s system CPU, 1.2 GB peak RSS" in text
+    assert "- `python -m training.cli --run-dir runs/quickstart progress=false`" in text
+
+
+def test_quickstart_section_without_result_file(tmp_path):
+    text = section(report.render_page(tmp_path), "quickstart")
+    assert "**Results: not run yet.**" in text and "benchmarks/quickstart.py" in text
+
+
 def test_published_numbers_and_differences(page):
     assert "| GiGPO w/ std | 94.4 | 67.5 | 94.8 | 94.4 | 79.8 | 76.4 | 86.7 ±1.7 | 83.1 | 65.0 ±3.2 |" in page
     assert "| ALFWorld All | Qwen2.5-7B-Instruct | 83.33 | 94.27 | 95.31 |" in page
-    assert "What differs in ours" in page
+    assert "0.337 on webshop, 0.445 on alfworld" in page
+    assert "What differs in ours" in page and "1.18M-product shop" in page
+    assert "### published" not in page  # the papers' numbers are not one of our benchmarks
+
+
+def test_published_numbers_missing(tmp_path):
+    assert "**`results/published.json` is missing or unreadable.**" in report.render_page(tmp_path)
 
 
 def test_empty_results_dir_renders_every_benchmark_as_not_run(tmp_path):

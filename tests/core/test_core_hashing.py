@@ -12,7 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from progpo_envs.core.hashing import KeyRole, combine, hex_key, normalize_text, text_digest
+from progpo_envs.core.hashing import (
+    KeyRole,
+    action_set_key,
+    combine,
+    hex_key,
+    normalize_text,
+    text_digest,
+)
 
 SAMPLES = [
     "look",
@@ -74,6 +81,23 @@ def test_normalisation_is_idempotent_and_digest_follows_it(text):
     assert text_digest(text) == text_digest(once)
 
 
+@given(st.lists(st.text(max_size=20), max_size=8), st.randoms(use_true_random=False))
+def test_action_set_key_ignores_order_and_repeats(actions, rng):
+    shuffled = actions + actions[: len(actions) // 2]
+    rng.shuffle(shuffled)
+    assert action_set_key(shuffled) == action_set_key(actions)
+
+
+def test_action_set_key_tells_sets_apart():
+    keys = {
+        int(action_set_key(s))
+        for s in ([], ["a"], ["b"], ["a", "b"], ["a b"], ["ab"], ["a", "b", "c"], ["a, b"], ["a", ", b"])
+    }
+    assert len(keys) == 9  # no separator: ["a b"], ["a, b"] and ["a", "b"] are different sets
+    assert action_set_key(["go  to desk 1 "]) == action_set_key(["go to desk 1"])  # actions are normalised
+    assert action_set_key(["x"]) != combine(KeyRole.TEXT, text_digest("x"))  # its own role
+
+
 def test_lone_surrogates_hash_instead_of_raising():
     assert isinstance(text_digest("bad \ud800 surrogate"), np.uint64)
 
@@ -81,12 +105,14 @@ def test_lone_surrogates_hash_instead_of_raising():
 def test_digests_identical_in_a_fresh_process():
     here = {text: hex_key(text_digest(text)) for text in SAMPLES}
     here["combine"] = hex_key(combine(KeyRole.WINDOW, text_digest("x"), 3))
+    here["action_set"] = hex_key(action_set_key(SAMPLES))
     code = (
         "import json, sys\n"
-        "from progpo_envs.core.hashing import KeyRole, combine, hex_key, text_digest\n"
+        "from progpo_envs.core.hashing import KeyRole, action_set_key, combine, hex_key, text_digest\n"
         "texts = json.loads(sys.argv[1])\n"
         "out = {t: hex_key(text_digest(t)) for t in texts}\n"
         "out['combine'] = hex_key(combine(KeyRole.WINDOW, text_digest('x'), 3))\n"
+        "out['action_set'] = hex_key(action_set_key(texts[::-1]))\n"
         "print(json.dumps(out))\n"
     )
     # A different PYTHONHASHSEED proves the keys do not depend on Python's salted hash().

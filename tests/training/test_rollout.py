@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agents.projection import demonstration_text
-from progpo_envs.core.hashing import text_digest
+from progpo_envs.core.hashing import action_set_key, text_digest
 from training.advantages import ESTIMATORS, compute_advantages
 from training.engines import TransformersEngine
 from training.policy import load_policy
@@ -105,3 +105,25 @@ def test_every_estimator_plugs_in(toy_vec, policy, name):
     assert adv.shape == (rows.num_rows,) and np.isfinite(adv).all()
     winners = np.asarray(rows.traj_id) < 4
     assert adv[winners].mean() > adv[~winners].mean()
+
+
+def test_rows_carry_the_key_of_the_admissible_action_set(toy_vec, policy):
+    rows = (
+        _worker(toy_vec, policy)
+        .run(seed=5, task_indices=[0, 3], scripted=lambda info: demonstration_text(info["expert_action"]))
+        .rows
+    )
+    drawers = [f"open drawer {d}" for d in range(1, 5)]
+    moves = [f"move key 1 to drawer {d}" for d in range(1, 5)]
+    # the toy env's lists, written here in another order: the key is of the set
+    before_take = action_set_key(["take key 1", *reversed(drawers), "inventory", "look"])
+    holding = action_set_key([*moves[::-1], "look", *drawers, "inventory", "look"])
+    expected = [int(before_take) if s == 0 else int(holding) for s in rows.step]
+    assert rows.admissible_key == expected and before_take != holding
+    columns = rows.estimator_columns()
+    assert columns["admissible_key"].dtype == np.uint64
+    # the step-0 and step-1 observations differ anyway here, so the finer key gives the same numbers
+    np.testing.assert_array_equal(
+        compute_advantages("graphgpo", columns, state_key="observation_actions"),
+        compute_advantages("graphgpo", columns),
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import signal
@@ -104,7 +105,13 @@ def test_algo_flag_selects_the_estimator(tmp_path, algo, monkeypatch):
         ]
     )
     assert code == 0
-    assert json.loads((tmp_path / "summary.json").read_text())["algo"] == algo
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["algo"] == algo
+    # the run names what it ran on: CPU, torch's build, package versions, commit (training.provenance)
+    environment = summary["environment"]
+    assert {"cpu_model", "cpu_flags", "cpu_count", "python", "platform", "git"} <= set(environment)
+    assert environment["torch_build"]["version"] == torch.__version__
+    assert environment["packages"]["transformers"] == importlib.metadata.version("transformers")
 
 
 def test_config_errors_exit_2(capsys):

@@ -17,7 +17,7 @@ import xxhash
 
 CHUNK_ROWS = 1 << 16
 REQUIRED_COLUMNS = ("group_id", "traj_id", "step", "reward", "won", "valid", "obs_key", "action_key")
-OPTIONAL_COLUMNS = ("obs_text",)
+OPTIONAL_COLUMNS = ("obs_text", "admissible_key")
 
 
 def keys_to_uint64(values: np.ndarray, column: str) -> np.ndarray:
@@ -97,6 +97,9 @@ class StepBatch:
         obs: ``[N]`` uint64 observation key (state the action was taken in).
         action: ``[N]`` uint64 action key.
         obs_text: ``[N]`` object array of str, or None when the column was not given.
+        admissible: ``[N]`` uint64 key of the set of admissible actions in the row's state (the caller's
+            ``admissible_key``, e.g. :func:`progpo_envs.core.hashing.action_set_key`), or None when the column
+            was not given.
         traj_start: ``[T]`` int64 first canonical row of each trajectory.
         traj_len: ``[T]`` int64 number of rows (steps) of each trajectory.
         traj_group: ``[T]`` int64 dense group of each trajectory.
@@ -113,6 +116,7 @@ class StepBatch:
     obs: np.ndarray
     action: np.ndarray
     obs_text: np.ndarray | None
+    admissible: np.ndarray | None
     traj_start: np.ndarray
     traj_len: np.ndarray
     traj_group: np.ndarray
@@ -151,6 +155,7 @@ class StepBatch:
             obs=self.obs[lo:hi],
             action=self.action[lo:hi],
             obs_text=None if self.obs_text is None else self.obs_text[lo:hi],
+            admissible=None if self.admissible is None else self.admissible[lo:hi],
             traj_start=self.traj_start[t0:t1] - lo,
             traj_len=self.traj_len[t0:t1],
             traj_group=self.traj_group[t0:t1] - g0,
@@ -204,7 +209,11 @@ class StepBatch:
             raise ValueError(
                 f"batch is missing required column(s) {missing}; required: {list(REQUIRED_COLUMNS)}"
             )
-        lengths = {c: len(np.asarray(batch[c])) for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS) if c in batch}
+        lengths = {
+            c: len(np.asarray(batch[c]))
+            for c in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)
+            if batch.get(c) is not None
+        }
         for c in lengths:
             if np.asarray(batch[c]).ndim != 1:
                 raise ValueError(f"column {c!r} must be 1-D, got shape {np.asarray(batch[c]).shape}")
@@ -230,6 +239,9 @@ class StepBatch:
         obs_text = None
         if "obs_text" in batch and batch["obs_text"] is not None:
             obs_text = np.asarray(batch["obs_text"], dtype=object)
+        admissible = None
+        if "admissible_key" in batch and batch["admissible_key"] is not None:
+            admissible = keys_to_uint64(batch["admissible_key"], "admissible_key")
 
         n = group_id.shape[0]
         if n and step.min() < 0:
@@ -279,6 +291,7 @@ class StepBatch:
             obs=obs[order],
             action=action[order],
             obs_text=None if obs_text is None else obs_text[order],
+            admissible=None if admissible is None else admissible[order],
             traj_start=traj_start.astype(np.int64),
             traj_len=traj_len.astype(np.int64),
             traj_group=traj_group.astype(np.int64),

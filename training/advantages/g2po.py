@@ -4,6 +4,10 @@ official code (``github.com/Nala-YN/G2PO``, ``g2po/core_g2po.py``) as read for t
 Per task group, nodes are distinct anchor observations; every row is an edge occurrence v -> v' (v' = the
 next row's node, or the SUCCESS / FAIL sink after a trajectory's last step).
 
+    Node key:       v = obs_key                          state_key="observation" (default, the official code)
+                    v = mix(obs_key, admissible_key)     state_key="observation_actions"
+                    (see :mod:`training.advantages.state_key`)
+
     Node value:     V(v) = mean_{rows (j,k) at v} gamma^(T_j - k) * R_j       (R_j episode reward, no penalty)
                     V(SUCCESS) = success_reward, V(FAIL) = 0  (failure and truncation alike)
     Same-source:    c1(e) = normalize_{e' in out(v)} [ V(v') - penalty * invalid(e) ]   (0 if |out(v)| = 1)
@@ -24,6 +28,7 @@ from training.advantages.common import (
     segment_normalize,
 )
 from training.advantages.registry import register_estimator
+from training.advantages.state_key import state_keys
 
 
 def node_values(batch: StepBatch, node: np.ndarray, n_nodes: int, gamma: float) -> np.ndarray:
@@ -45,6 +50,7 @@ def g2po(
     eps: float = 1e-6,
     invalid_penalty: float = 0.1,
     success_reward: float = 10.0,
+    state_key: str = "observation",
 ) -> np.ndarray:
     """G2PO edge-centric advantage on the group's state graph.
 
@@ -58,9 +64,14 @@ def g2po(
         invalid_penalty: enters the episode score and c1, not V.
         success_reward: value of the SUCCESS sink (a trajectory succeeds when ``won`` is set at any step;
             the code tests ``R == 10``, the same for ALFWorld/WebShop rewards).
+        state_key: node identity, ``"observation"`` (``obs_key``) or ``"observation_actions"`` (``obs_key``
+            and the ``admissible_key`` column; see :mod:`training.advantages.state_key`).
 
     Returns:
         ``[N]`` float64.
+
+    Raises:
+        ValueError: a bad parameter, or ``state_key="observation_actions"`` without ``admissible_key``.
 
     Example:
         >>> from training.advantages import compute_advantages
@@ -75,7 +86,7 @@ def g2po(
         norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty, gamma=gamma
     )
     adv_e = episode_advantage(batch, shared)
-    node, n_nodes = group_scoped_ids(batch, batch.obs)
+    node, n_nodes = group_scoped_ids(batch, state_keys(batch, state_key))
     value = node_values(batch, node, n_nodes, shared.gamma)
     v_src = value[node]
     v_dst = np.empty(batch.n_rows)

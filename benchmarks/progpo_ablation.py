@@ -1,0 +1,321 @@
+"""ProGPO's reconstruction choices, measured: the first reading, each change alone, and the current defaults
+(issue 20).
+
+ProGPO is reconstructed from its abstract (docs/algorithms.md §6), so each reconstructed choice is a switch,
+and a default is kept only where a measurement supports it. The variants (:data:`VARIANTS`) are the first
+reading's defaults (terminal potential r_succ under the step-return target, every depth's precision summed,
+normalised-text expansion, the row's own return inside its potential), each change applied alone, and the
+estimator's current defaults. Every variant is scored three ways:
+
+* **credit diagnostics on expert-noise batches** (``benchmarks/credit_diagnostics.py``): generated ALFWorld
+  groups where each step takes the expert's action or, with probability p, a random admissible one; every
+  column of that benchmark (correlation of the advantage with the expert's progress and with the expert's
+  action; the same for the step signal alone, its sign accuracy; the share of rows it reaches), each the
+  mean over the noise levels of one seed, then mean ± sample std over ``--seeds``;
+* **credit diagnostics on the policy's own rollouts** (``--rollouts``: JSONL files recorded from the
+  quickstart's warm start with ``benchmarks/record_policy_rollouts.py``, one per recording seed), mean ± std
+  over the files;
+* **RL on the quickstart** (read from ``compare_estimators --setting quickstart_ablation``'s JSON): held-out
+  success and success on RL's own 8 tasks after 30 iterations, and both paired with GRPO by seed (the runs of
+  one seed share the warm start, RL seed and evaluation tasks).
+
+GiGPO, G2PO and GraphGPO are listed beside the variants on the diagnostics, for scale.
+
+Run: ``.venv/bin/python benchmarks/progpo_ablation.py --rollouts runs/policy_rollouts/seed0.jsonl
+runs/policy_rollouts/seed1.jsonl runs/policy_rollouts/seed2.jsonl`` (about 15 min on 2 cores, after the RL
+comparison). Writes ``benchmarks/results/progpo_ablation.json`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shlex  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import asdict, fields  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
+from benchmarks.compare_estimators import mean_spread, paired_differences  # noqa: E402
+from benchmarks.credit_diagnostics import (  # noqa: E402
+    PROGPO_CHANGES,
+    PROGPO_FIRST_READING,
+    QUICK,
+    DiagnosticsConfig,
+    analyse,
+    load_rollouts_jsonl,
+    parse_estimator_spec,
+    progpo_spec,
+    record_source,
+)
+from training.advantages.progpo import ProGPOConfig  # noqa: E402
+
+#: label -> estimator spec: the first reading, each change alone, then the current defaults (``progpo``).
+VARIANTS: dict[str, str] = {
+    "first reading": progpo_spec(),
+    **{
+        f"+ {key}={json.dumps(value).strip(chr(34))}": progpo_spec(**{key: value})
+        for key, value in PROGPO_CHANGES.items()
+    },
+    "current defaults": "progpo",
+}
+#: The other step-level estimators, for scale on the diagnostics.
+REFERENCES = ["gigpo", "g2po", "graphgpo"]
+#: Every column of the credit diagnostics (benchmarks/credit_diagnostics.py defines them).
+DIAGNOSTICS = [
+    "corr_progress",
+    "corr_expert",
+    "step_corr_progress",
+    "step_sign_accuracy",
+    "nonzero_step_fraction",
+]
+#: RL metrics read from the comparison: held-out success and RL's own tasks, absolute and minus GRPO's.
+RL_METRICS = ["success", "rl_tasks_success"]
+
+
+def current_progpo_defaults() -> dict[str, Any]:
+    """The ablated parameters' current defaults (``ProGPOConfig``), for the table's header."""
+    defaults = {f.name: f.default for f in fields(ProGPOConfig)}
+    return {key: defaults[key] for key in PROGPO_FIRST_READING}
+
+
+def seed_means(per_batch: list[dict[str, dict[str, float | None]]], spec: str, metric: str) -> float | None:
+    """Mean of ``metric`` over the batches (noise levels) of one seed; batches where it is undefined
+    (a trajectory-level estimator's step columns, a batch without variance) are left out.
+
+    Example:
+        >>> seed_means([{"a": {"m": 0.2}}, {"a": {"m": None}}, {"a": {"m": 0.4}}], "a", "m")
+        0.30000000000000004
+    """
+    values = [batch[spec][metric] for batch in per_batch if batch[spec][metric] is not None]
+    return float(np.mean(values)) if values else None
+
+
+def aggregate(
+    seeds: list[list[dict[str, dict[str, float | None]]]], specs: list[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{spec: {metric: mean_spread over seeds}}`` from per-seed lists of per-batch estimator metrics.
+
+    Args:
+        seeds: one entry per seed (or rollout file): the list of its batches' ``{spec: {metric: value}}``.
+        specs: estimator specs to aggregate.
+
+    Example:
+        >>> one = [{"a": {m: 0.5 for m in DIAGNOSTICS}}]
+        >>> two = [{"a": {m: 0.7 for m in DIAGNOSTICS}}]
+        >>> round(aggregate([one, two], ["a"])["a"]["corr_expert"]["mean"], 6)
+        0.6
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for spec in specs:
+        out[spec] = {}
+        for metric in DIAGNOSTICS:
+            values = [seed_means(batches, spec, metric) for batches in seeds]
+            out[spec][metric] = mean_spread([v for v in values if v is not None])
+    return out
+
+
+def noise_diagnostics(specs: list[str], seeds: list[int], quick: bool, progress) -> list[list[dict]]:
+    """Per seed, the per-noise-level estimator metrics on generated ALFWorld expert-noise batches."""
+    out = []
+    for seed in seeds:
+        cfg = DiagnosticsConfig(seed=seed, sources=["alfworld"], **(QUICK if quick else {}))
+        batches = []
+        for noise_index, _ in enumerate(cfg.noise):
+            rows = record_source("alfworld", cfg, noise_index)
+            batches.append(analyse(rows, specs)["estimators"])
+            progress()
+        out.append(batches)
+    return out
+
+
+def rl_summary(comparison: dict[str, Any], specs: dict[str, str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per variant label: each RL metric's mean_spread over seeds and its paired difference with GRPO."""
+    runs = [r for r in comparison.get("runs", []) if r.get("final")]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for label, spec in specs.items():
+        mine = [r for r in runs if r["estimator"] == spec]
+        out[label] = {"seeds": sorted(r["seed"] for r in mine)}
+        for metric in RL_METRICS:
+            out[label][metric] = mean_spread([r["final"][metric] for r in mine if metric in r["final"]])
+            paired = paired_differences([r for r in runs if r["estimator"] in (spec, "grpo")], metric)
+            out[label][f"{metric}_minus_grpo"] = next(iter(paired.values()), mean_spread([]))
+    grpo = [r for r in runs if r["estimator"] == "grpo"]
+    out["grpo"] = {
+        "seeds": sorted(r["seed"] for r in grpo),
+        **{m: mean_spread([r["final"][m] for r in grpo if m in r["final"]]) for m in RL_METRICS},
+    }
+    return out
+
+
+def _cell(stat: dict[str, Any] | None, signed: bool = False) -> str:
+    if not stat or stat.get("n", 0) == 0:
+        return "—"
+    fmt = "{:+.3f}" if signed else "{:.3f}"
+    return f"{fmt.format(stat['mean'])} ± {stat['std']:.3f}"
+
+
+def print_table(result: dict[str, Any], console) -> None:
+    from rich.table import Table
+
+    labels = [*result["variants"], *REFERENCES]
+    for part, title in (("noise", "expert-noise batches"), ("policy", "the warm start's own rollouts")):
+        if not result[part]:
+            continue
+        table = Table(title=f"credit diagnostics on {title}: mean ± std over seeds")
+        table.add_column("variant")
+        for metric in DIAGNOSTICS:
+            table.add_column(metric, justify="right")
+        for label in labels:
+            spec = result["variants"].get(label, label)
+            table.add_row(label, *(_cell(result[part][spec].get(m)) for m in DIAGNOSTICS))
+        console.print(table)
+    if result["rl"]:
+        table = Table(title="RL on the quickstart, 30 iterations: after RL, mean ± std over seeds")
+        for col in ("variant", "held-out", "held-out − GRPO", "RL's tasks", "RL's tasks − GRPO", "seeds"):
+            table.add_column(col, justify="left" if col == "variant" else "right")
+        for label in [*result["variants"], "grpo"]:
+            row = result["rl"].get(label, {})
+            table.add_row(
+                label,
+                _cell(row.get("success")),
+                _cell(row.get("success_minus_grpo"), signed=True),
+                _cell(row.get("rl_tasks_success")),
+                _cell(row.get("rl_tasks_success_minus_grpo"), signed=True),
+                str(len(row.get("seeds", []))),
+            )
+        console.print(table)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Bars with seed spreads: step sign accuracy and corr(A, progress) on both batch kinds, and RL's paired
+    differences with GRPO."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(result["variants"])
+    panels = [
+        (part, metric)
+        for part in ("noise", "policy")
+        if result[part]
+        for metric in ("corr_progress", "step_sign_accuracy")
+    ]
+    rl_panels = [m for m in ("success_minus_grpo", "rl_tasks_success_minus_grpo") if result["rl"]]
+    fig, axes = plt.subplots(
+        1, len(panels) + len(rl_panels), figsize=(4.2 * (len(panels) + len(rl_panels)), 4)
+    )
+    axes = np.atleast_1d(axes)
+    x = np.arange(len(labels))
+    for ax, (part, metric) in zip(axes, panels, strict=False):
+        stats = [result[part][result["variants"][label]][metric] for label in labels]
+        ax.bar(x, [s["mean"] or 0 for s in stats], yerr=[s["std"] or 0 for s in stats], capsize=3)
+        ax.set(title=f"{metric} ({part})", xticks=x)
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+    for ax, metric in zip(axes[len(panels) :], rl_panels, strict=False):
+        stats = [result["rl"][label][metric] for label in labels]
+        ax.bar(x, [s["mean"] or 0 for s in stats], yerr=[s["std"] or 0 for s in stats], capsize=3)
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.set(title=f"RL: {metric.replace('_minus_grpo', '')} − GRPO", xticks=x)
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="expert-noise batch seeds")
+    parser.add_argument("--quick", action="store_true", help="the diagnostics' quick batches (fewer tasks)")
+    parser.add_argument(
+        "--rollouts", type=Path, nargs="*", default=[], help="policy rollout JSONL files, one per seed"
+    )
+    parser.add_argument(
+        "--comparison",
+        type=Path,
+        default=RESULTS_DIR / "compare_estimators_quickstart_ablation.json",
+        help="the RL comparison's JSON (compare_estimators --setting quickstart_ablation)",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "progpo_ablation.json")
+    parser.add_argument(
+        "--reuse-diagnostics",
+        action="store_true",
+        help="keep the diagnostics --out already holds when they were computed for the same variants, seeds "
+        "and rollout files; only read the RL comparison again (after it finished)",
+    )
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    specs = [*VARIANTS.values(), *REFERENCES]
+    for spec in specs:
+        parse_estimator_spec(spec)
+    console = Console(width=170)
+    start = time.perf_counter()
+    noise_levels = len((QUICK if args.quick else {}).get("noise", DiagnosticsConfig().noise))
+    diagnostics_config = {
+        "seeds": args.seeds,
+        "quick": args.quick,
+        "diagnostics": asdict(DiagnosticsConfig(sources=["alfworld"], **(QUICK if args.quick else {}))),
+        "rollouts": [str(p) for p in args.rollouts],
+    }
+    previous = json.loads(args.out.read_text()) if args.reuse_diagnostics and args.out.exists() else {}
+    reusable = previous.get("variants") == VARIANTS and all(
+        previous.get("config", {}).get(k) == v for k, v in diagnostics_config.items()
+    )
+    if args.reuse_diagnostics and not reusable:
+        console.print(f"[yellow]{args.out} holds other diagnostics: computing them again")
+    if reusable:
+        noise_result, policy_result = previous["noise"], previous["policy"]
+    else:
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task("diagnostics", total=len(args.seeds) * noise_levels + len(args.rollouts))
+            noise = noise_diagnostics(specs, args.seeds, args.quick, lambda: bar.advance(task))
+            policy = []
+            for path in args.rollouts:
+                policy.append([analyse(load_rollouts_jsonl(path), specs)["estimators"]])
+                bar.advance(task)
+        noise_result, policy_result = aggregate(noise, specs), aggregate(policy, specs) if policy else {}
+    comparison = json.loads(args.comparison.read_text()) if args.comparison.exists() else {}
+    result = {
+        "benchmark": "progpo_ablation",
+        "command": "python benchmarks/progpo_ablation.py "
+        + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "variants": VARIANTS,
+        "first_reading": PROGPO_FIRST_READING,
+        "current_defaults": current_progpo_defaults(),
+        "config": {
+            **diagnostics_config,
+            "comparison": str(args.comparison),
+            "comparison_command": comparison.get("command"),
+        },
+        "noise": noise_result,
+        "policy": policy_result,
+        "rl": rl_summary(comparison, VARIANTS) if comparison else {},
+        "machine": machine_info(),
+        "git": git_commit(),
+        "seconds": time.perf_counter() - start,
+    }
+    print_table(result, console)
+    save_result(result, args.out)
+    plot(result, args.out.with_suffix(".png"))
+    console.print(f"wrote {args.out} ({result['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,433 @@
+"""The quickstart's numbers, over RL seeds: ``benchmarks/results/quickstart.json`` and ``quickstart.png``.
+
+Seed 0 is the README's main job exactly: ``python -m training.cli`` on its embedded defaults (=
+``configs/quickstart.yaml``; only ``--run-dir`` and ``progress=false``, which changes nothing but the
+terminal output), i.e. ``progpo train``: the expert warm start, the held-out and RL-task evaluations before
+RL, 30 ProGPO iterations, the evaluations after RL. Seeds ``1..N-1`` run RL again from **that run's warm
+start** (``model.path=<seed 0>/reference``: the policy after the warm start, exported as RL's KL reference;
+``warm_start.enabled=false seed=k``), so the spread over seeds is the spread of RL (its task draws and
+sampling) from one warm start; each run's "before" is measured with its own sampling seeds.
+
+For every run the result holds its ``summary.json`` as written by ``progpo train`` (held-out success before
+and after RL, and on RL's own task pool: mean, spread = population std over the evaluation's sampling seeds,
+per-sampling-seed values, episodes), the change after − before, and, for the runs this script started, the
+wall time, user and system CPU seconds and peak RSS of the training process (``os.wait4``'s resource usage
+of the child, which includes the processes it waited for). Over RL seeds: mean and sample std (n − 1) of each
+number. The commands are recorded, and the machine, packages and commit the seed-0 run trained with
+(``summary.json``'s ``environment``; :func:`benchmarks.common.machine_info` for runs older than that record).
+The training runs inherit this process's environment variables unchanged (no ``OMP_NUM_THREADS`` is set:
+the job is the README's as a user runs it).
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/quickstart.py                  # seeds 0, 1, 2 (about 45 min on 2 cores)
+    .venv/bin/python benchmarks/quickstart.py --seeds 3 --jobs 2   # seeds 1 and 2 side by side
+    .venv/bin/python benchmarks/quickstart.py --reuse          # train only the seeds without a summary.json
+    .venv/bin/python benchmarks/quickstart.py --from-runs runs/quickstart runs/quickstart_seed1 \\
+        runs/quickstart_seed2                                  # no training: read existing run folders
+
+Run folders: ``runs/quickstart`` (seed 0, the README's) and ``runs/quickstart_seed<k>``; ``--from-runs`` takes
+the seed-0 run first. Then ``python benchmarks/report.py`` puts the numbers on the results page.
+
+Example:
+    >>> stats = over_seeds([0.25, 0.5, 0.75])
+    >>> stats["mean"], round(stats["std"], 3), stats["n"]
+    (0.5, 0.25, 3)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
+
+#: The README's main job's run folder (``run_dir``'s default) and the other seeds' folders beside it.
+SEED0_RUN_DIR = Path("runs") / "quickstart"
+#: The folder of a run that holds the policy after its warm start (exported as RL's KL reference).
+WARM_START_FOLDER = "reference"
+#: The evaluations of ``summary.json``: (name in the result, summary key prefix).
+EVALUATIONS = (("held_out", ""), ("rl_tasks", "rl_tasks_"))
+#: What a run started by this script records beside its ``summary.json``.
+RESOURCES_FILE = "resources.json"
+
+
+def run_dir_for(seed: int, seed0_dir: Path = SEED0_RUN_DIR) -> Path:
+    """The run folder of RL seed ``seed`` (relative to the repository root): ``seed0_dir`` for seed 0,
+    ``<seed0_dir>_seed<k>`` beside it for the others."""
+    return seed0_dir if seed == 0 else Path(f"{seed0_dir}_seed{seed}")
+
+
+def train_arguments(seed: int, seed0_dir: Path = SEED0_RUN_DIR) -> list[str]:
+    """``training.cli`` arguments of RL seed ``seed``: seed 0 is ``progpo train`` on the embedded defaults;
+    another seed starts RL from seed 0's warm start.
+
+    Example:
+        >>> train_arguments(0)
+        ['--run-dir', 'runs/quickstart', 'progress=false']
+        >>> train_arguments(2)
+        ['--run-dir', 'runs/quickstart_seed2', 'progress=false', 'model.path=runs/quickstart/reference', \
+'warm_start.enabled=false', 'seed=2']
+    """
+    arguments = ["--run-dir", str(run_dir_for(seed, seed0_dir)), "progress=false"]
+    if seed != 0:
+        warm_start = seed0_dir / WARM_START_FOLDER
+        arguments += [f"model.path={warm_start}", "warm_start.enabled=false", f"seed={seed}"]
+    return arguments
+
+
+def run_training(arguments: list[str], timeout_s: float, cpu_capability: str | None = None) -> dict[str, Any]:
+    """Run ``python -m training.cli arguments`` from the repository root, its output to ``<run>/train.log``;
+    returns ``{status, returncode, command, resources}`` and writes ``resources`` to ``<run>/resources.json``.
+
+    ``resources``: ``wall_s``, ``user_cpu_s``, ``system_cpu_s`` and ``peak_rss_gb`` (decimal GB) of the
+    training process, from :func:`os.wait4` (its own usage and that of the children it waited for).
+    ``cpu_capability`` sets ``ATEN_CPU_CAPABILITY`` for the run: torch's CPU kernels then take that code path
+    (``default``: the generic one) instead of the best one for the CPU, as on another CPU type.
+    """
+    run_dir = ROOT / arguments[arguments.index("--run-dir") + 1]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "training.cli", *arguments]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        **({"ATEN_CPU_CAPABILITY": cpu_capability} if cpu_capability else {}),
+    }
+    started = time.perf_counter()
+    with (run_dir / "train.log").open("w") as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline, timed_out = started + timeout_s, False
+        while True:
+            pid, wait_status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                process.kill()
+                _, wait_status, usage = os.wait4(process.pid, 0)
+                timed_out = True
+                break
+            time.sleep(1.0)
+    process.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here: Popen must not wait again
+    resources = {
+        "wall_s": time.perf_counter() - started,
+        "user_cpu_s": usage.ru_utime,
+        "system_cpu_s": usage.ru_stime,
+        "peak_rss_gb": usage.ru_maxrss * 1024 / 1e9,  # Linux reports KiB
+    }
+    status = "timeout" if timed_out else "ok" if process.returncode == 0 else "failed"
+    record = {
+        "status": status,
+        "returncode": process.returncode,
+        "command": shlex.join(["python", "-m", "training.cli", *arguments]),
+        "resources": resources,
+    }
+    save_result(record, run_dir / RESOURCES_FILE)
+    return record
+
+
+def over_seeds(values: list[float]) -> dict[str, Any]:
+    """Mean and sample std (n − 1; 0 for one value), min, max and n of one number over RL seeds."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
+    return {
+        "mean": float(arr.mean()),
+        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "n": int(arr.size),
+    }
+
+
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """The config the run trained with (``progpo train`` writes ``<run>/config.yaml``); {} without one."""
+    path = run_dir / "config.yaml"
+    return yaml.safe_load(path.read_text()) if path.is_file() else {}
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """One run's record: its seed, settings, ``summary.json``, before/after per evaluation and, if this
+    script started it, its command and resources.
+
+    Raises:
+        FileNotFoundError: the folder has no ``summary.json`` (the run did not finish).
+        ValueError: the summary lacks the held-out evaluation before or after RL.
+    """
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        raise FileNotFoundError(f"{summary_path}: no summary.json (the run did not finish)")
+    summary = json.loads(summary_path.read_text())
+    config = run_config(run_dir)
+    record: dict[str, Any] = {
+        "run_dir": _shown(run_dir),
+        "seed": config.get("seed"),
+        "setting": {
+            "iterations": summary.get("iterations"),
+            "algo": summary.get("algo"),
+            "warm_start": config.get("warm_start", {}).get("enabled"),
+            "model_path": config.get("model", {}).get("path"),
+            "eval_num_tasks": config.get("eval", {}).get("num_tasks"),
+            "eval_seeds": config.get("eval", {}).get("seeds"),
+            "rl_task_pool": config.get("rollout", {}).get("task_pool"),
+        },
+    }
+    for name, prefix in EVALUATIONS:
+        before, after = summary.get(prefix + "before_rl"), summary.get(prefix + "after_rl")
+        if not (before and after):
+            if name == "held_out":
+                raise ValueError(f"{summary_path}: no held-out success before and after RL")
+            continue
+        record[name] = {
+            "before": _evaluation(before),
+            "after": _evaluation(after),
+            "change": after["success"] - before["success"],
+        }
+    resources_path = run_dir / RESOURCES_FILE
+    started = json.loads(resources_path.read_text()) if resources_path.is_file() else {}
+    record["command"] = started.get("command")
+    record["resources"] = started.get("resources")
+    record["weights_sha256"] = {
+        folder: weights_digest(run_dir / folder) for folder in (WARM_START_FOLDER, "final")
+    }
+    record["summary"] = summary
+    return record
+
+
+def weights_digest(folder: Path) -> str | None:
+    """SHA-256 of a saved model's weights (``model.safetensors``; None when absent): two runs with equal
+    digests computed the same numbers bit for bit, so a user can tell whether their machine reproduces ours
+    exactly or only within the spread.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "model.safetensors").write_bytes(b"abc")
+        >>> weights_digest(d)[:12], weights_digest(d / "missing")
+        ('ba7816bf8f01', None)
+    """
+    import hashlib
+
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _evaluation(entry: dict[str, Any]) -> dict[str, Any]:
+    """Success of one evaluation: mean over its episodes, spread (population std over sampling seeds), the
+    per-sampling-seed values and the number of episodes."""
+    return {
+        "success": entry["success"],
+        "spread": entry.get("success_std"),
+        "per_sampling_seed": entry.get("success_per_seed"),
+        "episodes": entry.get("episodes"),
+    }
+
+
+def _shown(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def build_result(run_dirs: list[Path], command: str) -> dict[str, Any]:
+    """The result of the runs in ``run_dirs`` (seed 0, the README's main job, first; ValueError when the
+    first run did not warm-start): per seed and over
+    seeds (mean ± sample std of success before, after and the change, per evaluation); the seed-0 run's
+    resources are the quickstart's cost, and its machine and commit (``summary.json``'s ``environment``,
+    recorded by the training process) are the result's; a run that predates that record gets this
+    process's."""
+    seeds = [read_run(d) for d in run_dirs]
+    if seeds[0]["setting"]["warm_start"] is False:
+        raise ValueError(f"{run_dirs[0]}: the first run must be the main job (it has no warm start)")
+    trained_on = seeds[0]["summary"].get("environment")
+    summary: dict[str, Any] = {}
+    for name, _ in EVALUATIONS:
+        measured = [s[name] for s in seeds if name in s]
+        if not measured:
+            continue
+        summary[name] = {
+            "before": over_seeds([m["before"]["success"] for m in measured]),
+            "after": over_seeds([m["after"]["success"] for m in measured]),
+            "change": over_seeds([m["change"] for m in measured]),
+            "seeds_where_it_rose": sum(m["change"] > 0 for m in measured),
+            "seeds_where_it_fell": sum(m["change"] < 0 for m in measured),
+        }
+    return {
+        "benchmark": "quickstart",
+        "command": command,
+        "main_job": "`progpo train`: the training CLI on its embedded defaults, configs/quickstart.yaml",
+        # the code path torch's CPU kernels took (AVX2, AVX512, DEFAULT, ...): numbers follow it
+        "cpu_capability": ((trained_on or {}).get("torch_build") or {}).get("cpu_capability"),
+        "seed0_resources": seeds[0]["resources"],
+        "over_seeds": summary,
+        "seeds": seeds,
+        "machine": trained_on or machine_info(),
+        "git": (trained_on or {}).get("git") or git_commit(),
+    }
+
+
+def _pct(entry: dict[str, Any]) -> str:
+    spread = entry.get("spread")
+    return f"{100 * entry['success']:.1f}%" + (f" ± {100 * spread:.1f}%" if spread is not None else "")
+
+
+def print_table(result: dict[str, Any], console: Any) -> None:
+    """Per seed and over seeds: success before → after on held-out tasks and on RL's own tasks."""
+    from rich.table import Table
+
+    table = Table(title="quickstart: success before → after RL (mean ± spread over sampling seeds)")
+    for column in ("RL seed", "held-out", "RL's own tasks", "wall s", "user CPU s", "peak RSS GB"):
+        table.add_column(column, justify="right")
+    for s in result["seeds"]:
+        cells = [
+            f"{_pct(s[name]['before'])} → {_pct(s[name]['after'])}" if name in s else "—"
+            for name, _ in EVALUATIONS
+        ]
+        res = s["resources"] or {}
+        costs = [f"{res[k]:.1f}" if k in res else "—" for k in ("wall_s", "user_cpu_s", "peak_rss_gb")]
+        table.add_row(str(s["seed"]), *cells, *costs)
+    cells = []
+    for name, _ in EVALUATIONS:
+        o = result["over_seeds"].get(name)
+        cells.append(
+            "—"
+            if o is None
+            else f"{100 * o['before']['mean']:.1f}% ± {100 * o['before']['std']:.1f}% → "
+            f"{100 * o['after']['mean']:.1f}% ± {100 * o['after']['std']:.1f}%"
+        )
+    table.add_row("mean ± std", *cells, "", "", "")
+    console.print(table)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Per RL seed, success before and after RL (bars; error bars: spread over sampling seeds), one panel per
+    evaluation, and the mean over seeds (error bars: sample std over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        (name, title) for name, title in (("held_out", "held-out tasks"), ("rl_tasks", "RL's own tasks"))
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(11, 4), squeeze=False)
+    for ax, (name, title) in zip(axes[0], panels, strict=True):
+        seeds = [s for s in result["seeds"] if name in s]
+        labels = [f"seed {s['seed']}" for s in seeds]
+        before = [s[name]["before"]["success"] for s in seeds]
+        after = [s[name]["after"]["success"] for s in seeds]
+        before_err = [s[name]["before"]["spread"] or 0.0 for s in seeds]
+        after_err = [s[name]["after"]["spread"] or 0.0 for s in seeds]
+        if name in result["over_seeds"]:
+            o = result["over_seeds"][name]
+            labels.append("mean")
+            before.append(o["before"]["mean"])
+            after.append(o["after"]["mean"])
+            before_err.append(o["before"]["std"])
+            after_err.append(o["after"]["std"])
+        x = np.arange(len(labels))
+        ax.bar(x - 0.2, before, 0.4, yerr=before_err, capsize=3, label="before RL")
+        ax.bar(x + 0.2, after, 0.4, yerr=after_err, capsize=3, label="after RL")
+        ax.set_xticks(x, labels)
+        ax.set(title=f"quickstart: success on {title}", ylabel="success", ylim=(0, 1))
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3, help="RL seeds 0..N-1 (seed 0: the README's job)")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds 1.. trained this many at a time")
+    parser.add_argument("--timeout", type=float, default=7200.0, help="seconds allowed per training run")
+    parser.add_argument(
+        "--reuse", action="store_true", help="train only the seeds whose run folder has no summary.json"
+    )
+    parser.add_argument(
+        "--from-runs",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="train nothing: read these finished run folders (the seed-0 run first)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=SEED0_RUN_DIR,
+        help="seed 0's run folder (the README's); seed k's is <run-dir>_seed<k> (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cpu-capability",
+        help="run with torch's CPU kernels forced to this code path (ATEN_CPU_CAPABILITY: default, avx2, "
+        "avx512): how much another CPU type's kernels move the numbers",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "quickstart.json")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.jobs < 1:
+        parser.error("--seeds and --jobs must be at least 1")
+
+    from rich.console import Console
+
+    console = Console(width=160)
+    command = "python benchmarks/quickstart.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    if args.from_runs:
+        run_dirs = args.from_runs
+        missing = [str(d) for d in run_dirs if not (d / "summary.json").is_file()]
+        if missing:
+            parser.error(f"no summary.json in {', '.join(missing)}")
+    else:
+        run_dirs = [ROOT / run_dir_for(seed, args.run_dir) for seed in range(args.seeds)]
+
+        def train(seed: int) -> dict[str, Any]:
+            if args.reuse and (ROOT / run_dir_for(seed, args.run_dir) / "summary.json").is_file():
+                console.print(f"seed {seed}: reusing {run_dir_for(seed, args.run_dir)}")
+                return {"status": "ok"}
+            arguments = train_arguments(seed, args.run_dir)
+            console.print(f"seed {seed}: python -m training.cli {shlex.join(arguments)}")
+            record = run_training(arguments, args.timeout, args.cpu_capability)
+            console.print(f"seed {seed}: {record['status']} in {record['resources']['wall_s']:.0f} s")
+            return record
+
+        # seed 0 first: the other seeds start from its warm start
+        if train(0)["status"] != "ok":
+            console.print(f"[red]seed 0 failed: see {args.run_dir / 'train.log'}")
+            return 1
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # runs are subprocesses: threads suffice
+            statuses = list(pool.map(train, range(1, args.seeds)))
+        failed = [seed for seed, r in enumerate(statuses, start=1) if r["status"] != "ok"]
+        if failed:
+            console.print(f"[red]seeds {failed} did not finish: see their train.log")
+            return 1
+    try:
+        result = build_result(run_dirs, command)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print_table(result, console)
+    save_result(result, args.out)
+    plot(result, args.out.with_suffix(".png"))
+    console.print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
