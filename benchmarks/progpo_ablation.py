@@ -72,7 +72,13 @@ VARIANTS: dict[str, str] = {
     "current defaults": "progpo",
 }
 #: The other step-level estimators, for scale on the diagnostics.
-REFERENCES = ["gigpo", "g2po", "graphgpo"]
+REFERENCES = [
+    "gigpo",
+    "g2po",
+    "g2po:state_key=observation_actions",
+    "graphgpo",
+    "graphgpo:state_key=observation_actions",
+]
 #: Every column of the credit diagnostics (benchmarks/credit_diagnostics.py defines them).
 DIAGNOSTICS = [
     "corr_progress",
@@ -274,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "rollouts": [str(p) for p in args.rollouts],
     }
     previous = json.loads(args.out.read_text()) if args.reuse_diagnostics and args.out.exists() else {}
-    reusable = previous.get("variants") == VARIANTS and all(
+    reusable = (previous.get("variants"), previous.get("references")) == (VARIANTS, REFERENCES) and all(
         previous.get("config", {}).get(k) == v for k, v in diagnostics_config.items()
     )
     if args.reuse_diagnostics and not reusable:
@@ -296,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/progpo_ablation.py "
         + shlex.join(argv if argv is not None else sys.argv[1:]),
         "variants": VARIANTS,
+        "references": REFERENCES,
         "first_reading": PROGPO_FIRST_READING,
         "current_defaults": current_progpo_defaults(),
         "config": {

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -328,6 +329,10 @@ def _paired_table(runs: list[dict], metrics: list[str]) -> str:
     )
 
 
+#: An absolute path up to a ``runs/`` folder (``/any/checkout/runs/...``): where a result was recorded.
+_ABSOLUTE_RUNS_PREFIX = re.compile(r"/[^\s'=]*?/runs/")
+
+
 def _reproduce_commands(data: dict) -> str:
     """How to rerun one number of the comparison: its env's warm start, then the run (paths shown relative to
     the repository root, where the commands run)."""
@@ -336,7 +341,8 @@ def _reproduce_commands(data: dict) -> str:
         return ""
 
     def shown(command: str) -> str:
-        return f"`{command.replace(str(ROOT) + '/', '')}`"
+        # the folders were recorded as absolute paths of the machine that ran them: show them from the root
+        return f"`{_ABSOLUTE_RUNS_PREFIX.sub('runs/', command)}`"
 
     lines = [
         "**Reproduce one run** (from the repository root; the other runs change `seed=` and `algo.name=`):"
@@ -388,7 +394,7 @@ def render_progpo_ablation(data: dict) -> str:
             continue
         rows = [
             [label, *(cell(data[part][variants.get(label, label)].get(m)) for m in DIAGNOSTICS)]
-            for label in [*variants, *REFERENCES]
+            for label in [*variants, *data.get("references", REFERENCES)]
         ]
         parts.append(
             f"**Credit diagnostics on {title}**\n\n" + markdown_table(["variant", *DIAGNOSTICS], rows)
