@@ -107,8 +107,8 @@ class ProGPOConfig:
     depths: tuple = (0, 1, 2, "inf")
     """History depths fused into the potential; ``"inf"`` = exact prefix (K in {0,1,2,inf}, history 2)."""
     semantic: str = "similarity"
-    """Semantic expansion of the depth-0 key: exact, normalized_text, similarity (default: greedy clustering at
-    Indel ratio >= ``similarity_threshold``, as GiGPO's option) or embedding. The envs already hash a
+    """Semantic expansion of the depth-0 key: exact, normalized_text, similarity (default: greedy clusters
+    at Indel ratio >= ``similarity_threshold``, as GiGPO's option) or embedding. The envs already hash a
     normalised observation, so normalized_text (the first reading's default) merged nothing on ALFWorld."""
     similarity_threshold: float = 0.95
     """Indel-ratio threshold (0..1) for ``semantic="similarity"`` (GiGPO's 0.95)."""
