@@ -161,6 +161,8 @@ say "built in ${MEASURED[build]}, image progpo-envs:latest ${MEASURED[image]}"
 
 say "5/9 docker compose up -d --wait (ports on 127.0.0.1)"
 export WEBSHOP_HOST_PORTS WEBSHOP_ENV_HOST_PORTS ALFWORLD_HOST_PORTS
+# the env servers hand out the expert's actions (operator-only: `progpo eval --agent expert` below needs them)
+export PROGPO_SERVE_EXPERT=true
 WEBSHOP_HOST_PORTS=$(free_ports 1)
 WEBSHOP_ENV_HOST_PORTS=$(free_ports 1)
 ALFWORLD_HOST_PORTS=$(free_ports 1)

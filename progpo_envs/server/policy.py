@@ -206,6 +206,13 @@ class EnvPolicy:
             client_kwargs = {}
         if not isinstance(client_kwargs, dict):
             raise PolicyError("kwargs must be a JSON object")
+        # a client may restate what the operator fixed (e.g. expert=true on a server that hands out the
+        # expert's actions): same value, same env; any other value is refused below like any fixed kwarg
+        client_kwargs = {
+            name: value
+            for name, value in client_kwargs.items()
+            if not (name in self.fixed_kwargs and _restates(self.fixed_kwargs[name], name, value))
+        }
         for name in client_kwargs:
             if name not in self.allowed_kwargs:
                 allowed = ", ".join(sorted(self.allowed_kwargs)) or "none"
@@ -232,3 +239,12 @@ def _decoded(name: str, value: Any) -> Any:
         return decode(value, max_depth=2, max_bytes=_MAX_LIST * 8)
     except CodecError as exc:
         raise PolicyError(f"kwarg {name!r}: {exc}") from None
+
+
+def _restates(fixed: Any, name: str, value: Any) -> bool:
+    """Whether a client's encoded ``value`` for ``name`` equals the operator's fixed value (same type too)."""
+    try:
+        decoded = _decoded(name, value)
+    except PolicyError:
+        return False
+    return type(decoded) is type(fixed) and decoded == fixed

@@ -196,6 +196,16 @@ def test_operator_only_settings_are_not_client_settable_by_default(env_id):
     assert allowed.resolve_kwargs({"expert": True})["expert"] is True
 
 
+def test_a_client_may_restate_what_the_operator_fixed_but_not_change_it():
+    # the compose stage fixes expert=true on its env servers
+    policy = EnvPolicy.from_registry("progpo/ALFWorld-v0", fixed_kwargs={"expert": True})
+    assert "expert" not in policy.allowed_kwargs
+    assert policy.resolve_kwargs({"expert": True, "max_steps": 5}) == {**policy.fixed_kwargs, "max_steps": 5}
+    for other in (False, 1, "true"):  # another value, or the same truth in another type
+        with pytest.raises(PolicyError, match="'expert' is not allowed"):
+            policy.resolve_kwargs({"expert": other})
+
+
 @settings(max_examples=80, deadline=None)
 @given(name=st.sampled_from(sorted(KWARG_BOUNDS)), value=st.integers(-(2**40), 2**40))
 def test_work_and_memory_settings_are_bounded(name, value):
