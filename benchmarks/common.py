@@ -145,3 +145,25 @@ class ServerProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def mean_spread(values: list[float]) -> dict[str, Any]:
+    """Mean, sample std (n-1; 0 for one value), min, max and n of one number over seeds.
+
+    Example:
+        >>> s = mean_spread([0.25, 0.5, 0.75])
+        >>> s["mean"], round(s["std"], 3), s["n"], mean_spread([])["mean"]
+        (0.5, 0.25, 3, None)
+    """
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
+    return {
+        "mean": float(arr.mean()),
+        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "n": int(arr.size),
+    }

@@ -63,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result  # noqa: E402
 from benchmarks.credit_diagnostics import (  # noqa: E402
     PROGPO_CHANGES,
     parse_estimator_spec,
@@ -353,20 +353,6 @@ def final_metrics(records: list[dict[str, Any]], label: str = "after_rl") -> dic
 def curve(records: list[dict[str, Any]], key: str = "success") -> list[tuple[int, float]]:
     """``(iteration, value)`` of the training records."""
     return [(int(r["iteration"]), float(r[key])) for r in records if r.get("kind") == "train" and key in r]
-
-
-def mean_spread(values: list[float]) -> dict[str, Any]:
-    """Mean, sample std (n-1; 0 for one value), min, max and n."""
-    arr = np.asarray(values, dtype=float)
-    if arr.size == 0:
-        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
-    return {
-        "mean": float(arr.mean()),
-        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-        "n": int(arr.size),
-    }
 
 
 def paired_differences(

@@ -47,8 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
-from benchmarks.compare_estimators import mean_spread, paired_differences  # noqa: E402
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result  # noqa: E402
+from benchmarks.compare_estimators import paired_differences  # noqa: E402
 from benchmarks.credit_diagnostics import (  # noqa: E402
     PROGPO_CHANGES,
     PROGPO_FIRST_READING,
@@ -173,35 +173,55 @@ def _cell(stat: dict[str, Any] | None, signed: bool = False) -> str:
     return f"{fmt.format(stat['mean'])} ± {stat['std']:.3f}"
 
 
+def tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The ablation's tables as ``(title, header, rows)`` of display strings: the diagnostics on each batch
+    kind (every column; the variants, then the reference estimators), then RL against GRPO. The terminal
+    (:func:`print_table`) and the results page (``benchmarks/report.py``) both show these."""
+    variants = result["variants"]
+    out = []
+    kinds = (("noise", "expert-noise ALFWorld batches"), ("policy", "the warm start's own rollouts"))
+    for part, title in kinds:
+        if not result.get(part):
+            continue
+        rows = [
+            [label, *(_cell(result[part][variants.get(label, label)].get(m)) for m in DIAGNOSTICS)]
+            for label in [*variants, *result.get("references", REFERENCES)]
+        ]
+        out.append((f"Credit diagnostics on {title}", ["variant", *DIAGNOSTICS], rows))
+    if result.get("rl"):
+        rows = []
+        for label in [*variants, "grpo"]:
+            row = result["rl"].get(label, {})
+            rows.append(
+                [
+                    label,
+                    _cell(row.get("success")),
+                    _cell(row.get("success_minus_grpo"), signed=True),
+                    _cell(row.get("rl_tasks_success")),
+                    _cell(row.get("rl_tasks_success_minus_grpo"), signed=True),
+                    str(len(row.get("seeds", []))),
+                ]
+            )
+        out.append(
+            (
+                "RL on the quickstart (30 iterations from one warm start; after RL; paired with GRPO by "
+                "seed)",
+                ["variant", "held-out", "held-out − GRPO", "RL's tasks", "RL's tasks − GRPO", "seeds"],
+                rows,
+            )
+        )
+    return out
+
+
 def print_table(result: dict[str, Any], console) -> None:
     from rich.table import Table
 
-    labels = [*result["variants"], *REFERENCES]
-    for part, title in (("noise", "expert-noise batches"), ("policy", "the warm start's own rollouts")):
-        if not result[part]:
-            continue
-        table = Table(title=f"credit diagnostics on {title}: mean ± std over seeds")
-        table.add_column("variant")
-        for metric in DIAGNOSTICS:
-            table.add_column(metric, justify="right")
-        for label in labels:
-            spec = result["variants"].get(label, label)
-            table.add_row(label, *(_cell(result[part][spec].get(m)) for m in DIAGNOSTICS))
-        console.print(table)
-    if result["rl"]:
-        table = Table(title="RL on the quickstart, 30 iterations: after RL, mean ± std over seeds")
-        for col in ("variant", "held-out", "held-out − GRPO", "RL's tasks", "RL's tasks − GRPO", "seeds"):
+    for title, header, rows in tables(result):
+        table = Table(title=f"{title}: mean ± std over seeds")
+        for col in header:
             table.add_column(col, justify="left" if col == "variant" else "right")
-        for label in [*result["variants"], "grpo"]:
-            row = result["rl"].get(label, {})
-            table.add_row(
-                label,
-                _cell(row.get("success")),
-                _cell(row.get("success_minus_grpo"), signed=True),
-                _cell(row.get("rl_tasks_success")),
-                _cell(row.get("rl_tasks_success_minus_grpo"), signed=True),
-                str(len(row.get("seeds", []))),
-            )
+        for row in rows:
+            table.add_row(*row)
         console.print(table)
 
 

@@ -28,11 +28,6 @@ Run (from the repository root)::
 
 Run folders: ``runs/quickstart`` (seed 0, the README's) and ``runs/quickstart_seed<k>``; ``--from-runs`` takes
 the seed-0 run first. Then ``python benchmarks/report.py`` puts the numbers on the results page.
-
-Example:
-    >>> stats = over_seeds([0.25, 0.5, 0.75])
-    >>> stats["mean"], round(stats["std"], 3), stats["n"]
-    (0.5, 0.25, 3)
 """
 
 from __future__ import annotations
@@ -55,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result  # noqa: E402
 
 #: The README's main job's run folder (``run_dir``'s default) and the other seeds' folders beside it.
 SEED0_RUN_DIR = Path("runs") / "quickstart"
@@ -138,20 +133,6 @@ def run_training(arguments: list[str], timeout_s: float, cpu_capability: str | N
     }
     save_result(record, run_dir / RESOURCES_FILE)
     return record
-
-
-def over_seeds(values: list[float]) -> dict[str, Any]:
-    """Mean and sample std (n − 1; 0 for one value), min, max and n of one number over RL seeds."""
-    arr = np.asarray(values, dtype=float)
-    if arr.size == 0:
-        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
-    return {
-        "mean": float(arr.mean()),
-        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-        "n": int(arr.size),
-    }
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -265,9 +246,9 @@ def build_result(run_dirs: list[Path], command: str) -> dict[str, Any]:
         if not measured:
             continue
         summary[name] = {
-            "before": over_seeds([m["before"]["success"] for m in measured]),
-            "after": over_seeds([m["after"]["success"] for m in measured]),
-            "change": over_seeds([m["change"] for m in measured]),
+            "before": mean_spread([m["before"]["success"] for m in measured]),
+            "after": mean_spread([m["after"]["success"] for m in measured]),
+            "change": mean_spread([m["change"] for m in measured]),
             "seeds_where_it_rose": sum(m["change"] > 0 for m in measured),
             "seeds_where_it_fell": sum(m["change"] < 0 for m in measured),
         }

@@ -371,15 +371,8 @@ QUICKSTART_EVALUATIONS = (("held_out", "held-out tasks"), ("rl_tasks", "RL's own
 
 def render_progpo_ablation(data: dict) -> str:
     """The ablation's three tables: diagnostics on both batch kinds (every column), then RL vs GRPO."""
-    from benchmarks.progpo_ablation import DIAGNOSTICS, REFERENCES
+    from benchmarks.progpo_ablation import tables
 
-    def cell(stat: dict | None, signed: bool = False) -> str:
-        if not stat or not stat.get("n"):
-            return "—"
-        mean = f"{stat['mean']:+.3f}" if signed else f"{stat['mean']:.3f}"
-        return f"{mean} ± {stat['std']:.3f}"
-
-    variants = data["variants"]
     parts = [
         "First reading: "
         + ", ".join(f"`{k}={v}`" for k, v in data["first_reading"].items())
@@ -389,37 +382,7 @@ def render_progpo_ablation(data: dict) -> str:
         f"seeds (diagnostics: batch seeds {_fmt(data['config']['seeds'])}, each the mean over the noise "
         "levels; policy: one rollout file per recording seed; RL: RL seeds)."
     ]
-    for part, title in (("noise", "expert-noise ALFWorld batches"), ("policy", "the warm start's rollouts")):
-        if not data.get(part):
-            continue
-        rows = [
-            [label, *(cell(data[part][variants.get(label, label)].get(m)) for m in DIAGNOSTICS)]
-            for label in [*variants, *data.get("references", REFERENCES)]
-        ]
-        parts.append(
-            f"**Credit diagnostics on {title}**\n\n" + markdown_table(["variant", *DIAGNOSTICS], rows)
-        )
-    if data.get("rl"):
-        rows = []
-        for label in [*variants, "grpo"]:
-            row = data["rl"].get(label, {})
-            rows.append(
-                [
-                    label,
-                    cell(row.get("success")),
-                    cell(row.get("success_minus_grpo"), signed=True),
-                    cell(row.get("rl_tasks_success")),
-                    cell(row.get("rl_tasks_success_minus_grpo"), signed=True),
-                    len(row.get("seeds", [])),
-                ]
-            )
-        parts.append(
-            "**RL on the quickstart** (30 iterations from one warm start; after RL; paired with GRPO by seed)"
-            "\n\n"
-            + markdown_table(
-                ["variant", "held-out", "held-out − GRPO", "RL's tasks", "RL's tasks − GRPO", "seeds"], rows
-            )
-        )
+    parts += [f"**{title}**\n\n" + markdown_table(header, rows) for title, header, rows in tables(data)]
     return "\n\n".join(parts)
 
 
