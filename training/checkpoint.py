@@ -431,3 +431,41 @@ def _newest(root: Path, open_checkpoint):
         f"no intact checkpoint to resume from in {root} ({'; '.join(problems)}); nothing was deleted: "
         "repair the checkpoints folder or move it away to start fresh"
     )
+
+
+# ------------------------------------------------------------------------------------- the trainer's state
+def gather_training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """The model's and the optimizer's full state dicts, for :func:`save_checkpoint`: under FSDP2 gathered
+    into rank 0's host memory one tensor at a time (a collective; empty on the other ranks)."""
+    if not torch.distributed.is_initialized():
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}, optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return (
+        get_model_state_dict(model, options=options),
+        get_optimizer_state_dict(model, optimizer, options=options),
+    )
+
+
+def apply_training_state(
+    checkpoint: Checkpoint, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> None:
+    """Load ``checkpoint``'s model and optimizer state into a (possibly FSDP2) model and its optimizer."""
+    if not torch.distributed.is_initialized():
+        model.load_state_dict(checkpoint.model_state)
+        optimizer.load_state_dict(checkpoint.optimizer_state)
+        return
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, checkpoint.model_state, options=options)
+    set_optimizer_state_dict(model, optimizer, checkpoint.optimizer_state, options=options)

@@ -26,6 +26,7 @@ from training.config import (
     describe_fields,
     load_config,
 )
+from training.preflight import preflight
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,16 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         overrides.append(f"run_dir={args.run_dir}")
     try:
         config = load_config(args.config, overrides)
+        preflight(config)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"progpo train: {exc}", file=sys.stderr)
         return 2
     from training.checkpoint import CheckpointError
     from training.trainer import Trainer
+    from training.update import SamplerGapError
 
     trainer = Trainer(config)
     try:
         summary = trainer.run(resume=args.resume)
-    except CheckpointError as exc:  # no intact checkpoint to resume from: nothing was deleted
+    except (CheckpointError, SamplerGapError) as exc:  # nothing was deleted; the last checkpoint stands
         if trainer.dist.is_main:
             print(f"progpo train: {exc}", file=sys.stderr)
         return 1

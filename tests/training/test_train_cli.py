@@ -19,7 +19,15 @@ from training_helpers import TINY_OVERRIDES, subprocess_env, tiny_config
 from training.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-VOLATILE = ("time", "per_s")  # wall-clock measurements differ between runs; everything else must not
+VOLATILE = ("time", "per_s", "peak")  # wall-clock measurements differ between runs; everything else must not
+
+
+def _collect(trainer, iteration: int):
+    """The rollout of ``iteration`` as the trainer's loop makes it."""
+    from training.rollout import collect_groups
+
+    worker = trainer.rollout_worker
+    return collect_groups(worker, trainer.engine, trainer.config, iteration, trainer.dist, trainer.device)
 
 
 def _train_cmd(run_dir: Path, *extra: str) -> list[str]:
@@ -58,7 +66,7 @@ def test_cli_run_writes_every_artefact(straight_run):
     run_dir = straight_run
     records = _stable_records(run_dir)
     kinds = [r["kind"] for r in records]
-    assert kinds == ["warm_start", "eval", "train", "train", "train", "eval"]
+    assert kinds == ["warm_start", "eval", "train", "memory", "train", "train", "eval"]
     train = [r for r in records if r["kind"] == "train"]
     assert [r["iteration"] for r in train] == [1, 2, 3]
     for key in (
@@ -230,7 +238,7 @@ def test_free_text_iteration_on_the_real_webshop_env(tmp_path, monkeypatch):
     )
     trainer = Trainer(config)
     try:
-        result = trainer.collect(0)
+        result = _collect(trainer, 0)
         metrics = trainer.train_iteration(1)
     finally:
         trainer.close()
@@ -256,7 +264,7 @@ def test_dynamic_sampling_runs_more_rounds(tmp_path, monkeypatch):
     )
     trainer = Trainer(config)
     try:
-        result = trainer.collect(0)
+        result = _collect(trainer, 0)
     finally:
         trainer.close()
     # an untrained policy never wins: no group has mixed outcomes, both rounds run, the last one is kept
@@ -280,7 +288,7 @@ def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypa
     )
     trainer = Trainer(config)
     try:
-        rows = trainer.collect(0).rows
+        rows = _collect(trainer, 0).rows
     finally:
         trainer.close()
     advantages = np.where(np.arange(rows.num_rows) % 2 == 0, 1.0, -1.0)
@@ -293,7 +301,7 @@ def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypa
         return (logprobs * packed.response_mask).sum(-1).numpy()
 
     before = sequence_logprobs()
-    stats = trainer.update(rows, advantages, 0)
+    stats = trainer.update(rows, advantages, 0, np.ones(rows.num_rows, dtype=bool))
     after = sequence_logprobs()
     assert stats["first_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     change = after - before
@@ -319,8 +327,8 @@ def test_task_pool_limits_rl_tasks_and_is_evaluated_before_and_after(tmp_path, m
     )
     trainer = Trainer(config)
     try:
-        pool = {f"train-{t}" for t in spread_tasks(num_tasks(trainer.train_envs), 2)}
-        drawn = {e.task_id for it in range(4) for e in trainer.collect(it).episodes}
+        pool = {f"train-{t}" for t in spread_tasks(num_tasks(trainer.rollout_worker.envs), 2)}
+        drawn = {e.task_id for it in range(4) for e in _collect(trainer, it).episodes}
         summary = trainer.run()
     finally:
         trainer.close()
