@@ -435,6 +435,18 @@ def ref_progpo_coverage(
     return np.array([cov_e[i] + step_weight * cov_s[i] if failed[r.group[i]] else gig[i] for i in range(r.n)])
 
 
+def ref_toy_return_baseline(
+    batch, gamma=0.95, step_weight=1.0, norm="mean_std", stats_scope="cross_steps", invalid_penalty=0.1
+):
+    r = Rows(batch)
+    adv_e = _episode(r, norm, stats_scope, invalid_penalty)
+    members = defaultdict(list)
+    for i in range(r.n):
+        members[r.group[i]].append(i)
+    step = normalize_groups(members, _step_returns(r, gamma, invalid_penalty), norm, "zero")
+    return np.array([e + step_weight * s for e, s in zip(adv_e, step, strict=True)])
+
+
 #: Estimator name -> its oracle, every ``ref_<name>`` of this module.
 REFERENCES = {
     name.removeprefix("ref_"): fn for name, fn in dict(globals()).items() if name.startswith("ref_")

@@ -216,7 +216,7 @@ def test_same_output_in_a_fresh_process():
     here = Path(__file__).resolve().parent
     code = (
         "import sys, numpy as np; sys.path.insert(0, sys.argv[1]);"
-        "from advantages_batches import random_walk_batch;"
+        "import advantages_toy; from advantages_batches import random_walk_batch;"
         "from training.advantages import compute_advantages, ESTIMATORS;"
         "b = random_walk_batch(8, seed=5, with_text=True);"
         "b['obs_key'] = np.array([f'o{k}' for k in b['obs_key']], dtype=object);"
