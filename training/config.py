@@ -51,8 +51,9 @@ def algo_choices() -> list[str]:
 
 
 def algo_parameters(name: str) -> list[str]:
-    """The keys ``algo.params`` accepts for estimator ``name`` (its keyword parameters, read from the
-    registry, less ``invalid_penalty``, which ``algo.invalid_penalty`` sets)."""
+    """The keys ``algo.params`` accepts for estimator ``name``: its registered parameters (the fields of its
+    params dataclass), less ``invalid_penalty``, the ``SharedParams`` key every estimator takes, which
+    ``algo.invalid_penalty`` sets."""
     return [p for p in ESTIMATORS[name].parameters if p != "invalid_penalty"]
 
 
