@@ -55,7 +55,7 @@ def run_shape(name: str, args) -> dict:
     import torch
 
     from agents.projection import demonstration_text
-    from training import sampling
+    from training import decoding, sampling
     from training.rollout import response_token_ids
 
     with tempfile.TemporaryDirectory() as folder:
@@ -76,18 +76,18 @@ def run_shape(name: str, args) -> dict:
     full_vocabulary = lambda model: None  # noqa: E731 - the fallback path, as under FSDP2
 
     def timed(projection) -> dict:
-        sampling.output_projection = projection
+        sampling.output_projection = decoding.output_projection = projection
         try:
             sample_s, update_s = [], []
             for repeat in range(args.repeats):
                 started = time.perf_counter()
-                out = sampling.sample_responses(
+                out = decoding.sample_responses(
                     model,
                     prompts,
                     max_new_tokens=40,
                     stop_token_ids=policy.stop_token_ids,
                     pad_token_id=tok.pad_token_id,
-                    generator=torch.Generator().manual_seed(repeat),
+                    seeds=[repeat * len(prompts) + k for k in range(len(prompts))],
                     candidates=[candidates] * len(prompts),
                 )
                 sample_s.append(time.perf_counter() - started)
@@ -106,7 +106,7 @@ def run_shape(name: str, args) -> dict:
                 "packed": packed,
             }
         finally:
-            sampling.output_projection = fast_projection
+            sampling.output_projection = decoding.output_projection = fast_projection
 
     fast, full = timed(fast_projection), timed(full_vocabulary)
 

@@ -64,9 +64,7 @@ def _cpu_seconds() -> float:
 
 
 def _measure(engine, prompts, new_tokens: int, repeats: int) -> dict:
-    engine.generate(
-        prompts, temperature=1.0, max_new_tokens=new_tokens, generator=torch.Generator().manual_seed(0)
-    )
+    engine.generate(prompts, temperature=1.0, max_new_tokens=new_tokens, seeds=list(range(len(prompts))))
     walls, cpus, tokens = [], [], []
     for rep in range(repeats):
         cpu0, wall0 = _cpu_seconds(), time.perf_counter()
@@ -74,7 +72,7 @@ def _measure(engine, prompts, new_tokens: int, repeats: int) -> dict:
             prompts,
             temperature=1.0,
             max_new_tokens=new_tokens,
-            generator=torch.Generator().manual_seed(rep + 1),
+            seeds=[(rep + 1) * len(prompts) + k for k in range(len(prompts))],
         )
         walls.append(time.perf_counter() - wall0)
         cpus.append(_cpu_seconds() - cpu0)

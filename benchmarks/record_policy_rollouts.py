@@ -63,20 +63,19 @@ def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list
         top_p=cfg.rollout.top_p,
         batch_size=cfg.rollout.sample_batch_size,
     )
-    agent = _PlanLengthAtReset(
-        PolicyAgent(
-            worker,
-            engine=engine,
-            temperature=cfg.rollout.temperature,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            generator=torch.Generator().manual_seed(seed),
-        ),
-        lambda: distance(game),
+    policy_agent = PolicyAgent(
+        worker,
+        engine=engine,
+        temperature=cfg.rollout.temperature,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        sampling_seed=seed,
     )
+    agent = _PlanLengthAtReset(policy_agent, lambda: distance(game))
     rows: list[StepRow] = []
     try:
         for group_id, task_index in enumerate(spread_tasks(split_size(envs), num_tasks)):
             for k in range(group_size):
+                policy_agent.traj_offset = group_id * group_size + k  # each episode its own responses
                 d_after = None
                 for vector_step in play_episodes(
                     envs, agent, worker.env_kind, seed=seed, task_indices=[task_index]

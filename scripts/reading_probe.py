@@ -133,9 +133,7 @@ def main() -> int:
                 engine=trainer.engine,
                 temperature=args.temperature,
                 max_new_tokens=config.rollout.max_new_tokens,
-                generator=torch.Generator(device=trainer.device).manual_seed(
-                    derive_seed(config.seed, "reading_probe", seed)
-                ),
+                sampling_seed=derive_seed(config.seed, "reading_probe", seed),
             )
             won += [e.won for e in result.episodes]
             rows = result.rows

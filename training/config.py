@@ -32,6 +32,9 @@ from training.advantages.registry import check_parameter_names
 #: ``rollout.template`` takes.
 TEMPLATE_NAMES = tuple(t.value for t in PromptTemplate)
 
+#: ``rollout.mode``: every turn together, or every episode at its own pace (:mod:`training.async_rollout`).
+ROLLOUT_MODES = ("lockstep", "async")
+
 #: Dtype names of ``model.dtype``/``model.compute_dtype``/``model.export_dtype`` (``auto`` where allowed).
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
@@ -181,6 +184,19 @@ class RolloutConfig:
         "transformers",
         "transformers | vllm (under torchrun: one vLLM engine per GPU, on that GPU, in the rank's process)",
     )
+    mode: str = _field(
+        "lockstep",
+        "lockstep (each turn one generate for every active episode, then every env steps: a turn waits for "
+        "its longest response) | async (each episode submits its next prompt as soon as its env step "
+        "returns, on a continuously batched engine in its own thread; finished episodes free their slot; "
+        "groups stay whole: training/async_rollout.py)",
+    )
+    max_staleness: int = _field(
+        0,
+        "with mode=async: policy versions a group may lag the update that trains on it. 0 = on-policy (the "
+        "same groups and first update as lockstep); 1 = the next batch rolls out while this one updates "
+        "(its rows corrected by decoupled PPO, loss.behaviour_weight_cap; a sampler copy of the model)",
+    )
     vllm_gpu_memory_utilization: float = _field(
         0.4, "share of the GPU's memory vLLM may take (model + KV cache; the trainer shares the GPU)"
     )
@@ -245,6 +261,11 @@ class LossConfig:
     kl_coef: float = _field(0.01, "weight of the k3 KL to the frozen reference (0 = no reference model)")
     entropy_coef: float = _field(0.001, "weight of the entropy bonus")
     ppo_epochs: int = _field(1, "passes over each batch")
+    behaviour_weight_cap: float = _field(
+        2.0,
+        "truncation C of the importance weight min(pi_prox / pi_behaviour, C) on the tokens of rows an older "
+        "policy sampled (rollout.max_staleness >= 1; decoupled PPO, training/loss.py)",
+    )
     exclude_uniform_groups: bool = _field(
         False,
         "leave task groups whose episodes all scored the same (DAPO's filter) out of the update: no loss "
@@ -350,6 +371,14 @@ class TrainConfig:
                 "num_groups and group_size must be >= 1",
             ),
             (self.rollout.engine in ("transformers", "vllm"), "rollout.engine must be transformers or vllm"),
+            (self.rollout.mode in ROLLOUT_MODES, f"rollout.mode must be one of {', '.join(ROLLOUT_MODES)}"),
+            (self.rollout.max_staleness >= 0, "rollout.max_staleness must be >= 0"),
+            (
+                self.rollout.max_staleness == 0 or self.rollout.mode == "async",
+                "rollout.max_staleness >= 1 needs rollout.mode=async (lock-step rollouts never overlap the "
+                "update)",
+            ),
+            (self.loss.behaviour_weight_cap >= 1, "loss.behaviour_weight_cap must be >= 1"),
             (
                 self.rollout.template in TEMPLATE_NAMES,
                 f"rollout.template must be one of {', '.join(TEMPLATE_NAMES)}",

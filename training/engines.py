@@ -1,9 +1,13 @@
 """Generation engines: what rollouts sample responses with (:class:`GenerationEngine`), and the in-process
 transformers engine (:class:`TransformersEngine`); the vLLM engine is :mod:`training.vllm_engine`.
 
-An engine takes a batch of prompts (token ids) and returns one sampled response per prompt with the per-token
-log-probs of the sampling distribution (:class:`training.sampling.SampleOutput`), optionally constrained to a
-list of candidate responses per prompt (:mod:`training.constrained`).
+An engine batches requests continuously: :meth:`~GenerationEngine.add_request` queues a
+:class:`~training.sampling.SampleRequest` (prompt token ids, its own seed, temperature, length limit and,
+optionally, candidate responses: :mod:`training.constrained`), and each :meth:`~GenerationEngine.step` runs
+one decode step over every request in flight and returns those that ended. The lock-step rollout calls
+:meth:`~GenerationEngine.generate` once per turn (all the turn's prompts, :func:`run_requests`); per-episode
+rollouts add each episode's request as its last env step returns (:class:`training.engine_loop.EngineLoop`).
+A response depends on its prompt and its seed only, not on the requests it was batched with.
 
 Example:
     >>> import torch
@@ -11,8 +15,7 @@ Example:
     >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16,
     ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
     >>> engine = TransformersEngine(model, stop_token_ids=[1], pad_token_id=0)
-    >>> out = engine.generate([[2, 3, 4]], temperature=1.0, max_new_tokens=3,
-    ...                       generator=torch.Generator().manual_seed(0))
+    >>> out = engine.generate([[2, 3, 4]], temperature=1.0, max_new_tokens=3, seeds=[0])
     >>> len(out.token_ids[0]) == len(out.logprobs[0]) <= 3
     True
 """
@@ -24,13 +27,24 @@ from typing import Protocol
 
 import torch
 
+from training.decoding import DecodeBatch, collect_results, requests_for
 from training.policy import compute_context
-from training.sampling import SampleOutput, sample_responses
+from training.sampling import SampleOutput, SampleRequest, SampleResult
 from training.weight_sync import stream_weights
 
 
 class GenerationEngine(Protocol):
     """What rollouts need from a sampler (transformers in-process, or vLLM)."""
+
+    def add_request(self, request: SampleRequest) -> int:
+        """Queue ``request``; returns its id (its result's ``request_id``)."""
+
+    def step(self) -> list[SampleResult]:
+        """One decode step over the requests in flight (admitting queued ones); the results of those that
+        ended."""
+
+    def has_unfinished(self) -> bool:
+        """Whether requests are queued or being decoded."""
 
     def generate(
         self,
@@ -38,26 +52,43 @@ class GenerationEngine(Protocol):
         *,
         temperature: float,
         max_new_tokens: int,
-        generator: torch.Generator | None,
+        seeds: Sequence[int],
         candidates: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> SampleOutput:
-        """One sampled response per prompt, with per-token log-probs (constrained to ``candidates`` per
-        prompt when given: :mod:`training.constrained`)."""
+        """One sampled response per prompt (prompt ``k`` from ``seeds[k]``), with per-token log-probs
+        (constrained to ``candidates`` per prompt when given: :mod:`training.constrained`), in prompt
+        order."""
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load the trained ``model``'s current weights (:func:`training.weight_sync.stream_weights`: one
         tensor at a time; under FSDP2 a collective every rank runs)."""
 
 
+def run_requests(engine: GenerationEngine, requests: Sequence[SampleRequest]) -> SampleOutput:
+    """Add ``requests`` to an idle ``engine`` and step it until they all ended; their responses in order.
+
+    Raises:
+        RuntimeError: When the engine already had requests in flight (their results would be lost here).
+    """
+    if engine.has_unfinished():
+        raise RuntimeError("a lock-step generate on an engine with requests in flight")
+    ids = [engine.add_request(request) for request in requests]
+    results = []
+    while engine.has_unfinished():
+        results += engine.step()
+    return collect_results(results, ids)
+
+
 class TransformersEngine:
-    """Samples with a transformers model in this process (the trainer's own model, or a rollout copy).
+    """Samples with a transformers model in this process (the trainer's own model, or a rollout copy), in a
+    continuously batched KV-cached decoder (:class:`training.decoding.DecodeBatch`).
 
     Args:
         model: The causal LM to sample from.
         stop_token_ids: Tokens that end a response.
         pad_token_id: Padding id.
         top_p: Nucleus threshold.
-        batch_size: Sequences decoded together.
+        batch_size: Sequences decoded together at most.
         compute_dtype: Autocast dtype of the decoding passes over the model's (fp32 master) weights, the
             trainer's ``model.compute_dtype``; float32 = no autocast.
     """
@@ -73,32 +104,41 @@ class TransformersEngine:
     ):
         self.model = model
         self.compute_dtype = compute_dtype
-        self.stop_token_ids = list(stop_token_ids)
-        self.pad_token_id = int(pad_token_id)
-        self.top_p = top_p
-        self.batch_size = batch_size
+        self.batch = DecodeBatch(model, stop_token_ids, pad_token_id, top_p=top_p, capacity=batch_size)
 
-    def generate(self, prompts, *, temperature, max_new_tokens, generator, candidates=None):
+    def add_request(self, request: SampleRequest) -> int:
         """See :class:`GenerationEngine`."""
+        return self.batch.add(request)
+
+    def has_unfinished(self) -> bool:
+        """See :class:`GenerationEngine`."""
+        return self.batch.has_work()
+
+    def step(self) -> list[SampleResult]:
+        """See :class:`GenerationEngine` (the model in eval mode and the compute dtype for the step)."""
         was_training = self.model.training
         self.model.eval()
-        device = next(self.model.parameters()).device
         try:
-            with compute_context(device, self.compute_dtype):
-                return sample_responses(
-                    self.model,
-                    prompts,
-                    max_new_tokens=max_new_tokens,
-                    stop_token_ids=self.stop_token_ids,
-                    pad_token_id=self.pad_token_id,
-                    temperature=temperature,
-                    top_p=self.top_p,
-                    generator=generator,
-                    batch_size=self.batch_size,
-                    candidates=candidates,
-                )
+            with compute_context(self.batch.device, self.compute_dtype):
+                return self.batch.step()
         finally:
             self.model.train(was_training)
+
+    def generate(self, prompts, *, temperature, max_new_tokens, seeds, candidates=None):
+        """See :class:`GenerationEngine`."""
+        requests = requests_for(
+            prompts,
+            seeds=seeds,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            candidates=candidates,
+        )
+        return run_requests(self, requests)
+
+    @property
+    def decode_steps(self) -> tuple[int, int]:
+        """``(decode steps, rows decoded summed over them)`` so far (the batch's fill is their ratio)."""
+        return self.batch.steps, self.batch.row_steps
 
     @torch.no_grad()
     def sync_weights(self, model: torch.nn.Module) -> None:

@@ -17,7 +17,6 @@ import dataclasses
 from typing import Any
 
 import numpy as np
-import torch
 
 from agents.envs import num_tasks
 from training.config import TrainConfig
@@ -68,11 +67,10 @@ class Evaluator:
         config: The run's configuration.
         tokenizer: The policy's tokenizer.
         dist: This process's place in the job (tasks are shared out over ranks).
-        device: Where the sampling generators live (the model's device).
     """
 
-    def __init__(self, config: TrainConfig, tokenizer, dist: DistContext, device: torch.device):
-        self.config, self.tokenizer, self.dist, self.device = config, tokenizer, dist, device
+    def __init__(self, config: TrainConfig, tokenizer, dist: DistContext):
+        self.config, self.tokenizer, self.dist = config, tokenizer, dist
         self._workers: dict[str, RolloutWorker] = {}
 
     def _worker(self, evaluation: Evaluation) -> RolloutWorker:
@@ -89,8 +87,10 @@ class Evaluator:
         ``periodic`` or ``after_rl``)."""
         cfg, kind = self.config.eval, evaluation.kind
         worker = self._worker(evaluation)
-        tasks = self.dist.shard(spread_tasks(num_tasks(worker.envs), evaluation.num_tasks))
+        all_tasks = spread_tasks(num_tasks(worker.envs), evaluation.num_tasks)
+        tasks = self.dist.shard(all_tasks)
         indices = tasks or [0]  # a rank without a task still steps its env (every rank samples alike)
+        first = (len(all_tasks) * self.dist.rank) // self.dist.world_size  # this rank's first task's place
         per_seed, all_episodes, admissible = [], [], [0.0, 0.0]
         for s in range(cfg.seeds):
             result = worker.run(
@@ -99,9 +99,8 @@ class Evaluator:
                 engine=engine,
                 temperature=cfg.temperature,
                 max_new_tokens=self.config.rollout.max_new_tokens,
-                generator=torch.Generator(device=self.device).manual_seed(
-                    derive_seed(self.config.seed, kind, s, self.dist.rank)
-                ),
+                sampling_seed=derive_seed(self.config.seed, kind, s),
+                traj_offset=first,
             )
             mine = result.episodes if tasks else []
             if tasks:

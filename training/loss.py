@@ -8,6 +8,13 @@ Per response token with advantage ``A`` (the step row's advantage broadcast over
     KL_k3  = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1, clamped to [−10, 10]   (Schulman's k3)
     L      = token_mean(L_pg) + β·token_mean(KL_k3) − η·token_mean(entropy)
 
+Rows sampled by an older policy than the one being updated (asynchronous rollouts, ``rollout.max_staleness``
+≥ 1) use the decoupled objective: π_old is then the *proximal* policy (the current weights before the update,
+recomputed) and each token's ``L_pg`` is weighted by the truncated importance weight
+``w = min(π_prox / π_behaviour, C)`` of the policy that actually sampled it (``weights``; see
+:func:`policy_loss_terms`). On-policy rows have no weight (``w`` is never applied), so without stale rows the
+loss is exactly the one above.
+
 ``token_mean`` divides by the number of response tokens of the whole mini-batch (verl's ``token-mean``), so
 each micro-batch contributes ``sum / total_tokens`` and gradient accumulation gives exactly the mini-batch
 mean.
@@ -59,8 +66,18 @@ def policy_loss_terms(
     clip_low: float,
     clip_high: float,
     dual_clip: float,
+    weights: torch.Tensor | None = None,
 ) -> PolicyLossTerms:
     """Clipped (and dual-clipped) policy-gradient loss over tokens; all inputs ``(B, R)``.
+
+    ``weights`` (detached, ``(B, R)``, or ``None``) multiply each token's clipped loss: the behaviour-policy
+    correction of decoupled PPO for rows sampled by an older policy — the objective of Hilton et al. 2021
+    ("Batch size-invariance for policy optimization", arXiv 2110.00641), as AReaL uses it for asynchronous
+    RL (Fu et al. 2025, arXiv 2505.24298, eq. 5): the ratio is clipped against the proximal policy
+    (``old_logprobs`` = the current weights' log-probs), and ``π_prox / π_behaviour`` reweights the token,
+    truncated at a cap as in IMPALA's V-trace (Espeholt et al. 2018, arXiv 1802.01561) and in truncated
+    importance sampling for sampler/trainer mismatch (Yao et al. 2025, "Your efficient RL framework secretly
+    brings you off-policy RL training"). ``None`` leaves the loss exactly unweighted.
 
     Args:
         logprobs: ``log π_θ`` of the response tokens (differentiable).
@@ -85,6 +102,8 @@ def policy_loss_terms(
         negative = advantages < 0
         dual_active = (negative & (loss > bound)).to(mask.dtype)
         loss = torch.where(negative, dual, loss)
+    if weights is not None:
+        loss = loss * weights
     return PolicyLossTerms(
         pg_sum=(loss * mask).sum(),
         ratio_sum=(ratio.detach() * mask).sum(),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,23 @@ def value_stats(prefix: str, values: np.ndarray) -> dict[str, float]:
         f"{prefix}_min": float(values.min()),
         f"{prefix}_max": float(values.max()),
     }
+
+
+def staleness_metrics(counts: Sequence[float]) -> dict[str, float]:
+    """The staleness histogram of a batch's rows: ``counts[k]`` rows sampled ``k`` policy versions before
+    the update that trains on them. ``staleness/k`` is the share of rows at ``k`` (every ``k`` up to
+    ``rollout.max_staleness``, so the histogram's bins are the same keys in every record), with the mean and
+    the largest staleness seen.
+
+    Example:
+        >>> staleness_metrics([6.0, 2.0])
+        {'staleness/0': 0.75, 'staleness/1': 0.25, 'staleness_mean': 0.25, 'staleness_max': 1.0}
+    """
+    total = float(sum(counts))
+    out = {f"staleness/{k}": (c / total if total else 0.0) for k, c in enumerate(counts)}
+    out["staleness_mean"] = sum(k * c for k, c in enumerate(counts)) / total if total else 0.0
+    out["staleness_max"] = float(max((k for k, c in enumerate(counts) if c), default=0))
+    return out
 
 
 def _clean(value: Any) -> Any:

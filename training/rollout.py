@@ -33,21 +33,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from agents.base import AgentAction, Task, active_mask
 from agents.envs import num_tasks
 from agents.memory import History
 from agents.projection import demonstration_text, project_action_with_reason
 from agents.prompts import admissible_actions_from_info, build_prompt, env_kind_from_id
-from agents.rollout import play_episodes
+from agents.rollout import Transition, play_episodes
 from progpo_envs.core.hashing import action_set_key, text_digest
 from training.config import TrainConfig
 from training.constrained import enumerable_commands
 from training.distributed import DistContext
 from training.engines import GenerationEngine
 from training.envs import spread_tasks
-from training.seeds import derive_seed
+from training.seeds import derive_seed, request_seed
 
 
 @dataclasses.dataclass
@@ -65,6 +64,9 @@ class StepRows:
         action_text: The action played.
         choices: With constrained decoding, the candidate responses (token ids) the response was drawn from;
             empty for free-text rows.
+        policy_version: The version of the weights that sampled the row (updates applied to them: the
+            iteration it was sampled for in lock step; with asynchronous rollouts, up to
+            ``rollout.max_staleness`` behind the iteration that trains on it).
     """
 
     prompt_ids: list[list[int]]
@@ -84,6 +86,7 @@ class StepRows:
     obs_text: list[str]
     action_text: list[str]
     choices: list[list[list[int]]]
+    policy_version: list[int]
 
     @classmethod
     def empty(cls) -> StepRows:
@@ -149,6 +152,8 @@ class RolloutResult:
     env_steps: int = 0
     sample_seconds: float = 0.0
     env_seconds: float = 0.0
+    #: Groups rolled out and left out of the batch (dynamic sampling's uniform-outcome groups).
+    groups_dropped: int = 0
 
     def add(self, other: RolloutResult, groups: set[int] | None = None) -> None:
         """Append ``other``'s rows and episodes (only those of ``groups`` when given) and add its counters."""
@@ -163,6 +168,7 @@ class RolloutResult:
         self.env_steps += other.env_steps
         self.sample_seconds += other.sample_seconds
         self.env_seconds += other.env_seconds
+        self.groups_dropped += other.groups_dropped
 
 
 def response_token_ids(tokenizer, text: str) -> list[int]:
@@ -227,26 +233,33 @@ class PolicyAction(AgentAction):
         response_ids: The response's token ids (ending with the end-of-turn token when it stopped).
         logprobs: Per-token log-probs recorded at sampling (empty for scripted responses).
         choices: With constrained decoding, the candidate responses the response was drawn from.
+        policy_version: The version of the weights that sampled it.
     """
 
     prompt_ids: list[int] = dataclasses.field(default_factory=list)
     response_ids: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
     choices: list[list[int]] = dataclasses.field(default_factory=list)
+    policy_version: int = 0
 
 
 class PolicyAgent:
     """The training policy as an :class:`agents.base.Agent`: the worker's prompts, sampled by an engine (or
     written by a script), projected by the harness.
 
-    The prompts of all playing copies are sampled in one ``engine.generate`` call per step, in copy order.
+    The prompts of all playing copies are sampled in one ``engine.generate`` call per step, in copy order;
+    copy ``i``'s response at step ``t`` is drawn from :func:`training.seeds.request_seed` of
+    ``(sampling_seed, traj_offset + i, t)``, the seed the per-episode rollout gives the same response
+    (:class:`EpisodePolicyAgent`).
 
     Args:
         worker: The prompt settings (:class:`RolloutWorker`).
         engine: Samples the responses.
         temperature: Sampling temperature.
         max_new_tokens: Response length limit.
-        generator: Torch generator for reproducible sampling.
+        sampling_seed: The rollout's sampling seed.
+        traj_offset: Trajectory id of copy 0.
+        policy_version: The version of the engine's weights (recorded in each decision).
         scripted: Instead of ``engine``: ``info -> response text`` (e.g. the expert formatted as an answer);
             its decisions carry empty log-probs.
     """
@@ -258,14 +271,17 @@ class PolicyAgent:
         engine: GenerationEngine | None = None,
         temperature: float = 1.0,
         max_new_tokens: int = 32,
-        generator: torch.Generator | None = None,
+        sampling_seed: int = 0,
+        traj_offset: int = 0,
+        policy_version: int = 0,
         scripted: Callable[[dict[str, Any]], str] | None = None,
     ):
         if (engine is None) == (scripted is None):
             raise ValueError("a PolicyAgent needs exactly one of engine and scripted")
         self.worker = worker
         self.engine, self.scripted = engine, scripted
-        self.temperature, self.max_new_tokens, self.generator = temperature, max_new_tokens, generator
+        self.temperature, self.max_new_tokens = temperature, max_new_tokens
+        self.sampling_seed, self.traj_offset, self.policy_version = sampling_seed, traj_offset, policy_version
         self.histories: list[History] = []
         #: Seconds spent producing responses (sampling, or scripting and tokenising).
         self.sample_seconds = 0.0
@@ -283,70 +299,53 @@ class PolicyAgent:
         """One :class:`PolicyAction` per active copy (``None`` for the others)."""
         worker = self.worker
         index = [i for i, on in enumerate(active_mask(active, len(observations))) if on]
-        admissible = [admissible_actions_from_info(worker.env_kind, infos[i]) for i in index]
-        prompts = [
-            worker.encode(
-                functools.partial(
-                    build_prompt,
-                    worker.env_kind,
-                    self.histories[i].task_text,
-                    self.histories[i],
-                    observations[i],
-                    adm,
-                    history_length=worker.history_length,
-                    template=worker.template,
-                )
-            )
-            for i, adm in zip(index, admissible, strict=True)
-        ]
-        choices = (
-            [
-                [worker.answer_ids(a) for a in enumerable_commands(adm, self.histories[i].task_text)]
-                for i, adm in zip(index, admissible, strict=True)
-            ]
-            if worker.constrained_actions
-            else [[] for _ in index]
-        )
+        asked = [worker.ask(self.histories[i], observations[i], infos[i]) for i in index]
         started = time.perf_counter()
         if self.scripted is not None:
             texts = [self.scripted(infos[i]) for i in index]
             responses = [response_token_ids(worker.tokenizer, t) for t in texts]
-            for options, response in zip(choices, responses, strict=True):
-                if worker.constrained_actions and response not in options:
-                    options.append(response)  # a demonstration outside the list stays learnable
+            for question, response in zip(asked, responses, strict=True):
+                if worker.constrained_actions and response not in question.choices:
+                    question.choices.append(response)  # a demonstration outside the list stays learnable
             logprobs = [[] for _ in index]
         else:
             sampled = self.engine.generate(
-                prompts,
+                [q.prompt_ids for q in asked],
                 temperature=self.temperature,
                 max_new_tokens=self.max_new_tokens,
-                generator=self.generator,
-                candidates=choices if worker.constrained_actions else None,
+                seeds=[
+                    request_seed(self.sampling_seed, self.traj_offset + i, self.histories[i].num_steps)
+                    for i in index
+                ],
+                candidates=[q.choices for q in asked] if worker.constrained_actions else None,
             )
             responses, logprobs = sampled.token_ids, sampled.logprobs
             texts = worker.tokenizer.batch_decode(responses, skip_special_tokens=True)
         self.sample_seconds += time.perf_counter() - started
         out: list[PolicyAction | None] = [None] * len(observations)
-        for k, (i, text, adm) in enumerate(zip(index, texts, admissible, strict=True)):
-            projection = project_action_with_reason(text, adm)
-            out[i] = PolicyAction(
-                action=projection.action,
-                valid=projection.valid,
-                admissible=bool(projection.admissible),
-                reason=projection.reason.value,
-                raw_output=text,
-                prompt_tokens=len(prompts[k]),
-                completion_tokens=len(responses[k]),
-                prompt_ids=prompts[k],
-                response_ids=list(responses[k]),
-                logprobs=list(logprobs[k]),
-                choices=choices[k],
+        for k, i in enumerate(index):
+            out[i] = worker.answer(
+                self.histories[i],
+                observations[i],
+                asked[k],
+                texts[k],
+                responses[k],
+                logprobs[k],
+                self.policy_version,
             )
-            self.histories[i].record(observations[i], projection.action)
         return out
 
     def close(self) -> None:
         """Nothing to release (the engine belongs to the caller)."""
+
+
+@dataclasses.dataclass
+class Question:
+    """What the policy is asked at one step of one copy: the prompt and, constrained, the candidates."""
+
+    prompt_ids: list[int]
+    admissible: list[str]
+    choices: list[list[int]]
 
 
 class RolloutWorker:
@@ -404,15 +403,67 @@ class RolloutWorker:
             ids = self._answer_ids[action] = response_token_ids(self.tokenizer, demonstration_text(action))
         return ids
 
+    def ask(self, history: History, observation: str, info: dict[str, Any]) -> Question:
+        """The prompt of one copy's step (the harness's :func:`agents.prompts.build_prompt` within the token
+        bound) and, with constrained decoding, its candidate responses."""
+        admissible = admissible_actions_from_info(self.env_kind, info)
+        prompt = self.encode(
+            functools.partial(
+                build_prompt,
+                self.env_kind,
+                history.task_text,
+                history,
+                observation,
+                admissible,
+                history_length=self.history_length,
+                template=self.template,
+            )
+        )
+        choices = (
+            [self.answer_ids(a) for a in enumerable_commands(admissible, history.task_text)]
+            if self.constrained_actions
+            else []
+        )
+        return Question(prompt, admissible, choices)
+
+    def answer(
+        self,
+        history: History,
+        observation: str,
+        question: Question,
+        text: str,
+        response_ids: Sequence[int],
+        logprobs: Sequence[float],
+        policy_version: int,
+    ) -> PolicyAction:
+        """The decision of a response to ``question`` (the harness's projection); recorded in ``history``."""
+        projection = project_action_with_reason(text, question.admissible)
+        history.record(observation, projection.action)
+        return PolicyAction(
+            action=projection.action,
+            valid=projection.valid,
+            admissible=bool(projection.admissible),
+            reason=projection.reason.value,
+            raw_output=text,
+            prompt_tokens=len(question.prompt_ids),
+            completion_tokens=len(response_ids),
+            prompt_ids=question.prompt_ids,
+            response_ids=list(response_ids),
+            logprobs=list(logprobs),
+            choices=question.choices,
+            policy_version=policy_version,
+        )
+
     def run(
         self,
         *,
-        seed: int,
+        seed: int | Sequence[int],
         task_indices: Sequence[int] | None = None,
         engine: GenerationEngine | None = None,
         temperature: float = 1.0,
         max_new_tokens: int = 32,
-        generator: torch.Generator | None = None,
+        sampling_seed: int = 0,
+        policy_version: int = 0,
         scripted: Callable[[dict[str, Any]], str] | None = None,
         group_offset: int = 0,
         traj_offset: int = 0,
@@ -425,7 +476,8 @@ class RolloutWorker:
             engine: Samples the policy's responses.
             temperature: Sampling temperature.
             max_new_tokens: Response length limit.
-            generator: Torch generator for reproducible sampling.
+            sampling_seed: Seed of the responses (each drawn from :func:`training.seeds.request_seed`).
+            policy_version: The version of the engine's weights (recorded in each row).
             scripted: Instead of ``engine``: ``info -> response text`` (e.g. the expert formatted as an
                 answer); its rows carry empty log-probs.
             group_offset: Added to group ids (distinct ids across ranks and rounds).
@@ -436,61 +488,75 @@ class RolloutWorker:
             engine=engine,
             temperature=temperature,
             max_new_tokens=max_new_tokens,
-            generator=generator,
+            sampling_seed=sampling_seed,
+            traj_offset=traj_offset,
+            policy_version=policy_version,
             scripted=scripted,
         )
         group_size = self.envs.group_size
-        rows = StepRows.empty()
-        result = RolloutResult(rows, [])
-        invalid_counts = np.zeros(self.envs.num_envs, dtype=int)
-        scores = np.zeros(self.envs.num_envs)
+        recorder = RolloutRecorder()
         for vector_step in play_episodes(
             self.envs, agent, self.env_kind, seed=seed, task_indices=task_indices
         ):
-            result.env_seconds += vector_step.env_seconds
+            recorder.result.env_seconds += vector_step.env_seconds
             for t in vector_step.transitions:
-                i, decision, info, next_info = t.slot, t.decision, t.info, t.next_info
-                rows.prompt_ids.append(decision.prompt_ids)
-                rows.response_ids.append(decision.response_ids)
-                rows.old_logprobs.append(decision.logprobs)
-                rows.group_id.append(group_offset + i // group_size)
-                rows.traj_id.append(traj_offset + i)
-                rows.step.append(t.step)
-                rows.reward.append(t.reward)
-                rows.won.append(bool(next_info.get("won", False)))
-                rows.valid.append(bool(decision.valid))
-                rows.admissible.append(bool(decision.admissible))
-                rows.obs_key.append(int(info["obs_hash"]))
-                rows.action_key.append(int(text_digest(decision.action)))
-                rows.admissible_key.append(int(action_set_key(info.get("admissible_actions") or ())))
-                rows.history_key.append(int(info.get("history_key", 0)))
-                rows.obs_text.append(t.observation)
-                rows.action_text.append(decision.action)
-                rows.choices.append(decision.choices)
-                result.prompt_tokens += len(decision.prompt_ids)
-                result.generated_tokens += len(decision.response_ids)
-                result.env_steps += 1
-                invalid_counts[i] += not decision.valid
-                scores[i] += t.reward
-                if t.done:
-                    result.episodes.append(
-                        Episode(
-                            group_id=group_offset + i // group_size,
-                            traj_id=traj_offset + i,
-                            task_id=str(info.get("task_id", "")),
-                            task_type=str(info.get("task_type", "")),
-                            won=bool(next_info.get("won", False)),
-                            score=float(scores[i]),
-                            steps=t.step + 1,
-                            invalid_steps=int(invalid_counts[i]),
-                            task_score=(
-                                float(next_info["task_score"]) if "task_score" in next_info else None
-                            ),
-                        )
-                    )
-        result.sample_seconds = agent.sample_seconds
-        result.episodes.sort(key=lambda e: e.traj_id)
-        return result
+                recorder.add(t, group_offset + t.slot // group_size, traj_offset + t.slot)
+        recorder.result.sample_seconds = agent.sample_seconds
+        recorder.result.episodes.sort(key=lambda e: e.traj_id)
+        return recorder.result
+
+
+class RolloutRecorder:
+    """Turns played steps (:class:`agents.rollout.Transition`, with a :class:`PolicyAction` each) into
+    :class:`StepRows` and, as episodes end, :class:`Episode` records: the one bookkeeping of the lock-step
+    and the per-episode rollouts."""
+
+    def __init__(self):
+        self.result = RolloutResult(StepRows.empty(), [])
+        self._invalid: dict[int, int] = defaultdict(int)
+        self._score: dict[int, float] = defaultdict(float)
+
+    def add(self, t: Transition, group_id: int, traj_id: int) -> None:
+        """Record step ``t`` of trajectory ``traj_id`` of group ``group_id``."""
+        rows, result = self.result.rows, self.result
+        decision, info, next_info = t.decision, t.info, t.next_info
+        rows.prompt_ids.append(decision.prompt_ids)
+        rows.response_ids.append(decision.response_ids)
+        rows.old_logprobs.append(decision.logprobs)
+        rows.group_id.append(group_id)
+        rows.traj_id.append(traj_id)
+        rows.step.append(t.step)
+        rows.reward.append(t.reward)
+        rows.won.append(bool(next_info.get("won", False)))
+        rows.valid.append(bool(decision.valid))
+        rows.admissible.append(bool(decision.admissible))
+        rows.obs_key.append(int(info["obs_hash"]))
+        rows.action_key.append(int(text_digest(decision.action)))
+        rows.admissible_key.append(int(action_set_key(info.get("admissible_actions") or ())))
+        rows.history_key.append(int(info.get("history_key", 0)))
+        rows.obs_text.append(t.observation)
+        rows.action_text.append(decision.action)
+        rows.choices.append(decision.choices)
+        rows.policy_version.append(int(decision.policy_version))
+        result.prompt_tokens += len(decision.prompt_ids)
+        result.generated_tokens += len(decision.response_ids)
+        result.env_steps += 1
+        self._invalid[traj_id] += not decision.valid
+        self._score[traj_id] += t.reward
+        if t.done:
+            result.episodes.append(
+                Episode(
+                    group_id=group_id,
+                    traj_id=traj_id,
+                    task_id=str(info.get("task_id", "")),
+                    task_type=str(info.get("task_type", "")),
+                    won=bool(next_info.get("won", False)),
+                    score=float(self._score[traj_id]),
+                    steps=t.step + 1,
+                    invalid_steps=int(self._invalid[traj_id]),
+                    task_score=(float(next_info["task_score"]) if "task_score" in next_info else None),
+                )
+            )
 
 
 def mixed_outcome_groups(result: RolloutResult) -> tuple[list[int], set[int]]:
@@ -505,53 +571,114 @@ def mixed_outcome_groups(result: RolloutResult) -> tuple[list[int], set[int]]:
     return [i for i, g in enumerate(result.rows.group_id) if g in keep], keep
 
 
+@dataclasses.dataclass(frozen=True)
+class PlannedGroup:
+    """One task group of an iteration's rollout round, as both rollout modes play it.
+
+    Attributes:
+        iteration: The iteration whose batch it belongs to (0-based).
+        round: The dynamic-sampling round (0 without dynamic sampling).
+        group_id: Its id in the iteration's rows: ``round · num_groups + g`` for global group ``g``.
+        task_index: The training task it plays.
+        reset_seed: The reset seed its copies share.
+        sampling_seed: The round's sampling seed (copy ``c``'s step-``t`` response is drawn from
+            ``request_seed(sampling_seed, group_id · G + c, t)``).
+    """
+
+    iteration: int
+    round: int
+    group_id: int
+    task_index: int
+    reset_seed: int
+    sampling_seed: int
+
+
+def plan_round(config: TrainConfig, iteration: int, round_index: int, split_size: int, dist: DistContext):
+    """This rank's groups of round ``round_index`` of iteration ``iteration`` (:class:`PlannedGroup`).
+
+    The round's ``rollout.num_groups`` tasks are a seeded function of ``(seed, iteration, round)`` drawn from
+    the training split (or its ``rollout.task_pool``), the same on every rank; each rank plays its contiguous
+    share of them (groups never span ranks). Group ``g`` of round ``r`` is numbered ``r·num_groups + g`` and
+    reset with its own seed, and each response has its own seed (:func:`training.seeds.request_seed`), so a
+    group plays the same on any number of ranks and in either rollout mode.
+    """
+    cfg = config.rollout
+    pool = spread_tasks(split_size, cfg.task_pool) if cfg.task_pool else list(range(split_size))
+    rng = np.random.default_rng(derive_seed(config.seed, "tasks", iteration, round_index))
+    all_tasks = rng.choice(pool, size=cfg.num_groups, replace=cfg.num_groups > len(pool)).tolist()
+    first_group = (cfg.num_groups * dist.rank) // dist.world_size
+    reset_seed = derive_seed(config.seed, "reset", iteration, round_index) % (2**31 - cfg.num_groups)
+    sampling_seed = derive_seed(config.seed, "sample", iteration, round_index)
+    return [
+        PlannedGroup(
+            iteration=iteration,
+            round=round_index,
+            group_id=round_index * cfg.num_groups + first_group + b,
+            task_index=int(task),
+            reset_seed=reset_seed + first_group + b,
+            sampling_seed=sampling_seed,
+        )
+        for b, task in enumerate(dist.shard(all_tasks))
+    ]
+
+
+def gather_rounds(
+    config: TrainConfig, dist: DistContext, play_round: Callable[[int], RolloutResult]
+) -> RolloutResult:
+    """An iteration's batch from its rollout rounds (``play_round(r)`` plays round ``r`` on this rank), in
+    either rollout mode.
+
+    Without dynamic sampling, round 0. With DAPO's dynamic sampling (``rollout.dynamic_sampling``) groups
+    whose episodes all scored the same are dropped (``groups_dropped``) and more rounds are rolled until
+    ``num_groups`` groups are kept over every rank or ``max_sampling_rounds`` ran out; when none was kept,
+    the last round is used (zero advantages).
+    """
+    cfg = config.rollout
+    total = RolloutResult(StepRows.empty(), [])
+    kept_groups = 0
+    for round_index in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
+        result = play_round(round_index)
+        if not cfg.dynamic_sampling:
+            return result
+        keep = mixed_outcome_groups(result)[1]
+        total.add(result, keep)
+        total.groups_dropped += len({e.group_id for e in result.episodes}) - len(keep)
+        kept_groups += len(keep)
+        if dist.all_reduce_sum(kept_groups) >= cfg.num_groups:
+            break
+    if total.rows.num_rows == 0:  # dynamic sampling kept nothing: train on the last round
+        total.rows.extend(result.rows)
+        total.episodes.extend(result.episodes)
+        total.groups_dropped -= len({e.group_id for e in result.episodes})
+    return total
+
+
 def collect_groups(
     worker: RolloutWorker,
     engine: GenerationEngine,
     config: TrainConfig,
     iteration: int,
     dist: DistContext,
-    device: torch.device | str = "cpu",
 ) -> RolloutResult:
-    """Roll out iteration ``iteration``'s task groups on this rank, every round of dynamic sampling.
-
-    The round's ``rollout.num_groups`` tasks are a seeded function of ``(seed, iteration, round)`` drawn from
-    the training split (or its ``rollout.task_pool``), the same on every rank; each rank plays its contiguous
-    share of them (groups never span ranks). Group ``g`` of round ``r`` is numbered ``r·num_groups + g`` and
-    reset with its own seed on any number of ranks, so only the sampling differs with the world size: each
-    rank samples with its own generator. With DAPO's dynamic sampling (``rollout.dynamic_sampling``) groups
-    whose episodes all scored the same are dropped and more rounds are rolled until ``num_groups`` groups are
-    kept or ``max_sampling_rounds`` ran out; when none was kept, the last round is used (zero advantages).
-    """
+    """Roll out iteration ``iteration``'s task groups on this rank in lock step (``rollout.mode=lockstep``):
+    each round's groups are :func:`plan_round`'s, played together by :meth:`RolloutWorker.run`, the rounds
+    gathered by :func:`gather_rounds`."""
     cfg = config.rollout
     split_size = num_tasks(worker.envs)
-    pool = spread_tasks(split_size, cfg.task_pool) if cfg.task_pool else list(range(split_size))
-    groups_here = worker.envs.num_groups
-    first_group = (cfg.num_groups * dist.rank) // dist.world_size
-    total = RolloutResult(StepRows.empty(), [])
-    kept_groups = 0
-    for round_index in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
-        rng = np.random.default_rng(derive_seed(config.seed, "tasks", iteration, round_index))
-        all_tasks = rng.choice(pool, size=cfg.num_groups, replace=cfg.num_groups > len(pool)).tolist()
-        offset = round_index * cfg.num_groups + first_group
-        reset_seed = derive_seed(config.seed, "reset", iteration, round_index) % (2**31 - cfg.num_groups)
-        sampling = derive_seed(config.seed, "sample", iteration, round_index, dist.rank)
-        result = worker.run(
-            seed=[reset_seed + first_group + b for b in range(groups_here)],
-            task_indices=dist.shard(all_tasks),
+
+    def play_round(round_index: int) -> RolloutResult:
+        groups = plan_round(config, iteration, round_index, split_size, dist)
+        first = groups[0].group_id
+        return worker.run(
+            seed=[g.reset_seed for g in groups],
+            task_indices=[g.task_index for g in groups],
             engine=engine,
             temperature=cfg.temperature,
             max_new_tokens=cfg.max_new_tokens,
-            generator=torch.Generator(device=device).manual_seed(sampling),
-            group_offset=offset,
-            traj_offset=offset * cfg.group_size,
+            sampling_seed=groups[0].sampling_seed,
+            policy_version=iteration,
+            group_offset=first,
+            traj_offset=first * cfg.group_size,
         )
-        keep = mixed_outcome_groups(result)[1] if cfg.dynamic_sampling else None
-        total.add(result, keep)
-        kept_groups += groups_here if keep is None else len(keep)
-        if not cfg.dynamic_sampling or dist.all_reduce_sum(kept_groups) >= cfg.num_groups:
-            break
-    if total.rows.num_rows == 0:  # dynamic sampling kept nothing: train on the last round
-        total.rows.extend(result.rows)
-        total.episodes.extend(result.episodes)
-    return total
+
+    return gather_rounds(config, dist, play_round)

@@ -1,21 +1,16 @@
-"""Batched KV-cached sampling with the sampled tokens' log-probs, and the matching trainer-side forward.
+"""The sampler's data (requests, results, outputs) and the trainer-side forward that matches its log-probs.
 
 Both sides compute token log-probs as ``log_softmax(logits / temperature)`` over left-padded batches with
 ``position_ids = cumsum(attention_mask) - 1``, so a sequence gets the same positions in the sampler (prompt +
-cache) and in the trainer (one forward over prompt + response). That is what makes the first PPO ratio exactly
-1 up to floating-point noise (tested in ``tests/training/test_sampling.py``). verl computes "old" log-probs
-with a second forward pass; we record them at sampling time and *check* them against the trainer's forward
-instead.
+cache: :mod:`training.decoding`) and in the trainer (one forward over prompt + response). That is what makes
+the first PPO ratio exactly 1 up to floating-point noise (tested in ``tests/training/test_sampling.py``). verl
+computes "old" log-probs with a second forward pass; we record them at sampling time and *check* them against
+the trainer's forward instead.
 
 Example:
-    >>> import torch
-    >>> from transformers import Qwen2Config, Qwen2ForCausalLM
-    >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32,
-    ...                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
-    >>> out = sample_responses(model, [[1, 2, 3], [4, 5]], max_new_tokens=4, stop_token_ids=[0],
-    ...                        pad_token_id=0, generator=torch.Generator().manual_seed(0))
-    >>> len(out.token_ids), len(out.token_ids[0]) == len(out.logprobs[0])
-    (2, True)
+    >>> packed = pack_sequences([[5, 6, 7], [8]], [[1, 2], [3]], pad_token_id=0)
+    >>> packed.input_ids.tolist(), packed.response_mask.tolist()
+    ([[5, 6, 7, 1, 2], [0, 0, 8, 3, 0]], [[1, 1], [1, 0]])
 """
 
 from __future__ import annotations
@@ -25,10 +20,8 @@ from collections.abc import Sequence
 
 import torch
 from torch.utils.checkpoint import checkpoint
-from transformers import DynamicCache
 
 from training.constrained import (
-    ChoiceTrie,
     allowed_index_tensor,
     allowed_token_sets,
     constrained_logprobs_and_entropy,
@@ -37,6 +30,46 @@ from training.constrained import (
 #: Response positions whose vocabulary-sized logits exist at once in :func:`policy_logprobs_and_entropy`
 #: (``optim.logit_chunk_tokens``): 1024 x 151,936 fp32 logits of Qwen2.5 are 0.6 GB a copy.
 DEFAULT_LOGIT_CHUNK_TOKENS = 1024
+
+
+@dataclasses.dataclass
+class SampleRequest:
+    """One response to sample (an engine's unit of work: :mod:`training.engines`).
+
+    Attributes:
+        prompt: Prompt token ids (no padding).
+        seed: The request's own sampling seed (:func:`training.seeds.request_seed`): its draws depend on it
+            alone, not on the other requests sampled with it.
+        temperature: Logits are divided by it (also for the recorded log-probs).
+        max_new_tokens: Response length limit (a constrained response may run to its longest candidate).
+        candidates: Constrained decoding: the token sequences the response must be one of (None: free text).
+    """
+
+    prompt: list[int]
+    seed: int
+    temperature: float
+    max_new_tokens: int
+    candidates: list[list[int]] | None = None
+
+
+@dataclasses.dataclass
+class SampleResult:
+    """A sampled response.
+
+    Attributes:
+        request_id: The id the engine gave the request when it was added.
+        token_ids: Response token ids (including the stop token when one was sampled).
+        logprobs: Log-probability of each response token (see :class:`SampleOutput`).
+        finished: Whether the response ended with a stop token or a complete candidate.
+        policy_version: The version of the weights that sampled it, when the engine keeps one
+            (:class:`training.engine_loop.EngineLoop`; -1 otherwise).
+    """
+
+    request_id: int
+    token_ids: list[int]
+    logprobs: list[float]
+    finished: bool
+    policy_version: int = -1
 
 
 @dataclasses.dataclass
@@ -105,7 +138,8 @@ def _plain_head_base(model: torch.nn.Module) -> torch.nn.Module | None:
     return base
 
 
-def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+def filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``logits`` with the tokens outside the smallest set reaching probability ``top_p`` masked to -inf."""
     if top_p >= 1.0:
         return logits
     sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
@@ -113,132 +147,6 @@ def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     drop = cumulative - sorted_logits.softmax(-1) > top_p  # keep the smallest prefix reaching top_p
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
-
-
-@torch.no_grad()
-def sample_responses(
-    model: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    *,
-    max_new_tokens: int,
-    stop_token_ids: Sequence[int],
-    pad_token_id: int,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-    batch_size: int = 64,
-    candidates: Sequence[Sequence[Sequence[int]]] | None = None,
-) -> SampleOutput:
-    """Sample one response per prompt with a KV cache, recording each sampled token's log-prob.
-
-    Args:
-        model: A causal LM (``forward(input_ids, attention_mask, position_ids, past_key_values,
-            logits_to_keep)``).
-        prompts: Prompt token ids (no padding).
-        max_new_tokens: Response length limit; with ``candidates``, at least the longest candidate, so a
-            constrained response is always a whole candidate (a long WebShop search is never cut).
-        stop_token_ids: Tokens that end a response (kept as its last token).
-        pad_token_id: Padding id.
-        temperature: Logits are divided by it (also for the recorded log-probs). Use a small value for
-            near-greedy.
-        top_p: Nucleus filtering for *sampling*; recorded log-probs are of the unfiltered tempered
-            distribution (the one the trainer differentiates).
-        generator: Torch generator on the model's device (reproducible sampling).
-        batch_size: Prompts decoded together.
-        candidates: Constrained decoding (:mod:`training.constrained`): per prompt, the token sequences the
-            response must be one of; logits outside them are masked and log-probs renormalised over the rest.
-    """
-    out = SampleOutput([], [], [])
-    for start in range(0, len(prompts), batch_size):
-        chunk = _sample_chunk(
-            model,
-            prompts[start : start + batch_size],
-            max_new_tokens,
-            stop_token_ids,
-            pad_token_id,
-            temperature,
-            top_p,
-            generator,
-            None if candidates is None else candidates[start : start + batch_size],
-        )
-        out.token_ids += chunk.token_ids
-        out.logprobs += chunk.logprobs
-        out.finished += chunk.finished
-    return out
-
-
-def _sample_chunk(
-    model, prompts, max_new_tokens, stop_token_ids, pad_token_id, temperature, top_p, generator, candidates
-):
-    device = next(model.parameters()).device
-    nodes = None if candidates is None else [ChoiceTrie(c).root for c in candidates]
-    if candidates is not None:
-        max_new_tokens = max([max_new_tokens, *(len(c) for options in candidates for c in options)])
-    projection = output_projection(model) if nodes is not None else None
-    ids, mask = left_pad(prompts, pad_token_id, device)
-    batch = ids.shape[0]
-    cache = DynamicCache()
-    stop = torch.tensor(sorted(set(stop_token_ids)), device=device)
-    tokens = torch.zeros((batch, max_new_tokens), dtype=torch.long, device=device)
-    logprobs = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
-    lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    step_ids, positions = ids, positions_from_mask(mask)
-    for t in range(max_new_tokens):
-        inputs = dict(
-            input_ids=step_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-        )
-        vocab = None  # the token id of each logit column (None: the whole vocabulary)
-        if projection is not None:  # constrained: logits of the tokens some row may write, only
-            decoder, weight = projection
-            hidden = decoder(**inputs).last_hidden_state[:, -1, :]
-            vocab = torch.tensor(
-                sorted(set().union(*(node for node, d in zip(nodes, done.tolist(), strict=True) if not d))),
-                dtype=torch.long,
-                device=device,
-            )
-            logits = (hidden @ weight[vocab].T).float()
-        else:
-            logits = model(**inputs, logits_to_keep=1).logits[:, -1, :].float()
-        scaled = logits / temperature
-        if nodes is not None:  # keep only tokens that continue some candidate (finished rows: anything)
-            column = {int(token): c for c, token in enumerate(vocab.tolist())} if vocab is not None else None
-            allowed = torch.zeros_like(scaled, dtype=torch.bool)
-            for row, node in enumerate(nodes):
-                if node and not bool(done[row]):
-                    allowed[row, [column[k] for k in node] if column is not None else list(node)] = True
-                else:
-                    allowed[row] = True
-            scaled = scaled.masked_fill(~allowed, float("-inf"))
-        log_dist = torch.log_softmax(scaled, dim=-1)
-        sample_dist = _filter_top_p(scaled, top_p).softmax(-1)
-        picked = torch.multinomial(sample_dist, 1, generator=generator).squeeze(-1)
-        step_logprobs = log_dist.gather(-1, picked[:, None]).squeeze(-1)
-        chosen = vocab[picked] if vocab is not None else picked
-        chosen = torch.where(done, torch.full_like(chosen, pad_token_id), chosen)
-        tokens[:, t] = chosen
-        logprobs[:, t] = step_logprobs
-        lengths += (~done).long()
-        if nodes is not None:
-            nodes = [node.get(int(token), {}) for node, token in zip(nodes, chosen.tolist(), strict=True)]
-            done |= torch.tensor([not node for node in nodes], device=device)  # a complete candidate
-        done |= torch.isin(chosen, stop)
-        if bool(done.all()):
-            break
-        step_ids = chosen[:, None]
-        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
-        positions = positions[:, -1:] + 1
-    token_lists, logprob_lists, finished = [], [], []
-    for row in range(batch):
-        n = int(lengths[row])
-        token_lists.append(tokens[row, :n].tolist())
-        logprob_lists.append(logprobs[row, :n].tolist())
-        finished.append(n > 0 and int(tokens[row, n - 1]) in set(stop_token_ids))
-    return SampleOutput(token_lists, logprob_lists, finished)
 
 
 @dataclasses.dataclass

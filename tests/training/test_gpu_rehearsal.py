@@ -210,3 +210,8 @@ def test_gpu_check_dry_run(tmp_path):
     assert result["nonfinite"] is False
     for key in ("rollout_tokens_per_s", "update_tokens_per_s", "peak_memory_bytes"):
         assert result[key] > 0, key
+    # the asynchronous variant ran the same checks, and its rollout tokens/s stands beside the lock-step one
+    assert result["variants"]["async"]["status"] == "passed"
+    wall = result["rollout_wall_tokens_per_s"]
+    assert wall["async"] > 0 < wall["transformers"]
+    assert result["async_rollout_speedup"]["async"] > 0

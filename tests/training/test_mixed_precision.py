@@ -8,8 +8,9 @@ import torch
 from fsdp_chunked_worker import tiny_batch, tiny_model
 from safetensors import safe_open
 
+from training.decoding import sample_responses
 from training.policy import Policy, compute_context, export_policy, load_policy
-from training.sampling import pack_sequences, policy_logprobs_and_entropy, sample_responses
+from training.sampling import pack_sequences, policy_logprobs_and_entropy
 from training.update_size import UpdateSize, snapshot_parameters, update_size
 
 
@@ -91,7 +92,7 @@ def test_sampler_under_bf16_autocast_matches_the_trainer_forward(tiny_policy_dir
             max_new_tokens=6,
             stop_token_ids=policy.stop_token_ids,
             pad_token_id=tok.pad_token_id,
-            generator=torch.Generator().manual_seed(0),
+            seeds=[0, 1],
         )
         packed = pack_sequences(prompts, out.token_ids, tok.pad_token_id)
         with torch.no_grad():

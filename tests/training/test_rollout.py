@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from agents.projection import demonstration_text
 from progpo_envs.core.hashing import action_set_key, text_digest
@@ -59,7 +58,7 @@ def test_policy_rollout_records_logprobs_per_response_token(toy_vec, policy):
         engine=engine,
         temperature=1.0,
         max_new_tokens=6,
-        generator=torch.Generator().manual_seed(0),
+        sampling_seed=0,
     )
     rows = result.rows
     assert rows.num_rows == 4 * 4  # a random policy never wins: every episode runs to max_steps=4
@@ -97,7 +96,7 @@ def test_every_estimator_plugs_in(toy_vec, policy, name):
             task_indices=[0, 1],
             engine=engine,
             max_new_tokens=4,
-            generator=torch.Generator().manual_seed(1),
+            sampling_seed=1,
             traj_offset=4,
         ).rows
     )

@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
+from training.decoding import sample_responses
 from training.loss import kl_k3, policy_loss_terms
 from training.policy import load_policy
-from training.sampling import pack_sequences, response_logits, sample_responses, token_logprobs_and_entropy
+from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_sampler_logprobs_match_trainer_forward(policy, temperature):
         stop_token_ids=policy.stop_token_ids,
         pad_token_id=tok.pad_token_id,
         temperature=temperature,
-        generator=torch.Generator().manual_seed(3),
+        seeds=[3, 4, 5],
         batch_size=2,
     )
     assert [len(r) for r in out.token_ids] == [len(lp) for lp in out.logprobs]
@@ -63,7 +64,7 @@ def test_sampler_logprobs_match_trainer_forward(policy, temperature):
     assert terms.clipped_sum.item() == 0
 
 
-def test_sampling_is_reproducible_with_a_seeded_generator(policy):
+def test_sampling_is_reproducible_from_the_seeds(policy):
     tok = policy.tokenizer
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in _prompts(tok)]
     runs = [
@@ -73,7 +74,7 @@ def test_sampling_is_reproducible_with_a_seeded_generator(policy):
             max_new_tokens=8,
             stop_token_ids=policy.stop_token_ids,
             pad_token_id=tok.pad_token_id,
-            generator=torch.Generator().manual_seed(7),
+            seeds=[7, 8, 9],
         ).token_ids
         for _ in range(2)
     ]

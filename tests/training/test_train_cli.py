@@ -27,7 +27,7 @@ def _collect(trainer, iteration: int):
     from training.rollout import collect_groups
 
     worker = trainer.rollout_worker
-    return collect_groups(worker, trainer.engine, trainer.config, iteration, trainer.dist, trainer.device)
+    return collect_groups(worker, trainer.engine, trainer.config, iteration, trainer.dist)
 
 
 def _train_cmd(run_dir: Path, *extra: str) -> list[str]:

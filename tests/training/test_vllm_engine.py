@@ -93,7 +93,7 @@ def _generate(engine, prompts, seed: int = 0, max_new_tokens: int = 16):
         prompts,
         temperature=TEMPERATURE,
         max_new_tokens=max_new_tokens,
-        generator=torch.Generator().manual_seed(seed),
+        seeds=[seed * len(prompts) + k for k in range(len(prompts))],
     )
 
 
@@ -127,7 +127,7 @@ def test_vllm_logprobs_are_the_trainers_tempered_logprobs(engine, policy, prompt
 
 
 @pytest.mark.vllm
-def test_vllm_sampling_is_reproducible_from_the_generator(engine, prompts):
+def test_vllm_sampling_is_reproducible_from_the_seeds(engine, prompts):
     first = _generate(engine, prompts, seed=3)
     assert _generate(engine, prompts, seed=3).token_ids == first.token_ids
     assert _generate(engine, prompts, seed=4).token_ids != first.token_ids
@@ -147,6 +147,54 @@ def test_vllm_batch_larger_than_one_scheduler_step(engine, policy, prompts):
         assert len(ids) == 4 or (finished and 0 < len(ids) < 4), (ids, finished)
     assert _generate(engine, batch, seed=11, max_new_tokens=4).token_ids == first.token_ids
     assert _max_diff(policy.model, batch, first, policy.tokenizer) < LOGPROB_ATOL
+
+
+@pytest.mark.vllm
+def test_vllm_requests_added_while_others_decode_are_the_lockstep_responses(engine, policy, prompts):
+    """Continuous batching across episodes: a request joining vLLM's batch between steps gets the response
+    the lock-step call gives it (each request has its own seed), and its log-probs are the trainer's."""
+    from training.sampling import SampleRequest
+
+    seeds = [21, 22, 23]
+    lockstep = engine.generate(prompts, temperature=TEMPERATURE, max_new_tokens=16, seeds=seeds)
+    requests = [
+        SampleRequest(p, seed=s, temperature=TEMPERATURE, max_new_tokens=16) for p, s in zip(prompts, seeds)
+    ]
+    first = engine.add_request(requests[0])
+    results = engine.step() + engine.step() + engine.step()  # the first is mid-decode when the others join
+    later = [engine.add_request(r) for r in requests[1:]]
+    while engine.has_unfinished():
+        results += engine.step()
+    by_id = {r.request_id: r for r in results}
+    assert [by_id[i].token_ids for i in (first, *later)] == lockstep.token_ids
+    assert _max_diff(policy.model, prompts, lockstep, policy.tokenizer) < LOGPROB_ATOL
+
+
+@pytest.mark.vllm
+def test_vllm_in_an_engine_loop_drains_before_a_weight_sync(engine, policy, prompts, restore_weights):
+    """The engine loop steps vLLM in its own thread; a sync waits for the responses in flight (which keep
+    the old policy's version) and resets the prefix cache, which vLLM only allows with no request running."""
+    import time
+
+    from training.engine_loop import EngineLoop
+    from training.sampling import SampleRequest
+
+    loop = EngineLoop(engine)
+    try:
+        before = loop.generate(prompts, temperature=TEMPERATURE, max_new_tokens=16, seeds=[1, 2, 3])
+        in_flight = loop.submit(SampleRequest(prompts[2], seed=4, temperature=TEMPERATURE, max_new_tokens=64))
+        while loop.steps == 0:
+            time.sleep(0.001)
+        with torch.no_grad():
+            for param in policy.model.parameters():
+                param.mul_(1.5)
+        loop.sync_weights(policy.model, version=1)
+        assert in_flight.done() and in_flight.result().policy_version == 0
+        after = loop.generate(prompts, temperature=TEMPERATURE, max_new_tokens=16, seeds=[1, 2, 3])
+        assert after.token_ids != before.token_ids
+        assert _max_diff(policy.model, prompts, after, policy.tokenizer) < LOGPROB_ATOL
+    finally:
+        loop.stop()  # the shared engine stays open for the other tests
 
 
 @pytest.mark.vllm

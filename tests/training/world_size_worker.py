@@ -62,6 +62,7 @@ def all_rows() -> tuple[StepRows, np.ndarray]:
     for name in ("reward", "won", "valid", "admissible", "obs_key", "action_key", "admissible_key"):
         getattr(rows, name).extend([0] * rows.num_rows)
     rows.history_key.extend([0] * rows.num_rows)
+    rows.policy_version.extend([0] * rows.num_rows)
     rows.obs_text.extend([""] * rows.num_rows)
     rows.action_text.extend([""] * rows.num_rows)
     return rows, np.asarray(advantages)
