@@ -158,7 +158,8 @@ def test_vllm_requests_added_while_others_decode_are_the_lockstep_responses(engi
     seeds = [21, 22, 23]
     lockstep = engine.generate(prompts, temperature=TEMPERATURE, max_new_tokens=16, seeds=seeds)
     requests = [
-        SampleRequest(p, seed=s, temperature=TEMPERATURE, max_new_tokens=16) for p, s in zip(prompts, seeds)
+        SampleRequest(p, seed=s, temperature=TEMPERATURE, max_new_tokens=16)
+        for p, s in zip(prompts, seeds, strict=True)
     ]
     first = engine.add_request(requests[0])
     results = engine.step() + engine.step() + engine.step()  # the first is mid-decode when the others join
