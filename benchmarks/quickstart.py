@@ -71,9 +71,16 @@ def run_dir_for(seed: int, seed0_dir: Path = SEED0_RUN_DIR) -> Path:
     return seed0_dir if seed == 0 else Path(f"{seed0_dir}_seed{seed}")
 
 
-def train_arguments(seed: int, seed0_dir: Path = SEED0_RUN_DIR, extra: tuple[str, ...] = ()) -> list[str]:
+def train_arguments(
+    seed: int,
+    seed0_dir: Path = SEED0_RUN_DIR,
+    extra: tuple[str, ...] = (),
+    warm_start_from: Path | None = None,
+) -> list[str]:
     """``training.cli`` arguments of RL seed ``seed``: seed 0 is ``progpo train`` on the embedded defaults;
-    another seed starts RL from seed 0's warm start; ``extra`` overrides follow (``--set``).
+    another seed starts RL from seed 0's warm start; ``extra`` overrides follow (``--set``). With
+    ``warm_start_from`` (``--warm-start-from``: another run's warm start, e.g. the default job's) every seed,
+    seed 0 too, starts RL from that folder: the warm start is deterministic, so this only saves its time.
 
     Example:
         >>> train_arguments(0)
@@ -83,8 +90,8 @@ def train_arguments(seed: int, seed0_dir: Path = SEED0_RUN_DIR, extra: tuple[str
 'warm_start.enabled=false', 'seed=2']
     """
     arguments = ["--run-dir", str(run_dir_for(seed, seed0_dir)), "progress=false"]
-    if seed != 0:
-        warm_start = seed0_dir / WARM_START_FOLDER
+    if seed != 0 or warm_start_from is not None:
+        warm_start = warm_start_from if warm_start_from is not None else seed0_dir / WARM_START_FOLDER
         arguments += [f"model.path={warm_start}", "warm_start.enabled=false", f"seed={seed}"]
     return arguments + list(extra)
 
@@ -234,15 +241,15 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def build_result(run_dirs: list[Path], command: str) -> dict[str, Any]:
+def build_result(run_dirs: list[Path], command: str, shared_warm_start: bool = False) -> dict[str, Any]:
     """The result of the runs in ``run_dirs`` (seed 0, the README's main job, first; ValueError when the
-    first run did not warm-start): per seed and over
+    first run did not warm-start, unless every run started from a shared warm start): per seed and over
     seeds (mean ± sample std of success before, after and the change, per evaluation); the seed-0 run's
     resources are the quickstart's cost, and its machine and commit (``summary.json``'s ``environment``,
     recorded by the training process) are the result's; a run that predates that record gets this
     process's."""
     seeds = [read_run(d) for d in run_dirs]
-    if seeds[0]["setting"]["warm_start"] is False:
+    if seeds[0]["setting"]["warm_start"] is False and not shared_warm_start:
         raise ValueError(f"{run_dirs[0]}: the first run must be the main job (it has no warm start)")
     trained_on = seeds[0]["summary"].get("environment")
     summary: dict[str, Any] = {}
@@ -406,6 +413,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a config override for every seed's run (e.g. rollout.mode=async); repeatable",
     )
     parser.add_argument(
+        "--warm-start-from",
+        type=Path,
+        help="start every seed's RL (seed 0's too) from this warm-started policy (runs/quickstart/reference)",
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         help="another result file (e.g. benchmarks/results/quickstart.json) to compare success after RL with",
@@ -431,24 +443,25 @@ def main(argv: list[str] | None = None) -> int:
             if args.reuse and (ROOT / run_dir_for(seed, args.run_dir) / "summary.json").is_file():
                 console.print(f"seed {seed}: reusing {run_dir_for(seed, args.run_dir)}")
                 return {"status": "ok"}
-            arguments = train_arguments(seed, args.run_dir, tuple(args.set))
+            arguments = train_arguments(seed, args.run_dir, tuple(args.set), args.warm_start_from)
             console.print(f"seed {seed}: python -m training.cli {shlex.join(arguments)}")
             record = run_training(arguments, args.timeout, args.cpu_capability)
             console.print(f"seed {seed}: {record['status']} in {record['resources']['wall_s']:.0f} s")
             return record
 
-        # seed 0 first: the other seeds start from its warm start
-        if train(0)["status"] != "ok":
+        # seed 0 first: the other seeds start from its warm start (all at once from a shared one)
+        first = 0 if args.warm_start_from else 1
+        if not args.warm_start_from and train(0)["status"] != "ok":
             console.print(f"[red]seed 0 failed: see {args.run_dir / 'train.log'}")
             return 1
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # runs are subprocesses: threads suffice
-            statuses = list(pool.map(train, range(1, args.seeds)))
-        failed = [seed for seed, r in enumerate(statuses, start=1) if r["status"] != "ok"]
+            statuses = list(pool.map(train, range(first, args.seeds)))
+        failed = [seed for seed, r in enumerate(statuses, start=first) if r["status"] != "ok"]
         if failed:
             console.print(f"[red]seeds {failed} did not finish: see their train.log")
             return 1
     try:
-        result = build_result(run_dirs, command)
+        result = build_result(run_dirs, command, shared_warm_start=args.warm_start_from is not None)
     except ValueError as exc:
         parser.error(str(exc))
     if args.baseline:

@@ -464,7 +464,12 @@ def render_quickstart_async(data: dict) -> str:
     parts = [
         "Settings over the quickstart's own: "
         + (", ".join(f"`{c}`" for c in _set_overrides(data.get("command", ""))) or "none recorded")
-        + ". Every seed runs with them (seed 0 includes the warm start)."
+        + ". Every seed runs with them"
+        + (
+            ", RL starting from the default job's warm start (`--warm-start-from`: it is deterministic)."
+            if "--warm-start-from" in data.get("command", "")
+            else " (seed 0 includes the warm start)."
+        )
     ]
     if comparison:
         rows = [
