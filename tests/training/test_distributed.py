@@ -16,9 +16,17 @@ def _command(run_dir: Path, *extra: str) -> list[str]:
     return torchrun_train(CONFIGS / "quickstart.yaml", *TINY_OVERRIDES, f"run_dir={run_dir}", *extra)
 
 
-def test_two_process_fsdp2_run(tmp_path):
+@pytest.mark.parametrize(
+    "rollout",
+    [
+        pytest.param([], id="lockstep"),
+        # each rank's episodes at their own pace on its own engine loop, the next batch during the update
+        pytest.param(["rollout.mode=async", "rollout.max_staleness=1"], id="async", marks=pytest.mark.slow),
+    ],
+)
+def test_two_process_fsdp2_run(tmp_path, rollout):
     command = _command(
-        tmp_path, "iterations=2", "checkpoint_every=1", "rollout.task_pool=3", "eval.rl_tasks=true"
+        tmp_path, "iterations=2", "checkpoint_every=1", "rollout.task_pool=3", "eval.rl_tasks=true", *rollout
     )
     done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=420)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
@@ -28,6 +36,7 @@ def test_two_process_fsdp2_run(tmp_path):
     # 2 groups split over 2 ranks, gathered back: every episode is counted once
     assert all(r["episodes"] == 4 for r in train)
     assert all(abs(r["first_ratio_mean"] - 1.0) < 1e-3 for r in train)
+    assert all(r["staleness_max"] <= (1 if rollout else 0) for r in train)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["iterations"] == 2
     # the RL task pool's 3 tasks are split 2 + 1 over the ranks and every episode is gathered once

