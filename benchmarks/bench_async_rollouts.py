@@ -469,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         default=110.0,
         help="the replay model's assumed median response length (tokens)",
     )
+    parser.add_argument(
+        "--vllm-python", type=Path, default=VLLM_PYTHON, help="the vLLM venv's Python (default: %(default)s)"
+    )
     parser.add_argument("--part", choices=("transformers", "vllm"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "async_rollouts.json")
     args = parser.parse_args(argv)
@@ -496,13 +499,13 @@ def main(argv: list[str] | None = None) -> int:
     if "transformers" in engines:
         result["transformers"] = run_part("transformers", args)
     if "vllm" in engines:
-        if not VLLM_PYTHON.is_file():
-            result["vllm"] = {"skipped": "no .venv-vllm (scripts/setup_vllm_cpu.sh)"}
+        if not args.vllm_python.is_file():
+            result["vllm"] = {"skipped": f"no {args.vllm_python} (scripts/setup_vllm_cpu.sh)"}
         else:
             with tempfile.TemporaryDirectory() as folder:
                 part_out = Path(folder) / "vllm.json"
                 command = [
-                    str(VLLM_PYTHON),
+                    str(args.vllm_python),
                     str(Path(__file__).resolve()),
                     "--part",
                     "vllm",

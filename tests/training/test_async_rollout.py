@@ -82,7 +82,12 @@ def test_async_training_at_staleness_0_repeats_the_lockstep_run(tmp_path):
     for mode in ("lockstep", "async"):
         trainer = Trainer(
             _config(
-                tmp_path, mode, "iterations=2", "rollout.constrained_actions=true", f"rollout.mode={mode}"
+                tmp_path,
+                mode,
+                "iterations=2",
+                "rollout.constrained_actions=true",
+                f"rollout.mode={mode}",
+                "tensorboard=true",
             )
         )
         try:
@@ -98,6 +103,13 @@ def test_async_training_at_staleness_0_repeats_the_lockstep_run(tmp_path):
             assert asy[key] == pytest.approx(lock[key], rel=1e-5, abs=1e-8), key
         assert asy["staleness/0"] == lock["staleness/0"] == 1.0
         assert "engine_busy_frac" in asy and "rollout_update_overlap" in asy
+    # TensorBoard shows the staleness and overlap metrics beside the rest
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "async" / "tensorboard")).Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/staleness/0", "train/staleness_mean", "train/rollout_update_overlap"} <= tags
+    assert {"train/engine_busy_frac", "train/rollout_groups_dropped"} <= tags
 
 
 def test_staleness_1_overlaps_the_update_and_stays_within_the_bound(tmp_path):
