@@ -716,8 +716,8 @@ BENCHMARKS: list[Benchmark] = [
         "Per-GPU memory budgets of the two GPU presets (`training/costs.py`: fp32 masters, gradients, AdamW, "
         "the update's snapshot, compute-dtype weights, reference, sampler, KV cache, activations, sync) for "
         "Qwen2.5-1.5B and Qwen2.5-7B at their real shapes, with the transformers engine or vLLM, on 1 or 8 "
-        "GPUs (`gpu_memory_bytes` each): computed, not measured; the CPU rehearsal checks the static parts against what a "
-        "2-layer run holds. The numbers the presets' headers state.",
+        "GPUs (`gpu_memory_bytes` each): computed, not measured; the CPU rehearsal checks the static parts "
+        "against what a 2-layer run holds. The numbers the presets' headers state.",
         "python benchmarks/memory_budget.py",
         [],
     ),
