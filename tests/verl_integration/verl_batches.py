@@ -14,6 +14,7 @@ the adapter.
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 
 import numpy as np
@@ -129,3 +130,51 @@ def pad_and_shuffle(batch: Batch, seed: int, copies: int) -> tuple[Batch, np.nda
     padded = batch.concat(batch.select(origin[n:]))
     order = rng.permutation(origin.size)
     return padded.select(order), origin[order]
+
+
+class VocabTokenizer:
+    """A tokenizer stand-in: each distinct response text is one token id (0 pads), repeated over a length
+    that depends on the text, so the rows' response masks differ."""
+
+    def __init__(self, length: int = 6):
+        self.length = length
+        self.texts = [""]
+        self.ids: dict[str, int] = {}
+
+    def encode(self, texts) -> torch.Tensor:
+        out = torch.zeros(len(texts), self.length, dtype=torch.long)
+        for i, text in enumerate(texts):
+            token = self.ids.setdefault(text, len(self.texts))
+            if token == len(self.texts):
+                self.texts.append(text)
+            out[i, : 1 + len(text) % self.length] = token
+        return out
+
+    def batch_decode(self, responses: torch.Tensor, skip_special_tokens: bool = True) -> list[str]:
+        assert skip_special_tokens
+        return [self.texts[int(row[0])] for row in responses]
+
+
+class ScriptedActor:
+    """``actor(prompts) -> responses``: mostly the hint a toy ALFWorld observation gives ("Next you need to:
+    X."), sometimes another admissible action from the prompt, sometimes an answer without tags (invalid)."""
+
+    def __init__(self, seed: int, follow: float = 0.7, invalid: float = 0.1):
+        self.rng = np.random.default_rng(seed)
+        self.follow, self.invalid = follow, invalid
+
+    def __call__(self, prompts) -> list[str]:
+        out = []
+        for prompt in prompts:
+            hint = re.findall(r"Next you need to: (.+?)\.", prompt)
+            listed = re.findall(r"^\s*'([^'\n]+)'$", prompt, re.MULTILINE)
+            draw = self.rng.random()
+            if draw < self.invalid or not listed:
+                out.append("I would rather look around the room.")
+            elif draw < self.invalid + self.follow and hint:
+                out.append(f"<think>the hint</think><action>{hint[-1]}</action>")
+            else:
+                out.append(
+                    f"<think>explore</think><action>{listed[int(self.rng.integers(len(listed)))]}</action>"
+                )
+        return out
