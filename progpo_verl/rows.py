@@ -27,13 +27,16 @@ estimator is :class:`Duplicates`:
 
 * ``dedupe`` (default, ours): each (trajectory, step) is one row of the estimator, and a copy takes its row's
   advantage. Group statistics count every env step once, however the batch was padded.
-* ``count`` (verl-agent's behaviour): a copy is one more row of its task group. Our estimators are defined on
-  trajectories, so the copy enters as a one-step trajectory of its own, with its row's state, action and
-  validity, its trajectory's success, and its trajectory's episode reward as reward: every episode-level
-  statistic (GRPO, GiGPO's episode term, over steps or trajectories) counts it once with its row's score
-  ``R - penalty * invalid``, exactly as verl-agent's own estimators do. A step-level term sees it as a step of
-  return ``R``, where verl-agent's GiGPO uses the row's discounted return ``R_t``; the two agree for rows of
-  failed episodes and for last steps (rewards come at the end in ALFWorld and WebShop).
+* ``count`` (verl-agent's behaviour): a copy is one more member of every statistic, as in verl-agent, where a
+  copy and its row have the same inputs and so the same advantage. Our estimators are defined on
+  trajectories, so the copy enters the statistics as a one-step trajectory of its own (its row's state, action
+  and validity, its trajectory's success, its trajectory's episode reward ``R`` as reward) and takes its row's
+  advantage. Every episode-level statistic (GRPO, GiGPO's episode term, over steps or trajectories) then counts
+  it once with its row's score ``R - penalty * invalid``, exactly as verl-agent's estimators do. A step-level
+  statistic sees it as a step of return ``R`` where verl-agent's GiGPO uses the row's discounted return
+  ``R_t``: the two agree for copies of failed episodes' rows and of last steps (ALFWorld and WebShop reward
+  only at the end), and differ by the discount otherwise. An estimator-side row multiplicity would make it
+  exact; ``docs/verl_agent.md`` gives the measured difference.
 
 Per-row advantages become verl's token-level ``advantages`` by :func:`token_advantages`: the row's value on
 every response token of ``response_mask``, 0 elsewhere (verl-agent's GiGPO and GRPO do the same).
@@ -53,8 +56,9 @@ Example:
     >>> rows = estimator_rows(batch)
     >>> rows.columns["step"].tolist(), rows.columns["won"].tolist(), rows.source.tolist(), rows.copies
     ([0, 1, 0], [False, True, False], [1, 0, 2, 1], 1)
-    >>> estimator_rows(batch, RowOptions(duplicates="count")).source.tolist()
-    [1, 0, 2, 3]
+    >>> counted = estimator_rows(batch, RowOptions(duplicates="count"))  # the copy: one more one-step trajectory
+    >>> counted.columns["traj_id"].tolist(), counted.source.tolist()
+    ([0, 0, 1, 2], [1, 0, 2, 1])
 """
 
 from __future__ import annotations
@@ -255,7 +259,6 @@ def estimator_rows(batch: Mapping[str, Any], options: RowOptions | None = None) 
             "action_key": action[copy_rows],
             "won": traj_won[traj[copy_rows]],
         }
-        source[copy_rows] = first.size + np.arange(copy_rows.size)
         columns = {name: np.concatenate([columns[name], extra[name]]) for name in columns}
 
     if all(isinstance(key, str) for key in columns["obs_key"].tolist()):

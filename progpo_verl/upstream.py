@@ -15,6 +15,7 @@ passes step metadata, that test fails and these names can compute.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 
 from progpo_verl.verl_agent.settings import adv_estimator_names
@@ -43,13 +44,17 @@ def refusing_estimator(name: str) -> Callable[..., None]:
 
 
 def register() -> list[str]:
-    """Register our names that verl's registry does not hold yet; returns them."""
+    """Register our names that verl's registry does not hold yet; returns them (none in a verl without the
+    registry: verl-agent's, where :func:`progpo_verl.verl_agent.install.install` is the way in)."""
     from verl.trainer.ppo import core_algos
 
+    if not hasattr(core_algos, "register_adv_est"):
+        return []
     names = [name for name in adv_estimator_names() if name not in core_algos.ADV_ESTIMATOR_REGISTRY]
     for name in names:
         core_algos.register_adv_est(name)(refusing_estimator(name))
     return names
 
 
-REGISTERED = register()
+#: The names registered when this module was imported (by verl's plugin loader; none without a verl).
+REGISTERED = register() if importlib.util.find_spec("verl") is not None else []
