@@ -28,11 +28,11 @@ estimator is :class:`Duplicates`:
 * ``dedupe`` (default, ours): each (trajectory, step) is one row of the estimator, and a copy takes its row's
   advantage. Group statistics count every env step once, however the batch was padded.
 * ``count`` (verl-agent's behaviour): a copy is one more member of every statistic, as in verl-agent, where a
-  copy and its row have the same inputs and so the same advantage. Our estimators are defined on
-  trajectories, so the copy enters the statistics as a one-step trajectory of its own (its row's state, action
-  and validity, its trajectory's success, its trajectory's episode reward ``R`` as reward) and takes its row's
-  advantage. Every episode-level statistic (GRPO, GiGPO's episode term, over steps or trajectories) then counts
-  it once with its row's score ``R - penalty * invalid``, exactly as verl-agent's estimators do. A step-level
+  copy and its row have the same inputs and so the same advantage. Our estimators are defined on trajectories,
+  so the copy enters the statistics as a one-step trajectory of its own (its row's state, action and validity,
+  its trajectory's success, its trajectory's episode reward ``R`` as reward) and takes its row's advantage.
+  Every episode-level statistic (GRPO, GiGPO's episode term, over steps or trajectories) then counts it once
+  with its row's score ``R - penalty * invalid``, exactly as verl-agent's estimators do. A step-level
   statistic sees it as a step of return ``R`` where verl-agent's GiGPO uses the row's discounted return
   ``R_t``: the two agree for copies of failed episodes' rows and of last steps (ALFWorld and WebShop reward
   only at the end), and differ by the discount otherwise. An estimator-side row multiplicity would make it
@@ -56,7 +56,7 @@ Example:
     >>> rows = estimator_rows(batch)
     >>> rows.columns["step"].tolist(), rows.columns["won"].tolist(), rows.source.tolist(), rows.copies
     ([0, 1, 0], [False, True, False], [1, 0, 2, 1], 1)
-    >>> counted = estimator_rows(batch, RowOptions(duplicates="count"))  # the copy: one more one-step trajectory
+    >>> counted = estimator_rows(batch, RowOptions(duplicates="count"))  # the copy: a one-step trajectory
     >>> counted.columns["traj_id"].tolist(), counted.source.tolist()
     ([0, 0, 1, 2], [1, 0, 2, 1])
 """

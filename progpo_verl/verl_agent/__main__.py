@@ -7,9 +7,10 @@ Usage::
 Overrides are verl-agent's Hydra overrides (``algorithm.adv_estimator=progpo env.env_name=progpo/ALFWorld-v0
 data.train_batch_size=16 ...``, as ``python -m verl.trainer.main_ppo`` takes them); keys in our blocks
 (``algorithm.<estimator>.*``, ``algorithm.progpo_rows.*``, ``env.progpo.*``) need no ``+``. The config is
-verl-agent's ``ppo_trainer`` (the installed verl-agent's ``verl/trainer/config``, or ``--config-dir``) with the
-overrides and Ray's ``worker_process_setup_hook`` set to :func:`progpo_verl.verl_agent.install.install`. Our
-estimator and env settings are checked here, then Ray starts with that hook and verl-agent's ``run_ppo`` runs.
+verl-agent's ``ppo_trainer`` (the installed verl-agent's ``verl/trainer/config``, or ``--config-dir``) with
+the overrides and Ray's ``worker_process_setup_hook`` set to :func:`progpo_verl.verl_agent.install.install`.
+Our estimator and env settings are checked here, then Ray starts with that hook and verl-agent's ``run_ppo``
+runs.
 
 ``--dry-run`` stops before Ray: it builds the config, checks it, builds our env package (the training and
 validation env managers, reset once) and writes ``config.yaml`` and ``env_sample.json`` (each manager's first

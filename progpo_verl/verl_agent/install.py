@@ -205,14 +205,15 @@ def install() -> None:
     """Wrap verl-agent's functions (see the module docstring); a second call does nothing.
 
     Raises:
-        ContractError: no verl-agent is importable (e.g. upstream verl), a wrapped function is missing or has other parameters than
+        ContractError: no verl-agent is importable (e.g. upstream verl), a wrapped function is missing or has
+            other parameters than
             :data:`~progpo_verl.verl_agent.contract.HOOKS` say, or verl-agent ships an estimator under one of
             our names.
     """
     if importlib.util.find_spec("agent_system") is None:
         raise ContractError(
-            "no verl-agent here (no agent_system package): install() wraps verl-agent's trainer; upstream verl "
-            "gets our names from progpo_verl.upstream instead (see its docstring)"
+            "no verl-agent here (no agent_system package): install() wraps verl-agent's trainer; upstream "
+            "verl gets our names from progpo_verl.upstream instead (see its docstring)"
         )
     modules = {hook.module: importlib.import_module(hook.module) for hook in HOOKS}
     wrapped = {hook.name: hasattr(resolve(modules, hook), WRAPPED) for hook in HOOKS if hook.name in WRAPPERS}

@@ -1,7 +1,7 @@
-"""Our package against upstream verl 0.9.1 (PyPI's), in ``.venv-verl`` (``.ci/run_verl``): the ``verl.plugins``
-entry point loads on ``import verl``, verl's ``compute_advantage`` passes a registered estimator exactly the
-arguments :mod:`progpo_verl.upstream` says (so a step-level estimator cannot run there yet), and
-``install()`` refuses a verl that is not verl-agent."""
+"""Our package against upstream verl 0.9.1 (PyPI's), in ``.venv-verl`` (``.ci/run_verl``): the
+``verl.plugins`` entry point loads on ``import verl``, verl's ``compute_advantage`` passes a registered
+estimator exactly the arguments :mod:`progpo_verl.upstream` says (so a step-level estimator cannot run there
+yet), and ``install()`` refuses a verl that is not verl-agent."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ print(json.dumps({"loaded": "progpo_verl.upstream" in sys.modules,
 
 
 def probe(cwd: Path, **env: str) -> dict:
-    """``import verl`` in a fresh interpreter, away from the checkout (whose egg-info could shadow the installed
-    metadata): whether our module was loaded, and what verl's registry holds."""
+    """``import verl`` in a fresh interpreter, away from the checkout (whose egg-info could shadow the
+    installed metadata): whether our module was loaded, and what verl's registry holds."""
     out = subprocess.run(
         [sys.executable, "-c", PROBE],
         env={**os.environ, **env},
@@ -59,8 +59,9 @@ def test_import_verl_loads_our_entry_point(tmp_path):
 
 
 def adv_kwargs_assignments() -> list[tuple[str, str]]:
-    """``(keyword, condition)`` for every argument ``compute_advantage`` gives a registered estimator: the keys
-    of its ``adv_kwargs`` dict and each later ``adv_kwargs[key] = ...`` with the ``if`` tests around it."""
+    """``(keyword, condition)`` for every argument ``compute_advantage`` gives a registered estimator: the
+    keys of its ``adv_kwargs`` dict and each later ``adv_kwargs[key] = ...`` with the ``if`` tests around
+    it."""
     tree = ast.parse(RAY_TRAINER.read_text(encoding="utf-8"))
     function = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "compute_advantage")
     found = []
