@@ -66,7 +66,7 @@ from progpo_envs.server.openenv_session import (
     SessionHost,
     environment_metadata,
 )
-from progpo_envs.server.policy import PolicyError
+from progpo_envs.server.policy import PolicyError, split_names
 from progpo_envs.server.pool import EnvPool
 from progpo_envs.server.request_args import MAX_REQUEST_BYTES
 from progpo_envs.server.serving import DEFAULT_THREADS, DRAIN_TIMEOUT
@@ -196,7 +196,12 @@ def create_openenv_app(
         pool=pool,
         env_id=env_id,
         executor=ThreadPoolExecutor(max_workers=threads, thread_name_prefix="openenv-session"),
-        metadata=environment_metadata(env_id, policy.splits, _task_types(env_id)),
+        metadata=environment_metadata(
+            env_id,
+            split_names(policy.entry_point, policy.fixed_kwargs),
+            _task_types(env_id),
+            policy.fixed_kwargs.get("split") if "split" in policy.fixed_kwargs else None,
+        ),
     )
     idle = pool.config.idle_timeout
     app = create_app(

@@ -242,11 +242,13 @@ class PoolSession(Environment):
 
 
 def environment_metadata(
-    env_id: str, splits: tuple[str, ...] | None, task_types: tuple[str, ...]
+    env_id: str, splits: tuple[str, ...] | None, task_types: tuple[str, ...], fixed_split: str | None = None
 ) -> EnvironmentMetadata:
     """``/metadata`` for a hosted env: its id, what it is, its splits and task types (in the description and
-    the readme, OpenEnv's metadata model has no other fields)."""
+    the readme: OpenEnv's metadata model has no other fields); ``fixed_split``: the one the operator fixed."""
     split_text = ", ".join(splits) if splits else "any plain name"
+    if fixed_split is not None:
+        split_text += f" (this server plays {fixed_split}, fixed by its operator)"
     type_text = ", ".join(task_types) if task_types else "none (one task family)"
     description = (
         f"{env_id} (ProGPO suite) as an OpenEnv environment. Splits: {split_text}. Task types: {type_text}. "
