@@ -16,10 +16,10 @@ declared fields, so everything our ``info`` carries that a trainer needs is a de
 * both (:class:`TextObservation`): ``obs_hash`` and ``history_key`` (our content keys, unsigned 64-bit
   integers: equal states have equal keys in every process, so any trainer can form GiGPO/ProGPO-style step
   groups), ``history_keys`` (window keys, when the env was made with ``history_depths``), ``task_id``,
-  ``task_index``, ``task_type`` (ALFWorld's six types; ``""`` for WebShop, whose goals have none), ``won``,
-  ``task_score`` (WebShop's raw 0-1 purchase score; ALFWorld's 1.0 for a win, else 0.0), ``truncated`` (the
-  step limit ended the episode; ``done`` is terminated or truncated) and ``expert_action`` (only where the
-  operator turned the expert on).
+  ``task_index`` (and ``num_tasks``, the split's size), ``task_type`` (ALFWorld's six types; ``""`` for
+  WebShop, whose goals have none), ``won``, ``task_score`` (WebShop's raw 0-1 purchase score; ALFWorld's 1.0
+  for a win, else 0.0), ``truncated`` (the step limit ended the episode; ``done`` is terminated or truncated)
+  and ``expert_action`` (only where the operator turned the expert on).
 
 :func:`observation_of` builds an observation from what the env pool answers (the env's text, reward, flags and
 decoded ``info``).
@@ -68,6 +68,7 @@ class TextObservation(Observation):
     )
     task_id: str = Field(description="Stable id of the task played")
     task_index: int = Field(description="Position of the task in the split")
+    num_tasks: int | None = Field(default=None, description="Tasks in the split (task_index < num_tasks)")
     task_type: str = Field(default="", description="The task's type (ALFWorld's six; empty for WebShop)")
     won: bool = Field(default=False, description="The task is solved")
     task_score: float = Field(
@@ -132,8 +133,10 @@ def observation_of(
     reward: float | None = None,
     terminated: bool = False,
     truncated: bool = False,
+    num_tasks: int | None = None,
 ) -> TextObservation:
-    """The observation ``cls`` for an env answer (``info`` decoded: numpy keys become Python ints)."""
+    """The observation ``cls`` for an env answer (``info`` decoded: numpy keys become Python ints) in a split
+    of ``num_tasks`` tasks."""
     fields: dict[str, Any] = {
         "text": text,
         "obs_hash": int(info["obs_hash"]),
@@ -141,6 +144,7 @@ def observation_of(
         "history_keys": {int(k): int(v) for k, v in (info.get("history_keys") or {}).items()},
         "task_id": str(info["task_id"]),
         "task_index": int(info["task_index"]),
+        "num_tasks": num_tasks,
         "task_type": str(info.get("task_type") or ""),
         "won": bool(info.get("won", False)),
         "task_score": _task_score(info),

@@ -116,6 +116,7 @@ class PoolSession(Environment):
         self.host = host
         self._instance: str | None = None
         self._kwargs: dict[str, Any] | None = None
+        self._num_tasks: int | None = None
         self._state = TextEnvState(env_id=host.env_id)
 
     # --- OpenEnv's interface -------------------------------------------------------------------------------
@@ -195,12 +196,12 @@ class PoolSession(Environment):
             self.close()
             try:
                 # the policy checks every name and value (codec-encoded, as the native API sends them)
-                self._instance, _ = self.host.pool.create(self.host.env_id, encode(kwargs), client=client)
+                self._instance, meta = self.host.pool.create(self.host.env_id, encode(kwargs), client=client)
             except PolicyError as exc:
                 raise SessionError(400, f"reset: {exc}") from None
             except ServerError as exc:
                 raise SessionError(exc.status, exc.message) from None
-            self._kwargs = kwargs
+            self._kwargs, self._num_tasks = kwargs, meta.get("num_tasks")
         answer = self._call("reset", {"seed": seed, "options": options})
         info = decode(answer["info"])
         self._state = TextEnvState(
@@ -210,7 +211,9 @@ class PoolSession(Environment):
             task_index=int(info["task_index"]),
             task_id=str(info["task_id"]),
         )
-        return observation_of(self.host.observation_cls, answer["observation"], info)
+        return observation_of(
+            self.host.observation_cls, answer["observation"], info, num_tasks=self._num_tasks
+        )
 
     def _step(self, action: CommandAction) -> TextObservation:
         if self._instance is None:
@@ -230,6 +233,7 @@ class PoolSession(Environment):
             reward=decode(answer["reward"]),
             terminated=terminated,
             truncated=truncated,
+            num_tasks=self._num_tasks,
         )
 
     def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
