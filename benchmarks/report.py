@@ -487,6 +487,38 @@ def render_advantages(data: dict) -> str:
     )
 
 
+def render_openenv(data: dict) -> str:
+    rows = [
+        [
+            env_id,
+            r["native"]["steps_per_s"],
+            r["openenv"]["steps_per_s"],
+            r["throughput_ratio"],
+            r["native"]["p99_ms"],
+            r["openenv"]["p99_ms"],
+            r["p99_ratio"],
+            r["throughput_ratio"] >= data["target_throughput_ratio"],
+            len(r["native"]["errors"]) + len(r["openenv"]["errors"]),
+        ]
+        for env_id, r in data["results"].items()
+    ]
+    clients = data["settings"]["clients"]
+    return f"{clients} concurrent sessions per protocol. {data.get('notes', '')}\n\n" + markdown_table(
+        [
+            "env",
+            "native steps/s",
+            "OpenEnv steps/s",
+            "throughput ratio",
+            "native p99 ms",
+            "OpenEnv p99 ms",
+            "p99 ratio",
+            f"ratio >= {data['target_throughput_ratio']}",
+            "errors",
+        ],
+        rows,
+    )
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One benchmark of the project as the page lists it.
@@ -681,6 +713,17 @@ BENCHMARKS: list[Benchmark] = [
         "instance.",
         "python benchmarks/bench_hosting.py",
         ["--quick"],
+    ),
+    Benchmark(
+        "openenv",
+        "benchmarks/bench_openenv.py",
+        "The OpenEnv protocol (`progpo serve --protocol openenv`: OpenEnv's own server, `GenericEnvClient` "
+        "sessions) against our native protocol on the same machine in one run: steps/s and p99 step latency "
+        "with many concurrent sessions on ALFWorld and WebShop; claim: OpenEnv keeps the share of the native "
+        "throughput that the result file names as its goal (`target_throughput_ratio`).",
+        "python benchmarks/bench_openenv.py",
+        ["--quick"],
+        render_openenv,
     ),
     Benchmark(
         "training",
