@@ -47,3 +47,99 @@ def shared_alfworld_data() -> Path:
     if not (path / "json_2.1.1").is_dir():
         pytest.skip(f"no real ALFWorld trials: set {REAL_ALFWORLD_DATA_VAR} to a folder with json_2.1.1/")
     return path
+
+
+class TricklingServer:
+    """A loopback HTTP server that answers slowly on purpose: the client side of a deadline test.
+
+    A request whose path contains one of ``trickle_paths`` is answered a byte every ``interval`` seconds, for
+    ever (its status line and headers too when ``what`` is ``"headers"``; else the headers at once, with a
+    ``Content-Length`` the body never reaches); any other request gets ``reply`` (JSON) at once. Every byte
+    resets a per-read timeout, so only a wall-clock deadline ends such a request.
+    """
+
+    def __init__(self, trickle_paths=("",), what: str = "body", interval: float = 0.2, reply=None):
+        import json
+        import socket
+        import threading
+
+        self.trickle_paths, self.what, self.interval = tuple(trickle_paths), what, interval
+        self._reply = json.dumps(reply if reply is not None else {}).encode()
+        self._stop = threading.Event()
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self._socket.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self.requests: list[str] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._socket.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn) -> None:
+        import time
+
+        try:
+            while not self._stop.is_set():
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    head += chunk
+                lines = head.split(b"\r\n")
+                path = lines[0].split()[1].decode()
+                self.requests.append(path)
+                sizes = [int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length")]
+                length = sizes[0] if sizes else 0
+                body = head.split(b"\r\n\r\n", 1)[1]
+                while len(body) < length:
+                    body += conn.recv(65536)
+                if not any(part in path for part in self.trickle_paths):
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                        + str(len(self._reply)).encode()
+                        + b"\r\n\r\n"
+                        + self._reply
+                    )
+                    continue
+                headers = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                headers += b"Content-Length: 100000\r\n\r\n"
+                if self.what == "body":
+                    conn.sendall(headers)
+                    headers = b""
+                for byte in headers + b" " * 100000:
+                    if self._stop.is_set():
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(self.interval)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._socket.close()
+
+
+@pytest.fixture
+def trickling_server():
+    """``trickling_server(paths, what=..., reply=...)`` starts a :class:`TricklingServer` (closed after)."""
+    servers: list[TricklingServer] = []
+
+    def start(trickle_paths=("",), **kwargs) -> TricklingServer:
+        servers.append(TricklingServer(trickle_paths, **kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

@@ -8,11 +8,14 @@ seed. Because it is a text env like the others, the group vector env works over 
     envs = gymnasium.make_vec("progpo/Remote-v0", num_envs=8, group_size=4, url=url,
     env_id="progpo/ALFWorld-v0")
 
-Networking: one ``requests.Session`` per env (connection reuse); a connect and a read timeout; idempotent
-calls (reads, close, and reset/step, which carry a ``seq`` number the server deduplicates) are retried with
-exponential back-off on connection errors, timeouts and 502/503/504; creating an instance is retried only when
-the connection was refused (nothing reached the server). When the server stays unreachable the error says so
-(:class:`ServerUnavailableError`); an instance the server no longer has raises :class:`InstanceLostError`.
+Networking: one session per env (connection reuse, :class:`~progpo_envs.core.http_client.DeadlineSession`);
+every call has a wall-clock deadline, ``timeout`` seconds for all its attempts together, so a server or proxy
+that answers a byte at a time cannot hold a trainer (the call fails with :class:`ServerUnavailableError`
+naming the deadline). Idempotent calls (reads, close, and reset/step, which carry a ``seq`` number the server
+deduplicates) are retried with exponential back-off on connection errors, timeouts and 502/503/504 while time
+is left; creating an instance is retried only when the connection was refused (nothing reached the server).
+When the server stays unreachable the error says so (:class:`ServerUnavailableError`); an instance the server
+no longer has raises :class:`InstanceLostError`.
 
 :func:`step_batch` and :func:`reset_batch` act on many remote envs of one server in a single request, and
 :class:`RemoteGroupVectorEnv` (``make_vec``'s vector env for the remote id) uses them for every vector step.
@@ -34,6 +37,7 @@ from typing import Any
 import gymnasium as gym
 import requests
 
+from progpo_envs.core.http_client import DeadlineSession
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.core.spaces import MAX_ACTION_LENGTH, MAX_OBSERVATION_LENGTH, Unicode
 from progpo_envs.core.vector import GroupVectorEnv, VectorMode
@@ -72,24 +76,35 @@ def _refused(exc: requests.RequestException) -> bool:
 
 
 class _Client:
-    """HTTP calls to one server with timeouts and retries (see the module docstring)."""
+    """HTTP calls to one server with a deadline per call and retries (see the module docstring)."""
 
     def __init__(self, url: str, timeout: float, connect_timeout: float, retries: int, backoff: float):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.url = url.rstrip("/")
-        self.timeout = (connect_timeout, timeout)
+        self.timeout = float(timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
-        self.session = requests.Session()
+        self.session = DeadlineSession(self.timeout, connect_timeout=connect_timeout)
 
     def request(self, method: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
         last: str = ""
+        deadline = time.monotonic() + self.timeout
         for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+            pause = self.backoff * 2 ** (attempt - 1) if attempt else 0.0
+            left = deadline - time.monotonic() - pause
+            if left <= 0:  # no time left for another attempt
+                raise ServerUnavailableError(
+                    None,
+                    f"env server at {self.url} did not answer {method} {path} within "
+                    f"timeout={self.timeout:g} s (one deadline for the call and its retries; last attempt: "
+                    f"{last or 'none'})",
+                )
+            time.sleep(pause)
             try:
-                response = self.session.request(method, self.url + path, json=body, timeout=self.timeout)
+                response = self.session.request(method, self.url + path, json=body, deadline=left)
             except requests.RequestException as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 if idempotent or _refused(exc):
@@ -107,7 +122,14 @@ class _Client:
                 if response.status_code in (404, 410) and path.startswith("/instances/"):
                     raise InstanceLostError(response.status_code, message)
                 raise RemoteEnvError(response.status_code, message)
-            return response.json()
+            try:
+                return response.json()
+            except ValueError:  # a proxy's error page, or an answer cut short
+                raise RemoteEnvError(
+                    response.status_code,
+                    f"env server at {self.url} answered {method} {path} with a body that is not JSON: "
+                    f"{response.text[:200]!r}",
+                ) from None
         raise ServerUnavailableError(
             None, f"env server at {self.url} is unavailable after {self.retries + 1} attempts ({last})"
         )
@@ -126,7 +148,8 @@ class RemoteEnv(gym.Env[str, str]):
     Args:
         url: The server, e.g. ``http://127.0.0.1:8000``.
         env_id: The hosted env (``progpo/ALFWorld-v0``, ``progpo/WebShop-v0``, ...).
-        timeout: Seconds to wait for an answer.
+        timeout: Seconds one call (reset, step, ...) may take in all, its retries included: a wall-clock
+            deadline, not a per-read timeout.
         connect_timeout: Seconds to wait for a connection.
         retries: Extra attempts for retryable failures.
         backoff: First back-off in seconds (doubles per attempt).

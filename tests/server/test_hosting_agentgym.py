@@ -26,6 +26,20 @@ from progpo_envs.server.remote import RemoteEnv
 from progpo_envs.server.serving import BackgroundServer
 
 
+def test_agentgym_client_has_a_deadline_against_a_trickling_server(trickling_server):
+    """The AgentGym-style client ends each request by its deadline, however slowly the server answers."""
+    import time
+
+    from progpo_envs.core.http_client import DeadlineExceeded
+
+    server = trickling_server(["/reset"], what="headers", reply={"id": 7})
+    client = AlfWorldClient(server.url, timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match="/reset did not finish within its 1 s deadline"):
+        client.reset(0)
+    assert time.monotonic() - started < 3.0
+
+
 def test_alfworld_protocol_episode(toy_url):
     assert requests.get(f"{toy_url}/", timeout=10).json() == "This is environment AlfWorld."
     created = requests.post(f"{toy_url}/create", timeout=10)
