@@ -54,16 +54,20 @@ class TricklingServer:
 
     A request whose path contains one of ``trickle_paths`` is answered a byte every ``interval`` seconds, for
     ever (its status line and headers too when ``what`` is ``"headers"``; else the headers at once, with a
-    ``Content-Length`` the body never reaches); any other request gets ``reply`` (JSON) at once. Every byte
-    resets a per-read timeout, so only a wall-clock deadline ends such a request.
+    ``Content-Length`` the body never reaches), except the first ``after`` of them; any other request gets
+    ``reply`` (JSON) at once. Every byte resets a per-read timeout, so only a wall-clock deadline ends such a
+    request.
     """
 
-    def __init__(self, trickle_paths=("",), what: str = "body", interval: float = 0.2, reply=None):
+    def __init__(
+        self, trickle_paths=("",), what: str = "body", interval: float = 0.2, reply=None, after: int = 0
+    ):
         import json
         import socket
         import threading
 
         self.trickle_paths, self.what, self.interval = tuple(trickle_paths), what, interval
+        self.answered_left = after
         self._reply = json.dumps(reply if reply is not None else {}).encode()
         self._stop = threading.Event()
         self._socket = socket.create_server(("127.0.0.1", 0))
@@ -103,7 +107,11 @@ class TricklingServer:
                 body = head.split(b"\r\n\r\n", 1)[1]
                 while len(body) < length:
                     body += conn.recv(65536)
-                if not any(part in path for part in self.trickle_paths):
+                trickle = any(part in path for part in self.trickle_paths)
+                if trickle and self.answered_left > 0:
+                    self.answered_left -= 1
+                    trickle = False
+                if not trickle:
                     conn.sendall(
                         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                         + str(len(self._reply)).encode()
