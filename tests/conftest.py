@@ -151,3 +151,27 @@ def trickling_server():
     yield start
     for server in servers:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def second_host_address() -> str:
+    """A non-loopback IPv4 address of this machine, to connect from as a second host would.
+
+    The servers count their clients per host and every loopback address is one host, so a test of fairness
+    between hosts needs a source address that is not loopback: a connection from this machine's own network
+    address to a server on 127.0.0.1 counts as another host's. Skips where the machine has none.
+    """
+    import ipaddress
+    import socket
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the routed source address
+        address = probe.getsockname()[0]
+    except OSError:
+        address = "127.0.0.1"
+    finally:
+        probe.close()
+    if ipaddress.ip_address(address).is_loopback:
+        pytest.skip("this machine has no non-loopback IPv4 address to act as a second host")
+    return address

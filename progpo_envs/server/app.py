@@ -18,7 +18,9 @@ Routes (every body and answer is JSON; values inside ``info``/``options`` use
 A batch answers one result per item, each ``{"ok": true, ...}`` or ``{"ok": false, "status", "error"}``, so
 one lost instance does not fail the others. Errors are ``{"error": message}`` with a 4xx status for anything
 the client can fix (400 malformed, 404 unknown instance or route, 409 out of order / not reset, 410 instance
-lost with its worker, 413 too large, 429 instance limit) and 503/504 when the server cannot answer now.
+lost with its worker, 413 too large, 429 instance limit; 401 for an unknown client token) and 503/504 when the
+server cannot answer now. Every request counts against its client: its host, or its client token with
+``client_tokens`` (:mod:`webshop_server.clients`).
 ``seq`` makes a retried reset/step return the original answer instead of acting twice (see
 :mod:`progpo_envs.server.pool`).
 
@@ -38,7 +40,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from progpo_envs.server.agentgym import AgentGymGames, agentgym_blueprint
@@ -50,10 +52,12 @@ from progpo_envs.server.request_args import (
     available_actions,
     json_body,
     options_arg,
+    request_client,
     reset_args,
     seed_arg,
     step_args,
 )
+from webshop_server.clients import ClientTokens, UnknownClientToken, identify_client
 
 #: Most items in one batch request.
 MAX_BATCH = 4096
@@ -73,6 +77,8 @@ class ServerConfig:
         agentgym_mappings: The folder of AgentGym's ALFWorld ``mappings_train.json``/``mappings_test.json``:
             AgentGym's ``game`` ids then name its games in the real data (``None``: they index the hosted
             split).
+        client_tokens: The operator's client tokens (``--client-tokens``): a request with one counts as that
+            token's client, one with an unknown token is a 401; ``None``: every client is its host.
     """
 
     env_ids: tuple[str, ...] = ("progpo/ALFWorld-v0",)
@@ -81,6 +87,7 @@ class ServerConfig:
     pool: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     agentgym: str | None = None
     agentgym_mappings: str | None = None
+    client_tokens: ClientTokens | None = None
 
     def policies(self) -> dict[str, EnvPolicy]:
         """The allow-list policy of each hosted env."""
@@ -156,6 +163,12 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
     @app.before_request
     def _count_request():
         count("requests")
+        try:
+            g.client = identify_client(
+                config.client_tokens, request.headers.get("Authorization"), request.remote_addr
+            )
+        except UnknownClientToken as exc:
+            raise ServerError(401, str(exc)) from None
 
     @app.get("/health")
     def health():
@@ -183,7 +196,7 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
     def create_instance():
         body = json_body()
         # the kwargs go to the allow-list as sent: their names are checked before any value is decoded
-        instance_id, meta = pool.create(body.get("env_id"), body.get("kwargs"), client=request.remote_addr)
+        instance_id, meta = pool.create(body.get("env_id"), body.get("kwargs"), client=request_client())
         answer: dict[str, Any] = {"instance_id": instance_id, **meta}
         if "seed" in body or "options" in body:
             try:

@@ -35,6 +35,7 @@ from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError
 from progpo_envs.server.pool import PoolConfig
 from progpo_envs.server.serving import DEFAULT_THREADS, make_wsgi_server, serve_until_stopped
+from webshop_server.clients import ClientTokens
 from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
 
 #: Envs whose AgentGym protocol is mounted automatically.
@@ -90,7 +91,15 @@ def build_parser() -> CommandParser:
         "--max-instances-per-client",
         type=int,
         default=None,
-        help="live instances one client address may hold (default: half of --max-instances; then 429)",
+        help="live instances one client (a host, or a client token) may hold (default: half of "
+        "--max-instances; then 429)",
+    )
+    parser.add_argument(
+        "--client-tokens",
+        metavar="FILE",
+        help="a file of client tokens, one per line: a request with 'Authorization: Bearer <token>' counts "
+        "as that token's client (its own share), an unknown token is refused (401), a request without one "
+        "counts as its host",
     )
     parser.add_argument(
         "--idle-timeout",
@@ -198,6 +207,12 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
             AgentGymGames.for_env(mappings, dict(args.env_kwargs).get(agentgym, {}))
         except (FileNotFoundError, ValueError) as exc:
             raise UsageError(f"--agentgym-mappings: {exc}") from None
+    tokens = None
+    if args.client_tokens is not None:
+        try:
+            tokens = ClientTokens.from_file(args.client_tokens)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--client-tokens {args.client_tokens}: {exc}") from None
     pool = PoolConfig(
         num_workers=args.workers,
         max_instances=args.max_instances,
@@ -212,6 +227,7 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         pool=pool,
         agentgym=agentgym,
         agentgym_mappings=mappings,
+        client_tokens=tokens,
     )
 
 
@@ -242,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         flush=True,
     )
-    serve_until_stopped(server, app.extensions["progpo_pool"].shutdown)  # drains on SIGTERM
+    serve_until_stopped(server, app.extensions["progpo_pool"])  # drains on SIGTERM and SIGINT
     return 0
 
 

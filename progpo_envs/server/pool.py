@@ -18,6 +18,11 @@ of at most ``batch_slice`` seconds of env time, so one long batch neither holds 
 a dead worker within ``supervise_interval`` seconds, without waiting for a request to find it dead; a create
 that meets a dying worker is retried on a live one.
 
+Stopping is the server's job: a worker ignores SIGINT and SIGTERM, so a signal sent to the whole process group
+(Ctrl-C, ``systemd``'s ``KillMode=control-group``, ``kill -TERM -PGID``) leaves it serving the requests in
+flight while the server drains; :meth:`EnvPool.stop_restarting` (called as the drain starts) keeps the
+supervisor from reviving workers from then on, and :meth:`EnvPool.shutdown` stops them.
+
 Example:
     >>> policy = EnvPolicy.from_registry("progpo/ALFWorld-v0")  # doctest: +SKIP
     >>> pool = EnvPool({policy.env_id: policy})  # doctest: +SKIP
@@ -31,6 +36,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -219,6 +225,8 @@ def _worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dic
     """Worker loop: answer ``(op, args)`` messages; ``("batch", (calls, budget_s))`` answers the replies of
     the calls it ran within the budget (a prefix of ``calls``: the pool sends the rest again)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the parent drains and then stops this worker
+        signal.signal(sig, signal.SIG_IGN)
     try:
         from gymnasium.envs.registration import load_env_creator
 
@@ -238,7 +246,7 @@ def _worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dic
     while True:
         try:
             op, args = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
+        except (EOFError, OSError):
             break
         if op == "shutdown":
             break
@@ -360,6 +368,7 @@ class EnvPool:
             OrderedDict()
         )  # ids lost with a worker, so they get a 410, not a 404
         self._pending_close: list[tuple[str, _Record]] = []
+        self._stopping = threading.Event()  # set when the server starts draining: no more restarts
         self._closed = threading.Event()
         for worker in self._workers:
             with worker.lock:
@@ -404,7 +413,7 @@ class EnvPool:
     def _restart(self, worker: _Worker, reason: str) -> None:
         """With ``worker.lock`` held: forget its instances, replace the process (unless shutting down)."""
         worker.ready = False
-        if self._closed.is_set():
+        if self._stopping.is_set():
             raise ServerError(503, "the env server is shutting down")
         print(f"[env-server] restarting env worker {worker.index}: {reason}", file=sys.stderr, flush=True)
         if worker.process is not None and worker.process.is_alive():
@@ -685,7 +694,7 @@ class EnvPool:
             if worker.alive or not worker.lock.acquire(blocking=False):
                 continue
             try:
-                if not worker.alive and not self._closed.is_set():
+                if not worker.alive and not self._stopping.is_set():
                     code = worker.process.exitcode if worker.process is not None else None
                     self._restart(worker, f"found dead (exit code {code})")
                     restarted += 1
@@ -749,8 +758,13 @@ class EnvPool:
             "workers": workers,
         }
 
+    def stop_restarting(self) -> None:
+        """From now on a dead worker stays dead (its requests answer 503): the server is draining."""
+        self._stopping.set()
+
     def shutdown(self) -> None:
         """Stop the sweeper and the workers."""
+        self._stopping.set()
         self._closed.set()
         for worker in self._workers:
             with worker.lock:

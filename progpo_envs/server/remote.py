@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -42,6 +43,7 @@ from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.core.spaces import MAX_ACTION_LENGTH, MAX_OBSERVATION_LENGTH, Unicode
 from progpo_envs.core.vector import GroupVectorEnv, VectorMode
 from progpo_envs.server.codec import decode, encode
+from webshop_server.clients import CLIENT_TOKEN_VAR
 
 _RETRY_STATUSES = {502, 503, 504}
 
@@ -78,7 +80,15 @@ def _refused(exc: requests.RequestException) -> bool:
 class _Client:
     """HTTP calls to one server with a deadline per call and retries (see the module docstring)."""
 
-    def __init__(self, url: str, timeout: float, connect_timeout: float, retries: int, backoff: float):
+    def __init__(
+        self,
+        url: str,
+        timeout: float,
+        connect_timeout: float,
+        retries: int,
+        backoff: float,
+        token: str | None = None,
+    ):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
         if not timeout > 0:
@@ -88,6 +98,9 @@ class _Client:
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.session = DeadlineSession(self.timeout, connect_timeout=connect_timeout)
+        token = token if token is not None else os.environ.get(CLIENT_TOKEN_VAR)
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
 
     def request(self, method: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
         last: str = ""
@@ -153,6 +166,8 @@ class RemoteEnv(gym.Env[str, str]):
         connect_timeout: Seconds to wait for a connection.
         retries: Extra attempts for retryable failures.
         backoff: First back-off in seconds (doubles per attempt).
+        token: The client token the server's operator gave this client (sent as ``Authorization: Bearer``;
+            default ``$PROGPO_CLIENT_TOKEN``; none: the server counts this client as its host).
         render_mode: ``"ansi"`` or ``None``.
         **env_kwargs: Constructor kwargs of the hosted env (the server's allow-list applies).
     """
@@ -168,6 +183,7 @@ class RemoteEnv(gym.Env[str, str]):
         connect_timeout: float = 5.0,
         retries: int = 3,
         backoff: float = 0.2,
+        token: str | None = None,
         render_mode: str | None = None,
         **env_kwargs: Any,
     ):
@@ -179,7 +195,7 @@ class RemoteEnv(gym.Env[str, str]):
             )
         self.render_mode = render_mode
         self.env_id = env_id
-        self._client = _Client(url, timeout, connect_timeout, retries, backoff)
+        self._client = _Client(url, timeout, connect_timeout, retries, backoff, token)
         meta = self._client.request(
             "POST", "/instances", {"env_id": env_id, "kwargs": encode(env_kwargs)}, idempotent=False
         )

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flask import request
+from flask import g, request
 
 from progpo_envs.server.codec import CodecError, decode
 from progpo_envs.server.pool import ServerError
@@ -61,6 +61,12 @@ def json_body() -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ServerError(400, "the request body must be a JSON object")
     return body
+
+
+def request_client() -> str:
+    """The client the request counts against (its host or client token: :mod:`webshop_server.clients`), as
+    the app found it before the request ran."""
+    return g.client
 
 
 def decode_arg(name: str, raw: Any) -> Any:

@@ -111,11 +111,16 @@ class HttpBackend:
     (wall clock: a server answering a byte at a time cannot hold the env)."""
 
     def __init__(self, url: str, timeout_s: float = 30.0):
+        import os
+
         from progpo_envs.core.http_client import DeadlineSession
+        from webshop_server.clients import CLIENT_TOKEN_VAR
 
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._http = DeadlineSession(timeout_s)
+        if os.environ.get(CLIENT_TOKEN_VAR):  # the operator's token for this client (its own share)
+            self._http.headers["Authorization"] = f"Bearer {os.environ[CLIENT_TOKEN_VAR]}"
         self._info = self._call("GET", "/api/info")
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict:
