@@ -16,7 +16,11 @@ Routes (every body and answer is JSON; values inside ``info``/``options`` use
   ``POST /batch/reset`` ``{resets: [{instance_id, seed?, options?, seq?}, ...]}``.
 
 A batch answers one result per item, each ``{"ok": true, ...}`` or ``{"ok": false, "status", "error"}``, so
-one lost instance does not fail the others. Errors are ``{"error": message}`` with a 4xx status for anything
+one lost instance does not fail the others. A batch's answer is bounded: its items run in chunks of
+:data:`BATCH_CHUNK` and once the answer holds :data:`MAX_BATCH_ANSWER_CHARS` characters of observations and
+infos (an html-mode page is some 4,000), the items left are not run and answer ``{"ok": false, "status": 413,
+"not_run": true}``: nothing happened to them, and the client sends them again (``progpo/Remote-v0`` does).
+Errors are ``{"error": message}`` with a 4xx status for anything
 the client can fix (400 malformed, 404 unknown instance or route, 409 out of order / not reset, 410 instance
 lost with its worker, 413 too large, 429 instance limit; 401 for an unknown client token) and 503/504 when the
 server cannot answer now. Every request counts against its client: its host, or its client token with
@@ -61,6 +65,11 @@ from webshop_server.clients import ClientTokens, UnknownClientToken, identify_cl
 
 #: Most items in one batch request.
 MAX_BATCH = 4096
+#: Items of a batch run together before the size of its answer is checked.
+BATCH_CHUNK = 256
+#: Characters of observations and infos after which a batch's remaining items are not run (as large as the
+#: largest request: a batch answers at most about what a client may send).
+MAX_BATCH_ANSWER_CHARS = MAX_REQUEST_BYTES
 
 
 @dataclasses.dataclass
@@ -112,6 +121,26 @@ def _batch_result(reply: tuple) -> dict[str, Any]:
     if reply[0] == "ok":
         return {"ok": True, **reply[1]}
     return {"ok": False, "status": reply[1], "error": reply[2]}
+
+
+def _text_chars(value: Any, depth: int = 0) -> int:
+    """About how many characters ``value`` takes in JSON: its strings' lengths, 8 for any other leaf."""
+    if isinstance(value, str):
+        return len(value)
+    if depth < 8 and isinstance(value, dict):
+        return sum(len(k) + _text_chars(v, depth + 1) for k, v in value.items())
+    if depth < 8 and isinstance(value, list):
+        return sum(_text_chars(v, depth + 1) for v in value)
+    return 8
+
+
+def _not_run(limit: int) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "status": 413,
+        "not_run": True,
+        "error": f"not run: this batch's answer reached {limit} characters; send this item again",
+    }
 
 
 def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) -> Flask:
@@ -243,7 +272,16 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
                 parsed.append({"instance_id": item.get("instance_id"), **parse(item)})
             except ServerError as exc:
                 raise ServerError(exc.status, f"{key}[{position}]: {exc.message}") from None
-        return jsonify(results=[_batch_result(reply) for reply in pool.batch(op, parsed)])
+        results: list[dict[str, Any]] = []
+        chars = 0
+        for start in range(0, len(parsed), BATCH_CHUNK):
+            if chars >= MAX_BATCH_ANSWER_CHARS:
+                results += [_not_run(MAX_BATCH_ANSWER_CHARS)] * (len(parsed) - start)
+                break
+            for reply in pool.batch(op, parsed[start : start + BATCH_CHUNK]):
+                results.append(_batch_result(reply))
+                chars += _text_chars(reply[1]) if reply[0] == "ok" else 0
+        return jsonify(results=results)
 
     @app.post("/batch/step")
     def batch_step():

@@ -303,18 +303,30 @@ def _batch(kind: str, remotes: list[RemoteEnv], bodies: list[dict[str, Any]], ap
     results: list[Any] = [None] * len(remotes)
     failures = []
     for positions in by_url.values():
-        items = [
-            {**bodies[p], "instance_id": remotes[p]._path()[len("/instances/") :], "seq": remotes[p]._seq + 1}
-            for p in positions
-        ]
-        key = "steps" if kind == "step" else "resets"
-        answers = remotes[positions[0]]._client.request("POST", f"/batch/{kind}", {key: items})["results"]
-        for p, answer in zip(positions, answers, strict=True):
-            if answer["ok"]:
-                remotes[p]._seq += 1
-                results[p] = apply(remotes[p], answer)
-            else:
-                failures.append(f"env {p}: [{answer['status']}] {answer['error']}")
+        while positions:  # items the server did not run (its answer was full) go again
+            items = [
+                {
+                    **bodies[p],
+                    "instance_id": remotes[p]._path()[len("/instances/") :],
+                    "seq": remotes[p]._seq + 1,
+                }
+                for p in positions
+            ]
+            key = "steps" if kind == "step" else "resets"
+            answers = remotes[positions[0]]._client.request("POST", f"/batch/{kind}", {key: items})["results"]
+            not_run = []
+            for p, answer in zip(positions, answers, strict=True):
+                if answer["ok"]:
+                    remotes[p]._seq += 1
+                    results[p] = apply(remotes[p], answer)
+                elif answer.get("not_run"):
+                    not_run.append(p)
+                else:
+                    failures.append(f"env {p}: [{answer['status']}] {answer['error']}")
+            if len(not_run) == len(positions):
+                failures += [f"env {p}: the server ran none of the batch's items" for p in not_run]
+                break
+            positions = not_run
     if failures:
         error = RemoteEnvError(None, f"batch {kind} failed for " + "; ".join(failures))
         error.results = results  # type: ignore[attr-defined]

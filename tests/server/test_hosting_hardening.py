@@ -3,6 +3,7 @@ worker recovery, fair shares, no 500 from client input, exact ``seq`` replay and
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -92,6 +93,50 @@ def test_a_large_dtype_in_options_or_kwargs_is_a_400_without_the_allocation(toy_
     )
     assert allowed_name.status_code == 400
     assert rss() - before < 64 * MIB  # before: +572 MiB (server and worker) for the reset alone
+
+
+def test_a_small_request_decodes_at_most_a_few_times_its_size(toy_url):
+    """An 85-byte reset naming an 8 MiB array is refused (before: 200, the server allocated the 8 MiB); the
+    budget is the whole request's, so a batch's items share it; an honest array still decodes."""
+    instance = new_instance(toy_url)
+    pad = {"$nd": "<U2097152", "shape": [1], "v": ["a"]}  # 8 MiB, the old per-request limit
+    body = {"options": {"pad": pad}}
+    assert len(json.dumps(body)) < 100
+    reset = requests.post(f"{toy_url}/instances/{instance}/reset", json=body, timeout=60)
+    assert reset.status_code == 400 and "times its own size" in reset.json()["error"]
+    item = {"instance_id": instance, "options": {"pad": {"$nd": "<U4096", "shape": [1], "v": ["a"]}}}
+    batch = requests.post(f"{toy_url}/batch/reset", json={"resets": [item] * 8}, timeout=60)
+    assert batch.status_code == 400 and "limit" in batch.json()["error"]  # 8 x 16 KiB > 64 KiB
+    honest = {"$nd": "<i8", "shape": [500], "v": list(range(500))}
+    ok = requests.post(f"{toy_url}/instances/{instance}/reset", json={"options": {"ids": honest}}, timeout=60)
+    assert ok.status_code == 200
+
+
+def test_a_batch_answer_is_bounded_and_the_client_sends_the_rest_again(monkeypatch):
+    """Past MAX_BATCH_ANSWER_CHARS the rest of a batch is not run (413, not_run) and Remote-v0 resends it
+    (before: a 4,096-item html-mode batch answered 52 times its request's size)."""
+    import progpo_envs.server.app as server_app
+    from progpo_envs.server.remote import step_batch
+
+    monkeypatch.setattr(server_app, "BATCH_CHUNK", 4)
+    monkeypatch.setattr(server_app, "MAX_BATCH_ANSWER_CHARS", 2_000)
+    server = serve_toy(num_workers=1)
+    try:
+        envs = [RemoteEnv(server.url, TOY_ENV_ID, max_steps=1000) for _ in range(40)]
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+        steps = [{"instance_id": env.instance_id, "action": "look", "seq": env._seq + 1} for env in envs]
+        answer = requests.post(f"{server.url}/batch/step", json={"steps": steps}, timeout=60)
+        results = answer.json()["results"]
+        ran = [r for r in results if r["ok"]]
+        assert 0 < len(ran) < 40 and all(r["status"] == 413 and r["not_run"] for r in results[len(ran) :])
+        for env in envs[: len(ran)]:
+            env._seq += 1  # these ran (by hand, above)
+        seq_before = [env._seq for env in envs]
+        answers = step_batch(envs, ["look"] * 40)  # several requests: every item runs once
+        assert len(answers) == 40 and [env._seq for env in envs] == [s + 1 for s in seq_before]
+    finally:
+        server.stop()
 
 
 def test_an_8_mib_body_of_empty_objects_is_refused_before_parsing(toy_url):
