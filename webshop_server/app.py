@@ -187,13 +187,20 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
         return api_error(ApiError(409, str(exc)))
 
     @app.before_request
-    def identify():
+    def identify_and_read():
         try:
             g.client = identify_client(
                 config.client_tokens, request.headers.get("Authorization"), request.remote_addr
             )
         except UnknownClientToken as exc:
             raise ApiError(401, str(exc)) from None
+        try:  # read the body here, once: a body the server cannot read is the client's fault
+            request.get_data(cache=True, parse_form_data=True)
+        except HTTPException:
+            raise  # 413 past max_request_bytes
+        except Exception as exc:  # noqa: BLE001 - the WSGI server's own parse errors (gunicorn's
+            # InvalidChunkSize is a plain Exception), a client that hung up: all about the client's bytes
+            raise ApiError(400, f"the request body could not be read ({type(exc).__name__})") from None
 
     def new_session(goal_index: int) -> str:
         return store.create(lambda sid: engine.new_session(goal_index, session_id=sid), client=g.client)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from flask import g, request
+from werkzeug.exceptions import HTTPException
 
 from progpo_envs.server.codec import CodecError, DecodeBudget, decode
 from progpo_envs.server.pool import ServerError
@@ -53,7 +54,13 @@ def _no_constants(name: str) -> Any:
 
 def json_body() -> dict[str, Any]:
     """The request's JSON object (empty for an empty body); 400 for anything else, 413 for too much."""
-    raw = request.get_data(cache=True)  # Flask's MAX_CONTENT_LENGTH answers 413 past MAX_REQUEST_BYTES
+    try:
+        raw = request.get_data(cache=True)  # Flask's MAX_CONTENT_LENGTH answers 413 past MAX_REQUEST_BYTES
+    except HTTPException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the WSGI server's parse errors (gunicorn's InvalidChunkSize is
+        # a plain Exception), a client that hung up: all about the client's bytes
+        raise ServerError(400, f"the request body could not be read ({type(exc).__name__})") from None
     if not raw:
         return {}
     # every object, array and array item but the first of each opens with "{", "[" or ","; counted at C speed

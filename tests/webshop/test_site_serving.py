@@ -240,3 +240,19 @@ def test_client_tokens_give_clients_of_one_host_their_own_share(site, tmp_path):
         backend.close()
     finally:
         del os.environ["PROGPO_CLIENT_TOKEN"]
+
+
+@pytest.mark.parametrize("server", ["waitress", "gunicorn"])
+def test_a_malformed_chunked_body_is_a_400(site, server):
+    """Before: the gunicorn site answered 500 (gunicorn's InvalidChunkSize escaped the JSON parsing)."""
+    shop = site(server)
+    for path in ("/api/sessions", "/buy/abc"):
+        sock = socket.create_connection(("127.0.0.1", shop.port))
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode()
+            + b"Transfer-Encoding: chunked\r\n\r\nZZ\r\n"
+        )
+        sock.settimeout(10)
+        answer = sock.recv(65536)
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 400"), (path, answer[:200])
