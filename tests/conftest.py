@@ -175,3 +175,38 @@ def second_host_address() -> str:
     if ipaddress.ip_address(address).is_loopback:
         pytest.skip("this machine has no non-loopback IPv4 address to act as a second host")
     return address
+
+
+@pytest.fixture
+def read_only():
+    """``read_only(folder)`` makes ``folder`` read-only until the test ends, as a ``:ro`` volume is: a
+    read-only bind mount of it as root (whom file modes do not stop), its files' modes otherwise. Skips
+    where root cannot mount."""
+    import subprocess
+
+    mounted: list[Path] = []
+    chmodded: list[Path] = []
+
+    def make(folder: Path) -> Path:
+        folder = Path(folder)
+        if os.geteuid() == 0:
+            bind = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+            if bind.returncode != 0:
+                pytest.skip(f"cannot make a read-only mount here: {bind.stderr.decode().strip()}")
+            mounted.append(folder)
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True, capture_output=True)
+        else:
+            for path in [folder, *folder.rglob("*")]:
+                if not path.is_symlink():
+                    path.chmod(path.stat().st_mode & ~0o222)
+            chmodded.append(folder)
+        assert not os.access(folder, os.W_OK)
+        return folder
+
+    yield make
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=False)  # lazily: a server may still hold it
+    for folder in chmodded:
+        for path in [folder, *folder.rglob("*")]:
+            if not path.is_symlink():
+                path.chmod(path.stat().st_mode | 0o200)

@@ -256,3 +256,36 @@ def test_a_malformed_chunked_body_is_a_400(site, server):
         answer = sock.recv(65536)
         sock.close()
         assert answer.startswith(b"HTTP/1.1 400"), (path, answer[:200])
+
+
+def test_a_read_only_cache_with_a_complete_catalog_and_index_serves(site, tmp_path, read_only, monkeypatch):
+    """Both WebShop servers start on a complete cache mounted read-only, and search (before: neither started:
+    tantivy's lock file could not be created beside the index)."""
+    cache = tmp_path / "cache"
+    build = "from webshop_server.engine import WebShopEngine; WebShopEngine.shared(200, 0)"
+    env = dict(os.environ, PROGPO_CACHE=str(cache))
+    subprocess.run([sys.executable, "-c", build], cwd=REPO, env=env, check=True, timeout=300)
+    read_only(cache)
+    monkeypatch.setenv("PROGPO_CACHE", str(cache))
+    shop = site("waitress", 2)
+    session = requests.post(shop.url + "/api/sessions", json={"goal_index": 0}, timeout=10).json()
+    step = requests.post(
+        f"{shop.url}/api/sessions/{session['session_id']}/step", json={"action": "search[blue]"}, timeout=10
+    ).json()
+    assert step["valid"] and len(step["available_actions"]["clickables"]) > 3
+
+    sys.path.insert(0, str(REPO / "tests" / "server"))
+    from hosting_helpers import CliServer
+
+    kwargs = 'progpo/WebShop-v0={"num_products": 200}'
+    server = CliServer("--env", "progpo/WebShop-v0", "--env-kwargs", kwargs)
+    try:
+        from progpo_envs.server.remote import RemoteEnv
+
+        remote = RemoteEnv(server.url, "progpo/WebShop-v0")
+        remote.reset(options={"task_index": 0})
+        _, _, _, _, info = remote.step("search[blue]")
+        assert info["action_valid"]
+        remote.close()
+    finally:
+        server.stop()
