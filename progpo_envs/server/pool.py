@@ -47,6 +47,7 @@ from typing import Any
 
 import psutil
 
+from progpo_envs.core.errors import EnvDataError
 from progpo_envs.server.codec import dumps, encode
 from progpo_envs.server.policy import EnvPolicy
 
@@ -194,9 +195,18 @@ def _run_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: st
     return _error(400, f"unknown operation {op!r}")
 
 
+#: Messages of the env data errors this worker has logged (each is logged once, answered every time).
+_REPORTED_DATA_ERRORS: set[str] = set()
+
+
 def _safe_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: str, args: dict) -> tuple:
     try:
         return _run_op(instances, creators, op, args)
+    except EnvDataError as exc:  # a damaged file on the server's side: a server fault that names the file
+        if str(exc) not in _REPORTED_DATA_ERRORS:
+            _REPORTED_DATA_ERRORS.add(str(exc))
+            print(f"[env-server] env data error: {exc}", file=sys.stderr, flush=True)
+        return _error(500, f"the server's env data is damaged: {exc}")
     except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
         # Bad input reaching the env (task_index out of range, a kwarg of the wrong type): the caller's fault.
         return _error(400, f"{type(exc).__name__}: {exc}")
