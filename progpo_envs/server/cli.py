@@ -199,14 +199,16 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
             choices = ", ".join([*env_ids, "auto", "none"])
             raise UsageError(f"--agentgym {agentgym} is not a hosted env; choose from {choices}")
     mappings = None
+    env_kwargs = dict(args.env_kwargs)
     if args.agentgym_mappings is not None:
         mappings = str(existing_dir("--agentgym-mappings", args.agentgym_mappings))
         if agentgym is None or flavor_of(agentgym) is not Flavor.ALFWORLD:
             raise UsageError("--agentgym-mappings needs an ALFWorld env served through AgentGym's protocol")
         try:
-            AgentGymGames.for_env(mappings, dict(args.env_kwargs).get(agentgym, {}))
+            games = AgentGymGames.for_env(mappings, env_kwargs.get(agentgym, {}))
         except (FileNotFoundError, ValueError) as exc:
             raise UsageError(f"--agentgym-mappings: {exc}") from None
+        env_kwargs[agentgym] = _split_for_partial_data(agentgym, env_kwargs.get(agentgym, {}), games)
     tokens = None
     if args.client_tokens is not None:
         try:
@@ -222,13 +224,38 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     )
     return ServerConfig(
         env_ids=env_ids,
-        env_kwargs=dict(args.env_kwargs),
+        env_kwargs=env_kwargs,
         allowed_kwargs=dict(args.allow_kwargs),
         pool=pool,
         agentgym=agentgym,
         agentgym_mappings=mappings,
         client_tokens=tokens,
     )
+
+
+def _split_for_partial_data(env_id: str, kwargs: dict, games: AgentGymGames) -> dict:
+    """``kwargs`` for ``env_id`` with AgentGym's games: when the operator chose no split and the env's default
+    one is not in the data (e.g. AgentGym's test trials only), the native API hosts AgentGym's default split,
+    so the server starts (its workers build the env once at start) and absent ids answer 404 naming them."""
+    import inspect
+
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    from progpo_envs.alfworld.data import available_splits
+
+    if "split" in kwargs:
+        return kwargs
+    creator = load_env_creator(gym.spec(env_id).entry_point)
+    default = inspect.signature(creator).parameters.get("split")
+    if default is None or default.default in available_splits(games.data_dir):
+        return kwargs
+    print(
+        f"progpo serve: note: {games.data_dir}/json_2.1.1 has no split {default.default!r}; the native API "
+        f"hosts {games.default_split!r} (choose another with --env-kwargs)",
+        file=sys.stderr,
+    )
+    return {**kwargs, "split": games.default_split}
 
 
 def app_from_environment() -> Flask:
