@@ -210,3 +210,27 @@ def read_only():
         for path in [folder, *folder.rglob("*")]:
             if not path.is_symlink():
                 path.chmod(path.stat().st_mode | 0o200)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """``small_disk(size)``: a folder on a file system of ``size`` (a tmpfs, e.g. ``"1m"``), unmounted after
+    the test: a full disk on demand. Skips unless root can mount."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def make(size: str) -> Path:
+        folder = tmp_path / f"disk-{len(mounted)}"
+        folder.mkdir()
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small file system needs root")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)])
+        if done.returncode != 0:
+            pytest.skip("cannot mount a tmpfs here")
+        mounted.append(folder)
+        return folder
+
+    yield make
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from webshop_server.clients import ClientTokens
-from webshop_server.usage import CommandParser, UsageError, existing_dir, report
+from webshop_server.usage import CommandParser, UsageError, existing_dir, failure_line, report
 
 
 def build_parser() -> CommandParser:
@@ -134,9 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     from webshop_server.app import ServerConfig, create_app
     from webshop_server.engine import WebShopEngine
 
-    engine = WebShopEngine.shared(
-        args.num_products, args.seed, data_dir=args.data_dir, human_goals=not args.synthetic_goals
-    )
+    try:
+        engine = WebShopEngine.shared(
+            args.num_products, args.seed, data_dir=args.data_dir, human_goals=not args.synthetic_goals
+        )
+    except (OSError, ValueError, RuntimeError) as error:  # a full disk, a read-only or damaged cache
+        return report("progpo webshop serve", UsageError(failure_line(error)))
     config = ServerConfig(
         max_sessions=args.max_sessions,
         max_sessions_per_client=args.max_sessions_per_client,

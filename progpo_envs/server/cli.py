@@ -32,8 +32,8 @@ from flask import Flask
 
 from progpo_envs.server.agentgym import AgentGymGames, Flavor, flavor_of
 from progpo_envs.server.app import ServerConfig, create_app
-from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError
-from progpo_envs.server.pool import PoolConfig
+from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError, split_names
+from progpo_envs.server.pool import PoolConfig, WorkerStartError
 from progpo_envs.server.serving import DEFAULT_THREADS, make_wsgi_server, serve_until_stopped
 from webshop_server.clients import ClientTokens
 from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
@@ -209,6 +209,8 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         except (FileNotFoundError, ValueError) as exc:
             raise UsageError(f"--agentgym-mappings: {exc}") from None
         env_kwargs[agentgym] = _split_for_partial_data(agentgym, env_kwargs.get(agentgym, {}), games)
+    for env_id in env_ids:
+        _check_split(env_id, env_kwargs.get(env_id, {}))
     tokens = None
     if args.client_tokens is not None:
         try:
@@ -233,21 +235,53 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     )
 
 
+def _parameters(spec) -> dict:
+    """The constructor parameters of a registered env (by name)."""
+    import inspect
+
+    from gymnasium.envs.registration import load_env_creator
+
+    return dict(inspect.signature(load_env_creator(spec.entry_point)).parameters)
+
+
+def _check_split(env_id: str, kwargs: dict) -> None:
+    """The split ``env_id`` will be built with (the operator's, else the constructor's default) must be one
+    its data has: else one line naming the ones it has and how to choose one (before any worker starts)."""
+    import gymnasium as gym
+
+    from progpo_envs.alfworld.data import resolve_data_dir
+
+    spec = gym.spec(env_id)
+    fixed = {**(spec.kwargs or {}), **kwargs}
+    splits = split_names(spec.entry_point, fixed)
+    parameter = _parameters(spec).get("split")
+    if splits is None or parameter is None:
+        return
+    split = fixed.get("split", parameter.default)
+    split = getattr(split, "value", split)  # an enum default (WebShop's Split.TRAIN)
+    if str(split) not in splits:
+        root = resolve_data_dir(fixed.get("data_dir")) if "data_dir" in _parameters(spec) else None
+        where = f" in {root}/json_2.1.1" if root is not None else ""
+        fix = (
+            f"choose one with --env-kwargs '{env_id}={json.dumps({'split': splits[0]})}'"
+            if splits
+            else "give the folder that contains json_2.1.1/ (ALFWORLD_DATA or data_dir)"
+        )
+        has = ", ".join(splits) or "none"
+        raise UsageError(f"{env_id}: no split {split!r}{where} (it has: {has}); {fix}")
+
+
 def _split_for_partial_data(env_id: str, kwargs: dict, games: AgentGymGames) -> dict:
     """``kwargs`` for ``env_id`` with AgentGym's games: when the operator chose no split and the env's default
     one is not in the data (e.g. AgentGym's test trials only), the native API hosts AgentGym's default split,
     so the server starts (its workers build the env once at start) and absent ids answer 404 naming them."""
-    import inspect
-
     import gymnasium as gym
-    from gymnasium.envs.registration import load_env_creator
 
     from progpo_envs.alfworld.data import available_splits
 
     if "split" in kwargs:
         return kwargs
-    creator = load_env_creator(gym.spec(env_id).entry_point)
-    default = inspect.signature(creator).parameters.get("split")
+    default = _parameters(gym.spec(env_id)).get("split")
     if default is None or default.default in available_splits(games.data_dir):
         return kwargs
     print(
@@ -271,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = build_config(args)
         app = create_app(config)
-    except (UsageError, PolicyError) as error:
+    except (UsageError, PolicyError, WorkerStartError) as error:
         return report("progpo serve", error)
     server = make_wsgi_server(app, host=args.host, port=args.port, threads=args.threads)
     print(

@@ -50,6 +50,7 @@ import psutil
 from progpo_envs.core.errors import EnvDataError
 from progpo_envs.server.codec import dumps, encode
 from progpo_envs.server.policy import EnvPolicy
+from webshop_server.usage import failure_line
 
 
 class ServerError(Exception):
@@ -59,6 +60,11 @@ class ServerError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class WorkerStartError(RuntimeError):
+    """An env worker could not start (its envs could not be built): the message is one line with the cause
+    and, for a full disk or an unwritable cache, the fix (:func:`webshop_server.usage.failure_line`)."""
 
 
 class FairLock:
@@ -249,8 +255,8 @@ def _worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dic
         ) in creators.items():  # warm-up: first construction loads shared data (catalog, index)
             creator(**fixed_kwargs[env_id]).close()
         conn.send(("ok", os.getpid()))
-    except Exception:  # noqa: BLE001 - report start-up failures to the parent instead of dying silently
-        conn.send(("error", 500, traceback.format_exc()))
+    except Exception as exc:  # noqa: BLE001 - report start-up failures to the parent instead of dying silently
+        conn.send(("error", 500, failure_line(exc)))
         return
     instances: dict[str, _Instance] = {}
     while True:
@@ -404,19 +410,19 @@ class EnvPool:
         worker.process, worker.conn = process, parent
         if not parent.poll(self.config.startup_timeout):
             process.kill()
-            raise RuntimeError(
+            raise WorkerStartError(
                 f"env worker {worker.index} did not start within {self.config.startup_timeout}s"
             )
         try:
             status, *payload = parent.recv()
         except (EOFError, OSError):
             process.join(5)
-            raise RuntimeError(
+            raise WorkerStartError(
                 f"env worker {worker.index} exited while starting (exit code {process.exitcode})"
             ) from None
         if status != "ok":
             process.join(5)
-            raise RuntimeError(f"env worker {worker.index} failed to start:\n{payload[-1]}")
+            raise WorkerStartError(f"env worker {worker.index} failed to start: {payload[-1]}")
         worker.generation += 1
         worker.ready = True
 

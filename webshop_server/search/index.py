@@ -138,6 +138,10 @@ def default_index_root() -> Path:
     return default_cache_dir() / "index"
 
 
+class SearchIndexError(RuntimeError):
+    """A cached search index that tantivy cannot read (a damaged file); the message says to delete it."""
+
+
 class SearchIndex:
     """A read-only BM25 index over a catalog's products.
 
@@ -162,10 +166,19 @@ class SearchIndex:
         if not (self.path / _COMPLETE_MARKER).is_file():
             raise FileNotFoundError(f"{self.path}: no complete search index here")
         where = self.path if os.access(self.path, os.W_OK) else _linked_copy(self.path)
-        self._index = tantivy.Index(_schema(), str(where), reuse=True)
-        self._index.register_tokenizer(ANALYZER_NAME, _analyzer())
+        try:
+            self._index = tantivy.Index(_schema(), str(where), reuse=True)
+            self._index.register_tokenizer(ANALYZER_NAME, _analyzer())
+            self._searcher = self._index.searcher()
+        except ValueError as exc:  # tantivy reports a damaged file as a ValueError
+            if "Lockfile" in str(exc) or "No space left" in str(exc):
+                raise  # not the index's fault: the folder (failure_line says what to do)
+            reason = " ".join(str(exc).split())[:200]
+            raise SearchIndexError(
+                f"the search index {self.path} is damaged ({reason}): delete {self.path} to have it built "
+                "again"
+            ) from None
         self._schema = self._index.schema
-        self._searcher = self._index.searcher()
 
     @property
     def num_docs(self) -> int:
