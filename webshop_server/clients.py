@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 from collections.abc import Iterable
@@ -49,6 +50,7 @@ class UnknownClientToken(Exception):
     """A request's bearer token is not one of the server's client tokens (answered 401)."""
 
 
+@functools.lru_cache(maxsize=1 << 14)  # the same few addresses over and over: parse each once
 def client_host(address: str | None) -> str:
     """The host a source address stands for (see the module docstring); ``"unknown"`` when there is none."""
     if not address:

@@ -54,12 +54,12 @@ class FairShareChannel(HTTPChannel):
     """Waitress's HTTP channel, closed at once if its client host already holds its share of connections."""
 
     def __init__(self, server, sock, addr, adj, map=None):  # noqa: A002 - waitress's signature
+        self.host = client_host(addr[0]) if isinstance(addr, tuple) else None
         super().__init__(server, sock, addr, adj, map)
-        if not isinstance(addr, tuple):
+        if self.host is None:
             return
-        host = client_host(addr[0])
         channels = list(server.active_channels.values())
-        held = sum(1 for channel in channels if client_host(channel.addr[0]) == host)
+        held = sum(1 for channel in channels if getattr(channel, "host", None) == self.host)
         if held > connections_per_host(adj.connection_limit):
             self.close()
 

@@ -93,7 +93,7 @@ def failure_line(error: BaseException) -> str:
     Example:
         >>> failure_line(OSError(errno.ENOSPC, "No space left on device", "/cache/index")).split(": ")[0]
         'no space left on the device of /cache/index'
-        >>> failure_line(ValueError("bad\nthing"))
+        >>> failure_line(ValueError("bad   thing"))
         'ValueError: bad thing'
     """
     text = " ".join(str(error).split())
