@@ -31,7 +31,7 @@ def test_a_missing_alfworld_split_is_one_line_with_the_choice(tmp_path):
     """Before: a 20-line traceback ending in FileNotFoundError from the env worker."""
     from progpo_envs.alfworld.data import load_tasks
 
-    trial = load_tasks("train")[0]
+    trial = load_tasks("train", num_generated=6)[0]  # the small set the ALFWorld tests generate too
     data = tmp_path / "data"
     shutil.copytree(trial.trial_dir, data / "json_2.1.1" / "valid_seen" / trial.task_id)
     status, lines = run(["progpo_envs.server.cli", "--env", "progpo/ALFWorld-v0"], ALFWORLD_DATA=str(data))
