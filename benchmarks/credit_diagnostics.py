@@ -4,8 +4,9 @@ Claim measured (issue 8, part 2): on recorded rollout batches, per estimator,
 
 * ``nonzero_step_fraction`` — share of step rows whose *step signal* is non-zero. The step signal is the part
   of the advantage that is not the trajectory-level (episode) advantage: ``A - A_episode`` where ``A_episode``
-  is the same estimator with its step term switched off (``STEP_TERM_OFF``: GiGPO/G2PO/ProGPO
-  ``step_weight=0``, GraphGPO ``beta_g=0``). GRPO, RLOO and DAPO have no step term: 0 by definition.
+  is the same estimator with its step term switched off by the parameters its registration names
+  (``ESTIMATORS[name].episode_only``: GiGPO/G2PO/ProGPO ``step_weight=0``, GraphGPO ``beta_g=0``). GRPO, RLOO
+  and DAPO have no step term (empty ``episode_only``): 0 by definition.
 * ``exact_prefix_peer_fraction`` (a property of the batch) — share of rows whose whole history ``(o_0, a_0,
   ..., o_t)`` is shared by another row of the same task group; ProGPO's peer comparison needs one. The ProGPO
   paper (as quoted by a third party, algorithms.md §6) reports that 33.7% of WebShop and 44.5% of ALFWorld
@@ -60,15 +61,6 @@ from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result
 from progpo_envs.core.hashing import action_set_key, hex_key  # noqa: E402
 from training.advantages import ESTIMATORS, check_parameter_names, compute_advantages  # noqa: E402
 
-#: Parameters that switch an estimator's step term off, leaving its trajectory-level (episode) advantage.
-#: Estimators missing here (grpo, rloo, dapo) are trajectory-level: their step signal is 0 by definition.
-STEP_TERM_OFF: dict[str, dict[str, float]] = {
-    "gigpo": {"step_weight": 0.0},
-    "g2po": {"step_weight": 0.0},
-    "graphgpo": {"beta_g": 0.0},
-    "progpo": {"step_weight": 0.0},
-    "progpo_coverage": {"step_weight": 0.0},
-}
 #: |value| at or below this counts as zero (estimators return exact zeros; this only absorbs float noise).
 ZERO_TOL = 1e-9
 #: Placeholder admissible actions (WebShop's ``search[<query>]``) that cannot be sent verbatim.
@@ -402,9 +394,10 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float | None:
 
 
 def step_signal(name: str, batch: dict, advantages: np.ndarray, params: dict | None = None) -> np.ndarray:
-    """The part of ``advantages`` (from estimator ``name``) that is not its episode-level advantage."""
-    off = STEP_TERM_OFF.get(name)
-    if off is None:
+    """The part of ``advantages`` (from estimator ``name``) that is not its episode-level advantage: minus the
+    same estimator with its registration's ``episode_only`` parameters; 0 for one without a step term."""
+    off = ESTIMATORS[name].episode_only
+    if not off:
         return np.zeros_like(advantages)
     episode = compute_advantages(name, batch, **{**(params or {}), **off})
     return advantages - episode

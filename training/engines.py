@@ -26,6 +26,7 @@ import torch
 
 from training.policy import compute_context
 from training.sampling import SampleOutput, sample_responses
+from training.weight_sync import stream_weights
 
 
 class GenerationEngine(Protocol):
@@ -44,7 +45,8 @@ class GenerationEngine(Protocol):
         prompt when given: :mod:`training.constrained`)."""
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Load the trainer's current weights (no-op when the engine *is* the trainer's model)."""
+        """Load the trained ``model``'s current weights (:func:`training.weight_sync.stream_weights`: one
+        tensor at a time; under FSDP2 a collective every rank runs)."""
 
 
 class TransformersEngine:
@@ -98,7 +100,11 @@ class TransformersEngine:
         finally:
             self.model.train(was_training)
 
+    @torch.no_grad()
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Copy ``model``'s weights unless it is this engine's model already."""
-        if model is not self.model:
-            self.model.load_state_dict(model.state_dict())
+        """Copy the trained ``model``'s weights into this engine's model (a rollout copy), tensor by tensor
+        in its dtype; a sampler that *is* the trained model needs no sync."""
+        own = self.model.state_dict()
+        dtype = next(self.model.parameters()).dtype
+        for name, tensor in stream_weights(model, dtype):
+            own[name].copy_(tensor)

@@ -18,6 +18,7 @@ import numpy as np
 from agents.envs import make_group_envs
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from training.config import EnvConfig
+from training.preflight import data_dir_value
 
 
 def split_env_kwargs(env: EnvConfig, split: str, expert: bool = False) -> dict:
@@ -33,7 +34,7 @@ def split_env_kwargs(env: EnvConfig, split: str, expert: bool = False) -> dict:
         kwargs.update(env.train_kwargs)
     kwargs.update(split=split, max_steps=env.max_steps)
     if env.data_dir:
-        kwargs["data_dir"] = env.data_dir
+        kwargs["data_dir"] = data_dir_value(env.data_dir)
     if expert:
         kwargs["expert"] = True
     if env.vector_mode == "async":

@@ -15,14 +15,78 @@ from __future__ import annotations
 
 import json
 import math
+from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from training.rollout import Episode, StepRows
 
 #: ``kind`` of the records of the held-out evaluation and of the evaluation on RL's own task pool.
 HELD_OUT_EVAL_KIND = "eval"
 RL_TASKS_EVAL_KIND = "eval_rl_tasks"
 
 METRICS_FILE = "metrics.jsonl"
+
+
+def episode_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
+    """Success overall and per task type, return (``score``), the env's task score when it reports one
+    (``task_score``: WebShop's 0–1 purchase score), steps (all episodes, and ``success_steps``: won ones only)
+    and invalid-action rate of a list of episodes."""
+    if not episodes:
+        return {}
+    task_scores = [e.task_score for e in episodes if e.task_score is not None]
+    won_steps = [e.steps for e in episodes if e.won]
+    out = {
+        f"{prefix}success": float(np.mean([e.won for e in episodes])),
+        f"{prefix}score": float(np.mean([e.score for e in episodes])),
+        **({f"{prefix}task_score": float(np.mean(task_scores))} if task_scores else {}),
+        f"{prefix}episode_steps": float(np.mean([e.steps for e in episodes])),
+        # steps to success: the mean length of the won episodes only (absent when none was won)
+        **({f"{prefix}success_steps": float(np.mean(won_steps))} if won_steps else {}),
+        f"{prefix}invalid_rate": float(
+            sum(e.invalid_steps for e in episodes) / max(1, sum(e.steps for e in episodes))
+        ),
+        f"{prefix}episodes": float(len(episodes)),
+    }
+    by_type: dict[str, list[bool]] = defaultdict(list)
+    for e in episodes:
+        if e.task_type:  # WebShop goals have no type: their per-type entry would repeat ``success``
+            by_type[e.task_type].append(e.won)
+    for task_type, wins in sorted(by_type.items()):
+        out[f"{prefix}success/{task_type}"] = float(np.mean(wins))
+    return out
+
+
+def exact_prefix_peer_fraction(rows: StepRows) -> float:
+    """Fraction of step rows whose exact history prefix (task + all pairs + state) occurs in another
+    trajectory of the same group: the rows ProGPO's exact-prefix peer comparison applies to."""
+    if rows.num_rows == 0:
+        return 0.0
+    trajs: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for g, h, t in zip(rows.group_id, rows.history_key, rows.traj_id, strict=True):
+        trajs[(g, h)].add(t)
+    keys = zip(rows.group_id, rows.history_key, strict=True)
+    return float(np.mean([len(trajs[(g, h)]) > 1 for g, h in keys]))
+
+
+def value_stats(prefix: str, values: np.ndarray) -> dict[str, float]:
+    """``{prefix_mean, prefix_std, prefix_min, prefix_max}`` of ``values`` (nothing when empty).
+
+    Example:
+        >>> value_stats("advantage", np.array([1.0, 3.0]))
+        {'advantage_mean': 2.0, 'advantage_std': 1.0, 'advantage_min': 1.0, 'advantage_max': 3.0}
+    """
+    if values.size == 0:
+        return {}
+    return {
+        f"{prefix}_mean": float(values.mean()),
+        f"{prefix}_std": float(values.std()),
+        f"{prefix}_min": float(values.min()),
+        f"{prefix}_max": float(values.max()),
+    }
 
 
 def _clean(value: Any) -> Any:
@@ -100,7 +164,7 @@ def plot_learning_curve(records: list[dict[str, Any]], path: Path) -> Path | Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
     if train:
         axes[0].plot(
             [r["iteration"] for r in train],
@@ -124,25 +188,35 @@ def plot_learning_curve(records: list[dict[str, Any]], path: Path) -> Path | Non
         xs = [r["iteration"] for r in evals]
         means = [r.get("success") or 0 for r in evals]
         spread = [r.get("success_std") or 0 for r in evals]
-        axes[0].errorbar(xs, means, yerr=spread, marker="s", capsize=3, label="held-out success (mean ± std)")
+        # separate measurements (before RL, every eval.every, after): points, not a line between them
+        axes[0].errorbar(
+            xs,
+            means,
+            yerr=spread,
+            marker="s",
+            linestyle="none",
+            capsize=3,
+            label="held-out success (mean ± std)",
+        )
     if rl_task_evals:
         axes[0].errorbar(
             [r["iteration"] for r in rl_task_evals],
             [r.get("success") or 0 for r in rl_task_evals],
             yerr=[r.get("success_std") or 0 for r in rl_task_evals],
             marker="D",
+            linestyle="none",
             capsize=3,
             label="success on RL's own tasks (mean ± std)",
         )
     axes[0].set_xlabel("iteration")
     axes[0].set_ylim(-0.02, 1.02)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2)  # below: off the curves
     axes[0].set_title("success")
     if train:
         for key in ("kl", "entropy"):
             axes[1].plot([r["iteration"] for r in train], [r.get(key) or 0 for r in train], label=key)
         axes[1].set_xlabel("iteration")
-        axes[1].legend(fontsize=7)
+        axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2)
         axes[1].set_title("KL to reference, entropy")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -236,3 +236,21 @@ def export_policy(policy: Policy, folder: str | Path, dtype: torch.dtype | None 
     model.save_pretrained(folder)
     policy.tokenizer.save_pretrained(folder)
     return folder
+
+
+def save_weights(
+    folder: str | Path, weights: dict[str, torch.Tensor], model_config, tokenizer: PreTrainedTokenizerBase
+) -> Path:
+    """Save full ``weights`` (plain Hugging Face names, e.g. gathered from FSDP2 shards one tensor at a time)
+    as a transformers folder of ``model_config``'s architecture, with ``tokenizer``.
+
+    The architecture is built on the meta device (no memory), only to write the weights in the layout
+    ``from_pretrained`` and vLLM read (tied weights, shards, index); no second copy of the model is made.
+    """
+    folder = Path(folder)
+    dtype = next(iter(weights.values())).dtype if weights else torch.float32
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(model_config, dtype=dtype)
+    skeleton.save_pretrained(folder, state_dict=dict(weights))
+    tokenizer.save_pretrained(folder)
+    return folder

@@ -26,7 +26,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +36,7 @@ import numpy as np
 import torch
 
 from agents.base import AgentAction, Task, active_mask
+from agents.envs import num_tasks
 from agents.memory import History
 from agents.projection import demonstration_text, project_action_with_reason
 from agents.prompts import admissible_actions_from_info, build_prompt, env_kind_from_id
@@ -41,7 +44,10 @@ from agents.rollout import play_episodes
 from progpo_envs.core.hashing import action_set_key, text_digest
 from training.config import TrainConfig
 from training.constrained import enumerable_commands
+from training.distributed import DistContext
 from training.engines import GenerationEngine
+from training.envs import spread_tasks
+from training.seeds import derive_seed
 
 
 @dataclasses.dataclass
@@ -144,6 +150,20 @@ class RolloutResult:
     sample_seconds: float = 0.0
     env_seconds: float = 0.0
 
+    def add(self, other: RolloutResult, groups: set[int] | None = None) -> None:
+        """Append ``other``'s rows and episodes (only those of ``groups`` when given) and add its counters."""
+        if groups is None:
+            self.rows.extend(other.rows)
+            self.episodes.extend(other.episodes)
+        else:
+            self.rows.extend(other.rows.select([i for i, g in enumerate(other.rows.group_id) if g in groups]))
+            self.episodes.extend(e for e in other.episodes if e.group_id in groups)
+        self.generated_tokens += other.generated_tokens
+        self.prompt_tokens += other.prompt_tokens
+        self.env_steps += other.env_steps
+        self.sample_seconds += other.sample_seconds
+        self.env_seconds += other.env_seconds
+
 
 def response_token_ids(tokenizer, text: str) -> list[int]:
     """Token ids of a response ``text`` as the policy writes it: followed by the end-of-turn token."""
@@ -151,23 +171,51 @@ def response_token_ids(tokenizer, text: str) -> list[int]:
 
 
 class PromptEncoder:
-    """Chat messages -> prompt token ids (the tokenizer's chat template); over-long prompts keep their tail.
+    """Chat messages -> prompt token ids (the tokenizer's chat template), at most ``max_prompt_tokens``.
+
+    A prompt over the bound is built again with the harness's structured fallback measured in tokens
+    (:func:`agents.prompts.build_prompt`: the history dropped oldest first, then the admissible list
+    shortened, then the observation and the task cut in the middle), so the system header, the task, the
+    current observation and the answer format stay while the history goes. Only a prompt that still does not
+    fit loses tokens from its middle (its first quarter and its end are kept).
 
     Args:
         tokenizer: A tokenizer with a chat template.
-        max_prompt_tokens: Longest prompt; longer ones keep the last ``max_prompt_tokens`` tokens (the current
-            observation, the admissible actions and the answer format are at the end).
+        max_prompt_tokens: Longest prompt, in tokens.
     """
 
     def __init__(self, tokenizer, max_prompt_tokens: int):
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
 
-    def __call__(self, messages: list[dict[str, str]]) -> list[int]:
-        """Token ids of ``messages`` followed by the assistant generation prompt."""
+    def encode(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of ``messages`` followed by the assistant generation prompt (no bound)."""
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids[-self.max_prompt_tokens :]
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` (the fallback's measure)."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def __call__(self, build: Callable[..., list[dict[str, str]]]) -> list[int]:
+        """Token ids of the prompt ``build()`` makes, within the bound.
+
+        Args:
+            build: Makes the prompt's messages; ``build(max_prompt_chars=n, measure=f)`` makes the same prompt
+                with at most ``n`` units of ``f`` in its contents (:func:`agents.prompts.build_prompt`'s
+                keywords).
+        """
+        messages = build()
+        ids = self.encode(messages)
+        if len(ids) <= self.max_prompt_tokens:
+            return ids
+        template_tokens = len(ids) - sum(self.count(m["content"]) for m in messages)
+        budget = max(self.max_prompt_tokens - template_tokens, 1)
+        ids = self.encode(build(max_prompt_chars=budget, measure=self.count))
+        if len(ids) <= self.max_prompt_tokens:
+            return ids
+        head = self.max_prompt_tokens // 4
+        return ids[:head] + ids[len(ids) - (self.max_prompt_tokens - head) :]
 
 
 @dataclasses.dataclass
@@ -238,7 +286,8 @@ class PolicyAgent:
         admissible = [admissible_actions_from_info(worker.env_kind, infos[i]) for i in index]
         prompts = [
             worker.encode(
-                build_prompt(
+                functools.partial(
+                    build_prompt,
                     worker.env_kind,
                     self.histories[i].task_text,
                     self.histories[i],
@@ -442,3 +491,67 @@ class RolloutWorker:
         result.sample_seconds = agent.sample_seconds
         result.episodes.sort(key=lambda e: e.traj_id)
         return result
+
+
+def mixed_outcome_groups(result: RolloutResult) -> tuple[list[int], set[int]]:
+    """DAPO dynamic sampling: the groups whose episodes do not all have the same score, and their rows.
+
+    Returns ``(row indices, group ids)`` of the groups kept.
+    """
+    scores: dict[int, set[float]] = defaultdict(set)
+    for e in result.episodes:
+        scores[e.group_id].add(round(e.score, 6))
+    keep = {g for g, s in scores.items() if len(s) > 1}
+    return [i for i, g in enumerate(result.rows.group_id) if g in keep], keep
+
+
+def collect_groups(
+    worker: RolloutWorker,
+    engine: GenerationEngine,
+    config: TrainConfig,
+    iteration: int,
+    dist: DistContext,
+    device: torch.device | str = "cpu",
+) -> RolloutResult:
+    """Roll out iteration ``iteration``'s task groups on this rank, every round of dynamic sampling.
+
+    The round's ``rollout.num_groups`` tasks are a seeded function of ``(seed, iteration, round)`` drawn from
+    the training split (or its ``rollout.task_pool``), the same on every rank; each rank plays its contiguous
+    share of them (groups never span ranks). Group ``g`` of round ``r`` is numbered ``r·num_groups + g`` and
+    reset with its own seed on any number of ranks, so only the sampling differs with the world size: each
+    rank samples with its own generator. With DAPO's dynamic sampling (``rollout.dynamic_sampling``) groups
+    whose episodes all scored the same are dropped and more rounds are rolled until ``num_groups`` groups are
+    kept or ``max_sampling_rounds`` ran out; when none was kept, the last round is used (zero advantages).
+    """
+    cfg = config.rollout
+    split_size = num_tasks(worker.envs)
+    pool = spread_tasks(split_size, cfg.task_pool) if cfg.task_pool else list(range(split_size))
+    groups_here = worker.envs.num_groups
+    first_group = (cfg.num_groups * dist.rank) // dist.world_size
+    total = RolloutResult(StepRows.empty(), [])
+    kept_groups = 0
+    for round_index in range(cfg.max_sampling_rounds if cfg.dynamic_sampling else 1):
+        rng = np.random.default_rng(derive_seed(config.seed, "tasks", iteration, round_index))
+        all_tasks = rng.choice(pool, size=cfg.num_groups, replace=cfg.num_groups > len(pool)).tolist()
+        offset = round_index * cfg.num_groups + first_group
+        reset_seed = derive_seed(config.seed, "reset", iteration, round_index) % (2**31 - cfg.num_groups)
+        sampling = derive_seed(config.seed, "sample", iteration, round_index, dist.rank)
+        result = worker.run(
+            seed=[reset_seed + first_group + b for b in range(groups_here)],
+            task_indices=dist.shard(all_tasks),
+            engine=engine,
+            temperature=cfg.temperature,
+            max_new_tokens=cfg.max_new_tokens,
+            generator=torch.Generator(device=device).manual_seed(sampling),
+            group_offset=offset,
+            traj_offset=offset * cfg.group_size,
+        )
+        keep = mixed_outcome_groups(result)[1] if cfg.dynamic_sampling else None
+        total.add(result, keep)
+        kept_groups += groups_here if keep is None else len(keep)
+        if not cfg.dynamic_sampling or dist.all_reduce_sum(kept_groups) >= cfg.num_groups:
+            break
+    if total.rows.num_rows == 0:  # dynamic sampling kept nothing: train on the last round
+        total.rows.extend(result.rows)
+        total.episodes.extend(result.episodes)
+    return total

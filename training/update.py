@@ -1,21 +1,28 @@
-"""One PPO micro-step and the update's metrics: the pieces :meth:`training.trainer.Trainer.update` loops over.
+"""The PPO update: global mini-batches of step rows, micro-batches with gradient accumulation, one optimizer
+step per mini-batch (:func:`ppo_update`), and the pieces it loops over.
 
-The trainer cuts the step rows into shuffled mini-batches (one optimizer step each) and those into
-micro-batches (gradient accumulation). For each micro-batch, :func:`pack_micro_batch` pads and packs the rows
+:func:`plan_update` cuts the iteration's step rows into shuffled mini-batches of ``optim.mini_batch_rows``
+rows **of the whole batch** (every rank's rows together, as verl's global ``ppo_mini_batch_size``), so the
+same config takes the same number of optimizer steps on 1 GPU or 8 and, on the same rows, lands on the same
+weights; each rank runs its own share of a mini-batch in micro-batches of ``optim.micro_batch_rows`` rows
+(a per-GPU size). For each micro-batch, :func:`pack_micro_batch` pads and packs the rows
 (:class:`MicroBatch`), :func:`micro_step` runs the forward and backward pass of the clipped token-level
 objective with KL to the reference and the entropy bonus (:mod:`training.loss`) and returns the loss terms
-(:class:`MicroStepTerms`), and :class:`UpdateMetrics` sums them into the update's statistics.
+(:class:`MicroStepTerms`), and :class:`UpdateMetrics` sums them into the update's statistics, with the gap
+between the sampler's log-probs and the trained policy's (:class:`LogprobGap`), which a broken weight sync
+makes grow (:class:`SamplerGapError`).
 
 Example:
     >>> metrics = UpdateMetrics()
     >>> metrics.add_grad_norm(2.0)
-    >>> metrics.summary()
-    {'grad_norm': 2.0, 'update_tokens': 0.0}
+    >>> metrics.summary()["grad_norm"], metrics.optimizer_steps
+    (2.0, 1)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -23,10 +30,12 @@ import numpy as np
 import torch
 
 from training.config import LossConfig
+from training.distributed import DistContext
 from training.loss import PolicyLossTerms, kl_k3, masked_sum, policy_loss_terms
 from training.policy import compute_context
 from training.rollout import StepRows
 from training.sampling import PackedBatch, pack_sequences, policy_logprobs, policy_logprobs_and_entropy
+from training.update_size import snapshot_parameters, update_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,16 +61,84 @@ class Numerics:
 
 @dataclasses.dataclass
 class MiniBatchPlan:
-    """One optimizer step of an epoch: its micro-batches and the token-mean denominator.
+    """One optimizer step: this rank's micro-batches of it and the token-mean denominator.
 
     Attributes:
-        global_tokens: Response tokens of the mini-batch summed over every rank.
-        micros: ``(row indices, weight)`` per micro-batch; weight 0 marks a pass that only keeps ranks in
-            step.
+        global_tokens: Response tokens of the whole mini-batch (every rank's rows).
+        micros: ``(row indices, weight)`` per micro-batch of this rank; weight 0 marks a pass that only keeps
+            ranks in step (every rank runs the same number of forward/backward passes: FSDP2's collectives).
     """
 
     global_tokens: float
     micros: list[tuple[list[int], float]]
+
+
+def plan_update(
+    rows: StepRows,
+    kept: np.ndarray,
+    *,
+    epochs: int,
+    mini_batch_rows: int,
+    micro_batch_rows: int,
+    rng: np.random.Generator,
+    dist: DistContext,
+) -> list[list[MiniBatchPlan]]:
+    """Every epoch's mini-batches over the kept rows of *every* rank, and this rank's micro-batches of each.
+
+    The rows of all ranks are put in one canonical order — by ``(step, traj_id)``, the order a single process
+    plays them in — and each epoch shuffles that order with ``rng`` (the same on every rank) and cuts it into
+    ``ceil(kept rows / mini_batch_rows)`` mini-batches of near-equal size. A mini-batch is therefore the same
+    set of rows whatever the number of ranks, and each rank runs its own rows of it in micro-batches of
+    ``micro_batch_rows``; a rank with fewer micro-batches than another runs zero-weight passes over one of its
+    rows. The number of optimizer steps is ``epochs × ceil(kept rows / mini_batch_rows)`` on any number of
+    ranks. (With dynamic sampling a single process plays its rounds one after the other; the canonical order
+    interleaves them, a different shuffle of the same rows.)
+
+    Args:
+        rows: This rank's step rows.
+        kept: Bool per row of ``rows``: rows left out have no loss terms and no tokens in the denominator.
+        epochs: Passes over the batch (``loss.ppo_epochs``).
+        mini_batch_rows: Rows of the whole batch per optimizer step (``optim.mini_batch_rows``, global).
+        micro_batch_rows: Rows per forward/backward on this rank (``optim.micro_batch_rows``, per GPU).
+        rng: The iteration's shuffle generator, seeded alike on every rank.
+        dist: This process's place in the job (one ``all_gather`` of the row keys).
+
+    Example:
+        >>> rows = StepRows.empty()
+        >>> rows.step += [0, 0, 1]; rows.traj_id += [0, 1, 0]; rows.response_ids += [[1], [2, 3], [4]]
+        >>> plan = plan_update(rows, np.ones(3, bool), epochs=1, mini_batch_rows=2, micro_batch_rows=1,
+        ...                    rng=np.random.default_rng(0), dist=DistContext())
+        >>> [(mini.global_tokens, len(mini.micros)) for mini in plan[0]]
+        [(1.0, 1), (3.0, 2)]
+    """
+    tokens = [len(r) for r in rows.response_ids]
+    tables = dist.gather_objects((list(rows.step), list(rows.traj_id), tokens, [bool(k) for k in kept]))
+    owner = np.concatenate([np.full(len(t[0]), r, dtype=np.int64) for r, t in enumerate(tables)])
+    local = np.concatenate([np.arange(len(t[0]), dtype=np.int64) for t in tables])
+    steps, trajs, counts, keep = (np.concatenate([np.asarray(t[k]) for t in tables]) for k in range(4))
+    canonical = np.lexsort((trajs, steps)) if len(steps) else np.zeros(0, dtype=np.int64)
+    plans = []
+    for _ in range(epochs):
+        order = canonical[rng.permutation(len(canonical))]
+        order = order[keep[order].astype(bool)] if len(order) else order
+        mine = [int(local[i]) for i in order if owner[i] == dist.rank]
+        filler = mine[0] if mine else (0 if rows.num_rows else None)  # a row for zero-weight passes
+        n = len(order)
+        num_minis = max(1, math.ceil(n / mini_batch_rows))
+        epoch = []
+        for m in range(num_minis):
+            mini = order[m * n // num_minis : (m + 1) * n // num_minis]
+            per_rank = np.bincount(owner[mini], minlength=dist.world_size) if len(mini) else [0]
+            num_micros = max(1, *(math.ceil(int(c) / micro_batch_rows) for c in per_rank))
+            here = [int(local[i]) for i in mini if owner[i] == dist.rank]
+            micros = []
+            for k in range(num_micros):
+                micro = here[k * micro_batch_rows : (k + 1) * micro_batch_rows]
+                if micro or filler is not None:
+                    micros.append((micro, 1.0) if micro else ([filler], 0.0))
+            epoch.append(MiniBatchPlan(float(counts[mini].sum()) if len(mini) else 0.0, micros))
+        plans.append(epoch)
+    return plans
 
 
 @dataclasses.dataclass
@@ -191,7 +268,7 @@ def micro_step(
 def recompute_old_logprobs(
     model: torch.nn.Module,
     rows: StepRows,
-    micro_batches: Sequence[Sequence[int]],
+    micro_batches: Sequence[tuple[Sequence[int], float]],
     pad_token_id: int,
     temperature: float,
     numerics: Numerics,
@@ -207,8 +284,9 @@ def recompute_old_logprobs(
     Args:
         model: The trained policy, before the update.
         rows: The iteration's step rows.
-        micro_batches: Row indices of every micro-batch of the first epoch, in order (rows may repeat: the
-            zero-weight passes that keep ranks in step; every rank must run the same number of forwards).
+        micro_batches: ``(row indices, weight)`` of every micro-batch of the first epoch, in order. The
+            zero-weight passes that keep ranks in step run their forward (every rank must run as many) but
+            are not recorded: their row's pi_old comes from its own, real micro-batch.
         pad_token_id: Padding id.
         temperature: The sampling temperature.
         numerics: The update's autocast dtype and logit chunking.
@@ -218,15 +296,68 @@ def recompute_old_logprobs(
     """
     old = [list(lp) for lp in rows.old_logprobs]
     no_advantages = np.zeros(len(rows.response_ids))
-    for indices in micro_batches:
+    for indices, weight in micro_batches:
         batch = pack_micro_batch(rows, no_advantages, indices, pad_token_id, numerics.device)
         with numerics.forward():
             logprobs = policy_logprobs(
                 model, batch.packed, batch.responses, batch.choices, temperature, numerics.chunk_tokens
             )
-        for r, i in enumerate(indices):
-            old[i] = logprobs[r, : len(rows.response_ids[i])].float().tolist()
+        if weight:
+            for r, i in enumerate(indices):
+                old[i] = logprobs[r, : len(rows.response_ids[i])].float().tolist()
     return old
+
+
+class SamplerGapError(RuntimeError):
+    """The sampler's log-probs are further from the trained policy's than ``rollout.max_sampler_logprob_gap``
+    allows: the rollouts were not sampled from the policy being trained."""
+
+
+@dataclasses.dataclass
+class LogprobGap:
+    """Sums of ``|log π_a − log π_b|`` over response tokens (this rank's, or every rank's after
+    :meth:`all_reduce`).
+
+    Example:
+        >>> gap = LogprobGap()
+        >>> gap.add(torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -2.0]]), torch.tensor([[1.0, 1.0]]))
+        >>> gap.metrics("gap")
+        {'gap_mean': 0.25, 'gap_max': 0.5}
+    """
+
+    total: float = 0.0
+    tokens: float = 0.0
+    largest: float = 0.0
+
+    def add(self, a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> None:
+        """Add the masked tokens of two ``(R, T)`` log-prob tensors."""
+        diff = (a.float() - b.float()).abs() * mask
+        self.total += float(diff.sum())
+        self.tokens += float(mask.sum())
+        self.largest = max(self.largest, float(diff.max()) if diff.numel() else 0.0)
+
+    def add_lists(self, a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> None:
+        """Add per-row log-prob lists (rows of equal lengths in ``a`` and ``b``)."""
+        for x, y in zip(a, b, strict=True):
+            if len(x):
+                diff = np.abs(np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64))
+                self.total += float(diff.sum())
+                self.tokens += float(diff.size)
+                self.largest = max(self.largest, float(diff.max()))
+
+    def all_reduce(self, dist: DistContext) -> LogprobGap:
+        """The sums over every rank."""
+        total, tokens = dist.all_reduce_sum(self.total), dist.all_reduce_sum(self.tokens)
+        return LogprobGap(total, tokens, dist.all_reduce_max(self.largest))
+
+    @property
+    def mean(self) -> float:
+        """Mean gap per token (0 without tokens)."""
+        return self.total / self.tokens if self.tokens else 0.0
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        """``{prefix_mean, prefix_max}``."""
+        return {f"{prefix}_mean": self.mean, f"{prefix}_max": self.largest}
 
 
 class UpdateMetrics:
@@ -244,7 +375,12 @@ class UpdateMetrics:
         self.first_check: dict[str, float] = {}
         self.tokens = 0.0
         self.grad_norms: list[float] = []
-        self.first_ratio_dev = [0.0, 0.0, 0.0]  # sum of |ratio - 1|, tokens, max
+        self.first_ratio_dev = LogprobGap()  # |ratio - 1| over the first mini-batch's tokens
+        #: The trained policy's log-probs against pi_old over the first mini-batch, before any step.
+        self.first_logprob_gap = LogprobGap()
+        self.optimizer_steps = 0
+        self.sequence_tokens = 0.0  # Σ s and Σ s² over the rows trained on (model FLOPs: training.costs)
+        self.squared_tokens = 0.0
 
     def add_micro_step(
         self, batch: MicroBatch, terms: MicroStepTerms, first_epoch: bool, before_first_step: bool
@@ -252,10 +388,9 @@ class UpdateMetrics:
         """Add one (weighted) micro-step's sums (``before_first_step``: it belongs to the first mini-batch of
         the first epoch)."""
         if before_first_step:
-            deviation = ((terms.logprobs - batch.old_logprobs).exp() - 1).abs() * batch.mask
-            self.first_ratio_dev[0] += float(deviation.sum())
-            self.first_ratio_dev[1] += float(batch.mask.sum())
-            self.first_ratio_dev[2] = max(self.first_ratio_dev[2], float(deviation.max()))
+            ratio = (terms.logprobs - batch.old_logprobs).exp()
+            self.first_ratio_dev.add(ratio, torch.ones_like(ratio), batch.mask)
+            self.first_logprob_gap.add(terms.logprobs, batch.old_logprobs, batch.mask)
         if first_epoch and not self.first_check:  # pi_old vs trainer log-probs before any step
             diff = (terms.logprobs - batch.old_logprobs).abs() * batch.mask
             self.first_check = {
@@ -264,6 +399,9 @@ class UpdateMetrics:
             }
         count = float(batch.mask.sum())
         self.tokens += count
+        lengths = batch.packed.attention_mask.sum(-1).double()  # prompt + response positions of each row
+        self.sequence_tokens += float(lengths.sum())
+        self.squared_tokens += float((lengths * lengths).sum())
         self.sums["pg_loss"] += float(terms.policy.pg_sum.detach())
         self.sums["ratio"] += float(terms.policy.ratio_sum.detach())
         self.sums["clip_frac"] += float(terms.policy.clipped_sum.detach())
@@ -275,14 +413,122 @@ class UpdateMetrics:
     def add_grad_norm(self, norm: float) -> None:
         """Add one optimizer step's gradient norm (before clipping)."""
         self.grad_norms.append(norm)
+        self.optimizer_steps += 1
 
-    def summary(self) -> dict[str, float]:
-        """Token means of the sums, the first check, the mean gradient norm and the tokens trained on."""
-        out = {k: v / max(self.tokens, 1.0) for k, v in self.sums.items()}
+    def summary(self, dist: DistContext | None = None) -> dict[str, float]:
+        """Token means of the sums over every rank (``dist``), the first check (this rank's first
+        micro-batch), the mean gradient norm (global already) and the tokens trained on."""
+        dist = dist or DistContext()
+        tokens = dist.all_reduce_sum(self.tokens)
+        out = {k: dist.all_reduce_sum(v) / max(tokens, 1.0) for k, v in sorted(self.sums.items())}
         out.update(self.first_check)
-        if self.first_ratio_dev[1]:
-            out["first_ratio_mean_abs_dev"] = self.first_ratio_dev[0] / self.first_ratio_dev[1]
-            out["first_ratio_max_abs_dev"] = self.first_ratio_dev[2]
+        first_ratio_dev = self.first_ratio_dev.all_reduce(dist)
+        if first_ratio_dev.tokens:
+            out["first_ratio_mean_abs_dev"] = first_ratio_dev.mean
+            out["first_ratio_max_abs_dev"] = first_ratio_dev.largest
         out["grad_norm"] = float(np.mean(self.grad_norms)) if self.grad_norms else 0.0
-        out["update_tokens"] = self.tokens
+        out["update_tokens"] = tokens
+        out["update_sequence_tokens"] = dist.all_reduce_sum(self.sequence_tokens)
+        out["update_squared_tokens"] = dist.all_reduce_sum(self.squared_tokens)
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateSettings:
+    """What :func:`ppo_update` takes from the run's config.
+
+    Attributes:
+        loss: Clip ranges and coefficients (``loss``).
+        temperature: The sampling temperature the log-probs are taken at (``rollout.temperature``).
+        grad_clip: Max global gradient norm (``optim.grad_clip``).
+        recompute_old_logprobs: pi_old from the trained model, not the sampler
+            (``algo.recompute_old_logprobs``).
+        max_sampler_logprob_gap: Stop before the first optimizer step when the mean gap between the sampler's
+            and the trained policy's log-probs exceeds it (``rollout.max_sampler_logprob_gap``; 0 = never).
+    """
+
+    loss: LossConfig
+    temperature: float
+    grad_clip: float
+    recompute_old_logprobs: bool
+    max_sampler_logprob_gap: float = 0.0
+
+
+def ppo_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    reference: torch.nn.Module | None,
+    rows: StepRows,
+    advantages: np.ndarray,
+    plan: list[list[MiniBatchPlan]],
+    settings: UpdateSettings,
+    *,
+    numerics: Numerics,
+    dist: DistContext,
+    pad_token_id: int,
+) -> dict[str, float]:
+    """PPO epochs over the planned mini-batches (:func:`plan_update`): one optimizer step each, gradients
+    accumulated over its micro-batches (:func:`micro_step`). Returns the update's statistics: loss, ratio,
+    KL and entropy token means, ``optimizer_steps``, the tokens trained on (``update_tokens``: response
+    tokens; ``update_sequence_tokens``/``update_squared_tokens``: Σs and Σs² of prompt + response, every
+    epoch, for the model FLOPs of :func:`training.costs.forward_flops`),
+    ``params_changed_frac``/``update_to_weight_ratio`` (:mod:`training.update_size`), and
+    ``sampler_logprob_gap_mean``/``_max`` — ``|log π_sampler − log π_trainer|`` per response token: over
+    every row from the recomputed pi_old with ``recompute_old_logprobs``, else over the first mini-batch
+    before its step.
+
+    Under FSDP2 each rank scales its micro-batch losses by ``world_size / global_tokens``: the gradient
+    all-reduce averages over ranks, so the step follows the exact token mean of the whole mini-batch.
+
+    Raises:
+        SamplerGapError: the sampler gap's mean exceeds ``settings.max_sampler_logprob_gap``, raised before
+            the first optimizer step (the weights are left as they were).
+    """
+    model.train()
+    old_logprobs = None
+    sampler_gap = LogprobGap()
+    if settings.recompute_old_logprobs and plan:
+        first_epoch = [micro for mini in plan[0] for micro in mini.micros]
+        old_logprobs = recompute_old_logprobs(
+            model, rows, first_epoch, pad_token_id, settings.temperature, numerics
+        )
+        sampler_gap.add_lists(rows.old_logprobs, old_logprobs)
+    # the optimizer's own (under FSDP2: sharded) parameters; the module may show the root's gathered ones
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    before = snapshot_parameters(params)
+    metrics = UpdateMetrics()
+    for epoch, minis in enumerate(plan):
+        for mini_index, mini in enumerate(minis):
+            optimizer.zero_grad(set_to_none=True)
+            first_step = epoch == 0 and mini_index == 0
+            for micro, weight in mini.micros:
+                batch = pack_micro_batch(rows, advantages, micro, pad_token_id, numerics.device, old_logprobs)
+                scale = weight * dist.world_size / max(mini.global_tokens, 1.0)
+                terms = micro_step(
+                    model, reference, batch, settings.loss, settings.temperature, scale, numerics
+                )
+                if weight:
+                    metrics.add_micro_step(batch, terms, first_epoch=epoch == 0, before_first_step=first_step)
+            if first_step:
+                if old_logprobs is None:  # pi_old is the sampler's: the first pass measured the gap
+                    sampler_gap = metrics.first_logprob_gap
+                sampler_gap = sampler_gap.all_reduce(dist)
+                _check_sampler_gap(sampler_gap, settings.max_sampler_logprob_gap)
+            norm = torch.nn.utils.clip_grad_norm_(params, settings.grad_clip)
+            metrics.add_grad_norm(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
+            optimizer.step()
+    out = metrics.summary(dist)
+    out["optimizer_steps"] = float(metrics.optimizer_steps)
+    out.update(sampler_gap.metrics("sampler_logprob_gap"))
+    out.update(update_size(before, params).all_reduce(dist.all_reduce_sum).metrics())
+    return out
+
+
+def _check_sampler_gap(gap: LogprobGap, bound: float) -> None:
+    if bound > 0 and gap.mean > bound:
+        raise SamplerGapError(
+            f"the sampler's log-probs are {gap.mean:.3g} nats per token from the trained policy's "
+            f"(mean |log pi_sampler - log pi_trainer|, max {gap.largest:.3g}; "
+            f"rollout.max_sampler_logprob_gap={bound:g}): the rollouts were not sampled from the weights "
+            "being trained — most likely the weight sync into the rollout engine is broken"
+        )

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """This rank's shard of a DTensor (FSDP2 parameter), else the tensor itself, detached."""
     from torch.distributed.tensor import DTensor
 
@@ -80,7 +80,7 @@ class UpdateSize:
 
 def snapshot_parameters(params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """A copy of each parameter (this rank's shard under FSDP2), in its own dtype, on its own device."""
-    return [_local(p).clone() for p in params]
+    return [local_tensor(p).clone() for p in params]
 
 
 @torch.no_grad()
@@ -100,7 +100,7 @@ def update_size(before: Sequence[torch.Tensor], params: Iterable[torch.Tensor]) 
     changed = elements = 0
     delta_sq = weight_sq = 0.0
     for old, param in zip(before, params, strict=True):
-        new = _local(param)
+        new = local_tensor(param)
         if new.shape != old.shape:
             raise ValueError(
                 f"a parameter of shape {tuple(new.shape)} was {tuple(old.shape)} in the snapshot"

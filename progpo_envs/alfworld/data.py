@@ -264,10 +264,20 @@ def collect_tasks(split_dir: Path, *, trust_game_files: bool = False) -> list[AL
     return sorted(tasks, key=lambda task: task.task_id)
 
 
+#: ``data_dir`` value that asks for generated games whatever ``$ALFWORLD_DATA`` says.
+GENERATED = "generated"
+
+
 def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
-    """``data_dir`` if given, else ``$ALFWORLD_DATA`` if set, else ``None`` (generated games)."""
+    """``data_dir`` if given, else ``$ALFWORLD_DATA`` if set, else ``None`` (generated games); ``data_dir`` =
+    :data:`GENERATED` is ``None`` too (generated games asked for by name).
+
+    Example:
+        >>> resolve_data_dir("/data/alfworld"), resolve_data_dir(GENERATED)
+        (PosixPath('/data/alfworld'), None)
+    """
     if data_dir is not None:
-        return Path(data_dir).expanduser()
+        return None if str(data_dir) == GENERATED else Path(data_dir).expanduser()
     from_env = os.environ.get("ALFWORLD_DATA")
     return Path(from_env).expanduser() if from_env else None
 

@@ -41,7 +41,7 @@ class ALFWorldEnv(TextEnv):
         split: ``train``, ``valid_seen``, ``valid_unseen`` (or any folder of ``json_2.1.1``, such as
             ``valid_train``).
         data_dir: The folder that contains ``json_2.1.1/`` (default ``$ALFWORLD_DATA``; unset: generated
-            games).
+            games; ``"generated"``: generated games whatever ``$ALFWORLD_DATA`` says).
         max_steps: Actions per episode before truncation.
         expert: Put the expert's next command in ``info["expert_action"]``.
         expert_mode: ``"planner"`` (from the true state) or ``"searching"`` (only what the agent has seen:

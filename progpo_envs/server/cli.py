@@ -15,6 +15,12 @@ scores as AgentGym's servers do (:mod:`progpo_envs.server.agentgym`). AgentGym's
     ALFWORLD_DATA=/data/alfworld progpo serve --env progpo/ALFWorld-v0 --idle-timeout 0 \\
         --agentgym-mappings AgentGym/agentenv-alfworld/configs
 
+``--protocol openenv`` serves one env as an OpenEnv environment instead (OpenEnv's own server at the root of
+the port, episodes in the same env workers; :mod:`progpo_envs.server.openenv_app`), for OpenEnv's
+``GenericEnvClient`` and the trainers built on it (TRL, verifiers, SkyRL, ...)::
+
+    progpo serve --protocol openenv --env progpo/ALFWorld-v0 --port 8010
+
 A usage error (an unknown env id, a folder that does not exist) is one line on stderr and exit status 2.
 """
 
@@ -42,6 +48,8 @@ from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of
 AGENTGYM_ENVS = ("progpo/ALFWorld-v0", "progpo/WebShop-v0")
 #: The env hosted when no ``--env`` is given.
 DEFAULT_ENV = "progpo/ALFWorld-v0"
+#: The protocols ``--protocol`` chooses from: ours (with AgentGym's at the root) or OpenEnv's.
+PROTOCOLS = ("native", "openenv")
 
 
 def _id_value(text: str, what: str) -> tuple[str, str]:
@@ -71,7 +79,14 @@ def build_parser() -> CommandParser:
     """The command line of ``progpo serve``."""
     parser = CommandParser(
         prog="progpo serve",
-        description="Host registered progpo/* envs over HTTP: the env server's API and AgentGym's protocol.",
+        description="Host registered progpo/* envs over HTTP: the env server's API and AgentGym's protocol, "
+        "or one env as an OpenEnv environment (--protocol openenv).",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="native",
+        help="native: the env server's API and AgentGym's; openenv: OpenEnv's server for one --env",
     )
     parser.add_argument(
         "--env",
@@ -85,7 +100,12 @@ def build_parser() -> CommandParser:
     parser.add_argument(
         "--workers", type=int, default=1, help="env worker processes (instances spread over them)"
     )
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="HTTP threads")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=DEFAULT_THREADS,
+        help="HTTP threads (openenv: threads that wait on the env workers for the sessions)",
+    )
     parser.add_argument("--max-instances", type=int, default=1024, help="live instances at most (then 429)")
     parser.add_argument(
         "--max-instances-per-client",
@@ -189,6 +209,12 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     for env_id in env_ids:
         if env_id not in hostable:
             raise one_of("env", env_id, hostable)
+    if args.protocol == "openenv":
+        if len(env_ids) != 1:
+            raise UsageError("--protocol openenv serves one env per port: give exactly one --env")
+        if args.agentgym not in ("auto", "none") or args.agentgym_mappings is not None:
+            raise UsageError("--agentgym and --agentgym-mappings go with --protocol native")
+        args.agentgym = "none"
     if args.agentgym == "none":
         agentgym = None
     elif args.agentgym == "auto":
@@ -299,9 +325,54 @@ def app_from_environment() -> Flask:
     return create_app(config)
 
 
+def openenv_app_from_environment():
+    """The OpenEnv app configured by ``PROGPO_SERVE_ARGS`` (``progpo serve`` flags in one string), for
+    ``uvicorn --factory progpo_envs.server.cli:openenv_app_from_environment`` (the ``app`` of the
+    ``openenv.yaml`` manifests)."""
+    from progpo_envs.server.openenv_app import create_openenv_app
+
+    args = parse_args([*shlex.split(os.environ.get("PROGPO_SERVE_ARGS", "")), "--protocol", "openenv"])
+    config = build_config(args)
+    print(json.dumps({"serving": list(config.env_ids), "protocol": "openenv"}), flush=True)
+    return create_openenv_app(config, threads=args.threads)
+
+
+def serve_openenv(args: argparse.Namespace) -> int:
+    """``progpo serve --protocol openenv``: OpenEnv's server for one env until SIGTERM or SIGINT."""
+    try:
+        from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app, serve_until_stopped
+    except ModuleNotFoundError as exc:
+        return report(
+            "progpo serve",
+            UsageError(f"--protocol openenv needs the openenv extra (pip install '.[openenv]'): {exc}"),
+        )
+    try:
+        config = build_config(args)
+        app = create_openenv_app(config, threads=args.threads)
+    except (UsageError, PolicyError) as error:
+        return report("progpo serve", error)
+    server = OpenEnvServer(app, host=args.host, port=args.port)
+    print(
+        json.dumps(
+            {
+                "serving": list(config.env_ids),
+                "url": server.url,
+                "protocol": "openenv",
+                "workers": args.workers,
+                "max_sessions": config.pool.max_instances,
+            }
+        ),
+        flush=True,
+    )
+    serve_until_stopped(server)  # drains on SIGTERM, then stops the env workers
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the env server until interrupted."""
     args = parse_args(argv)
+    if args.protocol == "openenv":
+        return serve_openenv(args)
     try:
         config = build_config(args)
         app = create_app(config)

@@ -1,14 +1,16 @@
 """Shared fixtures for the advantage-estimator tests.
 
-Helper modules of this folder (``advantages_batches``, ``advantages_reference``; names prefixed so they cannot
-clash with other test areas) are imported by name: pytest's default ``prepend`` import mode puts this folder
-(it has no ``__init__.py``) on ``sys.path``.
+Helper modules of this folder (``advantages_batches``, ``advantages_reference``, ``advantages_toy``; names
+prefixed so they cannot clash with other test areas) are imported by name: pytest's default ``prepend`` import
+mode puts this folder (it has no ``__init__.py``) on ``sys.path``. Importing ``advantages_toy`` registers the
+toy estimator before any test module is collected, so every test parametrised over ``ESTIMATORS`` covers it.
 """
 
 from __future__ import annotations
 
 import os
 
+import advantages_toy  # noqa: F401  (registers the toy estimator)
 import numpy as np
 import pytest
 from advantages_batches import build_batch

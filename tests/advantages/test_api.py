@@ -1,20 +1,37 @@
-"""Public API, registry and input validation of ``training.advantages``."""
+"""Public API, registry and input validation of ``training.advantages``.
+
+Tests that concern every estimator iterate the registry (``ESTIMATORS``), so an estimator registered later,
+like the toy of ``advantages_toy``, is covered without editing them.
+"""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 from advantages_batches import build_batch, random_walk_batch
-from advantages_reference import REFERENCES
+from advantages_reference import reference
 
-from training.advantages import ESTIMATORS, compute_advantages, progpo_report, register_estimator
+from training.advantages import (
+    ESTIMATORS,
+    SharedParams,
+    compute_advantages,
+    progpo_report,
+    register_estimator,
+)
 from training.advantages.registry import ESTIMATORS as REGISTRY
-from training.advantages.registry import RENAMED_PARAMETERS
 
-NAMES = ["grpo", "rloo", "dapo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage"]
-#: Estimators whose advantage is A^E + step_weight * A^step.
-STEP_WEIGHTED = ["gigpo", "g2po", "progpo", "progpo_coverage"]
-#: (estimator, old keyword, new keyword): one name per concept (issue 19).
+NAMES = sorted(ESTIMATORS)
+#: Estimators whose step term is switched off by one weight set to 0 (``step_weight``, GraphGPO's ``beta_g``).
+WEIGHTED = [n for n in NAMES if list(ESTIMATORS[n].episode_only.values()) == [0.0]]
+#: The estimators whose episode term A^E is GRPO's advantage (algorithms.md §3-6; not progpo_coverage,
+#: whose all-failed groups score coverage).
+EPISODE_TERM_IS_GRPO = ["gigpo", "g2po", "graphgpo", "progpo"]
+#: (estimator, old keyword, new keyword) of the package's estimators: one name per concept (issue 19).
 RENAMED = [
     ("gigpo", "omega", "step_weight"),
     ("g2po", "step_advantage_w", "step_weight"),
@@ -35,9 +52,18 @@ def batch():
     )
 
 
-def test_registry_holds_exactly_the_named_estimators():
-    assert sorted(ESTIMATORS) == sorted(NAMES)
+def test_the_package_imports_every_module_that_registers_an_estimator():
+    """A module of ``training/advantages`` missing from ``__init__.py``'s import list registers nothing."""
+    code = (
+        "import importlib, pkgutil, training.advantages as a; before = set(a.ESTIMATORS);"
+        "[importlib.import_module(m.name) for m in pkgutil.iter_modules(a.__path__, 'training.advantages.')];"
+        "print(sorted(set(a.ESTIMATORS) - before))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert done.stdout.strip() == "[]", f"import these in training/advantages/__init__.py: {done.stdout}"
     assert ESTIMATORS is REGISTRY
+    assert {"grpo", "rloo", "dapo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -131,32 +157,85 @@ def test_empty_batch():
         assert compute_advantages(name, empty).shape == (0,)
 
 
-def test_adding_an_estimator_is_one_registered_function(batch):
-    @register_estimator("test_constant")
-    def constant(steps, *, value: float = 1.0):
-        return np.full(steps.n_rows, value)
+@dataclass(frozen=True)
+class ConstantParams(SharedParams):
+    value: float = 1.0
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.value < 0:
+            raise ValueError(f"parameter 'value' must be >= 0, got {self.value}")
+
+
+def test_adding_an_estimator_is_one_registration(batch):
+    def constant(steps, params: ConstantParams):
+        return np.full(steps.n_rows, params.value - params.invalid_penalty)
+
+    assert register_estimator("test_constant", params=ConstantParams)(constant) is constant
     try:
-        assert compute_advantages("test_constant", batch, value=2.5).tolist() == [2.5] * 6
+        estimator = ESTIMATORS["test_constant"]
+        assert estimator.parameters == ("stats_scope", "invalid_penalty", "value")
+        assert dict(estimator.episode_only) == {} and dict(estimator.renamed) == {}
+        assert (
+            compute_advantages("test_constant", batch, value=2.5, invalid_penalty=0.5).tolist() == [2.0] * 6
+        )
+        with pytest.raises(ValueError, match="parameter 'value' must be >= 0"):  # __post_init__ validates
+            compute_advantages("test_constant", batch, value=-1.0)
+        with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['norm'\]"):
+            compute_advantages("test_constant", batch, norm="mean")
         with pytest.raises(ValueError, match="already registered"):
-            register_estimator("test_constant")(constant)
+            register_estimator("test_constant", params=ConstantParams)(constant)
     finally:
         del ESTIMATORS["test_constant"]
 
 
-@pytest.mark.parametrize("name", STEP_WEIGHTED)
-def test_step_weight_weighs_the_step_advantage(name):
+@pytest.mark.parametrize(
+    ("registration", "error", "message"),
+    [
+        ({"params": dict}, TypeError, "params must be a dataclass extending SharedParams"),
+        (
+            {"params": ConstantParams, "episode_only": {"weight": 0.0}},
+            ValueError,
+            r"episode_only names \['weight'\]",
+        ),
+        (
+            {"params": ConstantParams, "episode_only": {"invalid_penalty": -1.0}},
+            ValueError,
+            "'invalid_penalty'=-1.0",
+        ),
+        ({"params": ConstantParams, "renamed": {"value": "level"}}, ValueError, "renamed .* does not match"),
+        (
+            {"params": ConstantParams, "renamed": {"old_value": "level"}},
+            ValueError,
+            "renamed .* does not match",
+        ),
+    ],
+)
+def test_a_registration_whose_facts_do_not_match_its_params_fails_at_once(registration, error, message):
+    with pytest.raises(error, match=message):
+        register_estimator("test_mismatch", **registration)(lambda steps, params: np.zeros(steps.n_rows))
+    assert "test_mismatch" not in ESTIMATORS
+
+
+@pytest.mark.parametrize("name", WEIGHTED)
+def test_the_episode_only_weight_weighs_the_step_term(name):
+    """A = A^E + w * A^step: linear in the weight the registration's ``episode_only`` sets to 0."""
+    (weight,) = ESTIMATORS[name].episode_only
     batch = random_walk_batch(6, seed=2, max_steps=20)
-    episode = compute_advantages(name, batch, norm="mean", step_weight=0.0)
-    if name != "progpo_coverage":  # whose all-failed groups score coverage instead of the episode reward
-        assert np.array_equal(episode, compute_advantages("grpo", batch, norm="mean"))
-    full = compute_advantages(name, batch, norm="mean", step_weight=1.0)
+    mean = {"norm": "mean"} if "norm" in ESTIMATORS[name].parameters else {}
+    episode = compute_advantages(name, batch, **mean, **{weight: 0.0})
+    full = compute_advantages(name, batch, **mean, **{weight: 1.0})
     assert np.abs(full - episode).max() > 0.1  # this batch has a step signal to weigh
-    half = compute_advantages(name, batch, norm="mean", step_weight=0.5)
+    half = compute_advantages(name, batch, **mean, **{weight: 0.5})
     np.testing.assert_allclose(half, episode + 0.5 * (full - episode), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(
-        half, REFERENCES[name](batch, norm="mean", step_weight=0.5), rtol=1e-9, atol=1e-9
-    )
+    np.testing.assert_allclose(half, reference(name)(batch, **mean, **{weight: 0.5}), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", EPISODE_TERM_IS_GRPO)
+def test_the_episode_term_is_grpo(name):
+    batch = random_walk_batch(6, seed=2, max_steps=20)
+    episode = compute_advantages(name, batch, norm="mean", **ESTIMATORS[name].episode_only)
+    assert np.array_equal(episode, compute_advantages("grpo", batch, norm="mean"))
 
 
 def test_graphgpo_distance_discount_sets_the_graph_reward(loop_batch):
@@ -164,19 +243,20 @@ def test_graphgpo_distance_discount_sets_the_graph_reward(loop_batch):
     high = compute_advantages("graphgpo", loop_batch, distance_discount=0.9, beta_e=0.0, norm="mean")
     assert not np.allclose(low, high)  # under mean-centring the discount's scale is not normalised away
     np.testing.assert_allclose(
-        low, REFERENCES["graphgpo"](loop_batch, distance_discount=0.2, beta_e=0.0, norm="mean"), atol=1e-12
+        low, reference("graphgpo")(loop_batch, distance_discount=0.2, beta_e=0.0, norm="mean"), atol=1e-12
     )
     with pytest.raises(ValueError, match=r"parameter 'distance_discount'=0.0 must lie in \(0.0, 1.0\]"):
         compute_advantages("graphgpo", loop_batch, distance_discount=0.0)
 
 
-def test_renamed_parameters_are_exactly_the_listed_ones():
-    assert {(n, old, new) for n, table in RENAMED_PARAMETERS.items() for old, new in table.items()} == set(
-        RENAMED
-    )
+def test_the_package_renames_exactly_the_listed_parameters():
+    package = [n for n in NAMES if ESTIMATORS[n].fn.__module__.startswith("training.advantages.")]
+    assert {(n, old, new) for n in package for old, new in ESTIMATORS[n].renamed.items()} == set(RENAMED)
 
 
-@pytest.mark.parametrize(("name", "old", "new"), RENAMED)
+@pytest.mark.parametrize(
+    ("name", "old", "new"), [(n, old, new) for n in NAMES for old, new in ESTIMATORS[n].renamed.items()]
+)
 def test_old_parameter_name_answers_with_the_new_one(name, old, new, batch):
     message = f"estimator '{name}': parameter '{old}' was renamed; use '{new}'"
     with pytest.raises(ValueError, match=message):
@@ -193,15 +273,14 @@ def test_progpo_report_answers_the_old_name_too(batch):
     assert progpo_report(batch, step_weight=0.5)["config"]["step_weight"] == 0.5
 
 
-def test_a_rename_that_does_not_match_the_signature_fails_at_registration(monkeypatch):
-    monkeypatch.setitem(RENAMED_PARAMETERS, "test_renamed", {"old_weight": "new_weight"})
+def test_check_parameter_names_reads_the_renames_from_the_registration():
+    from training.advantages import check_parameter_names
 
-    def still_old(steps, *, old_weight: float = 1.0):
-        return np.full(steps.n_rows, old_weight)
-
-    with pytest.raises(ValueError, match="RENAMED_PARAMETERS"):
-        register_estimator("test_renamed")(still_old)
-    assert "test_renamed" not in ESTIMATORS
+    with pytest.raises(ValueError, match="'omega' was renamed; use 'distance_discount'"):
+        check_parameter_names("graphgpo", ["omega"], ESTIMATORS["graphgpo"].parameters)
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['omega'\]"):  # rloo renamed nothing
+        check_parameter_names("rloo", ["omega"], ESTIMATORS["rloo"].parameters)
+    check_parameter_names("progpo", ["step_weight", "depths"], ESTIMATORS["progpo"].parameters)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,11 +1,15 @@
-"""Property tests (hypothesis) and cross-checks against the per-row Python reference implementations."""
+"""Property tests (hypothesis) and cross-checks against the per-row Python reference implementations.
+
+The generic tests iterate the registry: an estimator registered later is covered, and one without a reference
+oracle fails naming the function to add (``advantages_reference.reference``).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from advantages_batches import random_walk_batch
-from advantages_reference import REFERENCES
+from advantages_reference import reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -84,10 +88,11 @@ def test_relabelling_ids_and_keys_changes_nothing(batch, seed):
 )
 def test_output_finite_and_matches_reference(batch, norm, scope):
     for name in NAMES:
-        kwargs = {"stats_scope": scope} if name == "rloo" else {"norm": norm, "stats_scope": scope}
+        shared = {"norm": norm, "stats_scope": scope}
+        kwargs = {k: v for k, v in shared.items() if k in ESTIMATORS[name].parameters}  # rloo has no norm
         adv = compute_advantages(name, batch, **kwargs)
         assert np.isfinite(adv).all()
-        np.testing.assert_allclose(adv, REFERENCES[name](batch, **kwargs), rtol=1e-9, atol=1e-9, err_msg=name)
+        np.testing.assert_allclose(adv, reference(name)(batch, **kwargs), rtol=1e-9, atol=1e-9, err_msg=name)
 
 
 @SETTINGS
@@ -117,7 +122,47 @@ def test_matches_reference_on_random_walk_batches(name, seed):
     batch = random_walk_batch(12, seed=seed, max_steps=30)
     perm = np.random.default_rng(seed).permutation(batch["step"].size)
     batch = _permute(batch, perm)
-    np.testing.assert_allclose(compute_advantages(name, batch), REFERENCES[name](batch), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(compute_advantages(name, batch), reference(name)(batch), rtol=1e-9, atol=1e-9)
+
+
+def test_a_generic_test_of_an_estimator_without_an_oracle_fails_naming_it():
+    from training.advantages import SharedParams, register_estimator
+
+    register_estimator("test_no_oracle", params=SharedParams)(lambda steps, params: np.zeros(steps.n_rows))
+    try:
+        with pytest.raises(
+            LookupError, match="add ref_test_no_oracle to tests/advantages/advantages_reference.py"
+        ):
+            test_matches_reference_on_random_walk_batches("test_no_oracle", 0)
+    finally:
+        del ESTIMATORS["test_no_oracle"]
+
+
+def _spread_along_trajectories(batch, adv: np.ndarray) -> float:
+    """Largest spread of ``adv`` over the rows of one trajectory that share their validity."""
+    _, cell = np.unique(batch["traj_id"] * 2 + batch["valid"], return_inverse=True)
+    high = np.full(cell.max() + 1, -np.inf)
+    low = np.full(cell.max() + 1, np.inf)
+    np.maximum.at(high, cell, adv)
+    np.minimum.at(low, cell, adv)
+    return float((high - low).max())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_episode_only_parameters_leave_a_trajectory_level_advantage(name):
+    """With its registration's ``episode_only`` parameters (none for GRPO, RLOO, DAPO) an estimator depends
+    on a row only through its trajectory and validity (the penalty); with its defaults, one that has a step
+    term tells the rows of a trajectory apart."""
+    batch = random_walk_batch(6, seed=2, max_steps=20)
+    off = dict(ESTIMATORS[name].episode_only)
+    for scope in ("cross_steps", "trajectory"):
+        episode = compute_advantages(name, batch, stats_scope=scope, **off)
+        assert _spread_along_trajectories(batch, episode) < 1e-12, (
+            f"{name} with episode_only={off} still varies along a trajectory: register the parameters that "
+            "switch its step term off"
+        )
+    if off:
+        assert _spread_along_trajectories(batch, compute_advantages(name, batch)) > 0.1
 
 
 def test_matches_reference_with_text_and_switches():
@@ -136,7 +181,7 @@ def test_matches_reference_with_text_and_switches():
     ):
         np.testing.assert_allclose(
             compute_advantages("progpo", batch, **kwargs),
-            REFERENCES["progpo"](batch, **kwargs),
+            reference("progpo")(batch, **kwargs),
             rtol=1e-9,
             atol=1e-9,
             err_msg=str(kwargs),
@@ -144,13 +189,13 @@ def test_matches_reference_with_text_and_switches():
     for kwargs in ({"reward_convention": "paper"}, {"distance_discount": 0.5, "beta_g": 2.0}):
         np.testing.assert_allclose(
             compute_advantages("graphgpo", batch, **kwargs),
-            REFERENCES["graphgpo"](batch, **kwargs),
+            reference("graphgpo")(batch, **kwargs),
             rtol=1e-9,
             atol=1e-9,
         )
     np.testing.assert_allclose(
         compute_advantages("progpo_coverage", batch, coverage="group"),
-        REFERENCES["progpo_coverage"](batch, coverage="group"),
+        reference("progpo_coverage")(batch, coverage="group"),
         rtol=1e-9,
         atol=1e-9,
     )
@@ -171,7 +216,7 @@ def test_same_output_in_a_fresh_process():
     here = Path(__file__).resolve().parent
     code = (
         "import sys, numpy as np; sys.path.insert(0, sys.argv[1]);"
-        "from advantages_batches import random_walk_batch;"
+        "import advantages_toy; from advantages_batches import random_walk_batch;"
         "from training.advantages import compute_advantages, ESTIMATORS;"
         "b = random_walk_batch(8, seed=5, with_text=True);"
         "b['obs_key'] = np.array([f'o{k}' for k in b['obs_key']], dtype=object);"
@@ -200,4 +245,4 @@ def test_chunked_hashing_matches_reference(name, monkeypatch):
     batch = random_walk_batch(10, seed=4, max_steps=20)
     batch = _permute(batch, np.random.default_rng(4).permutation(batch["step"].size))
     assert batch_module.StepBatch.from_columns(batch).chunk_bounds.size > 3
-    np.testing.assert_allclose(compute_advantages(name, batch), REFERENCES[name](batch), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(compute_advantages(name, batch), reference(name)(batch), rtol=1e-9, atol=1e-9)

@@ -14,14 +14,9 @@ from training.checkpoint import (
     set_rng_state,
     verify_checkpoint,
 )
-from training.metrics import MetricsLog
-from training.rollout import Episode, RolloutResult, StepRows
-from training.trainer import (
-    derive_seed,
-    episode_metrics,
-    exact_prefix_peer_fraction,
-    mixed_outcome_groups,
-)
+from training.metrics import MetricsLog, episode_metrics, exact_prefix_peer_fraction
+from training.rollout import Episode, RolloutResult, StepRows, mixed_outcome_groups
+from training.seeds import derive_seed
 
 
 def _save(root, iteration, keep=2):

@@ -91,14 +91,19 @@ def test_unknown_key_in_yaml_is_an_error(tmp_path):
 
 
 def test_algo_choices_are_the_registry():
-    from training.advantages import ESTIMATORS
-    from training.advantages.registry import register_estimator
+    import dataclasses
+
+    from training.advantages import ESTIMATORS, SharedParams, register_estimator
 
     assert algo_choices() == sorted(ESTIMATORS)
     assert "gamma" in algo_parameters("progpo") and "invalid_penalty" not in algo_parameters("progpo")
 
-    @register_estimator("test_only_estimator")
-    def _estimator(batch, *, spread: float = 1.0, invalid_penalty: float = 0.1):
+    @dataclasses.dataclass(frozen=True)
+    class SpreadParams(SharedParams):
+        spread: float = 1.0
+
+    @register_estimator("test_only_estimator", params=SpreadParams)
+    def _estimator(batch, params):
         raise NotImplementedError
 
     try:  # a newly registered estimator and its parameters are valid without touching the config
@@ -115,7 +120,7 @@ def test_algo_choices_are_the_registry():
     [
         (["algo.name=grop"], "algo.name 'grop' is not a registered estimator; valid: dapo, g2po, gigpo"),
         (["algo.params={gama: 0.9}"], r"algo.params: estimator 'progpo': unknown parameter\(s\) \['gama'\]"),
-        (["algo.name=grpo", "algo.params={gamma: 0.9}"], "allowed: .'norm', 'stats_scope', 'eps'.$"),
+        (["algo.name=grpo", "algo.params={gamma: 0.9}"], "allowed: .'stats_scope', 'norm', 'eps'.$"),
         (["algo.params={invalid_penalty: 0.2}"], "set algo.invalid_penalty instead"),
     ],
 )

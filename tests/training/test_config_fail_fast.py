@@ -26,7 +26,10 @@ def _progpo() -> list[str]:
     "override, message",
     [
         ("algo.name=grop", "valid: dapo, g2po, gigpo, graphgpo, grpo, progpo, progpo_coverage, rloo"),
-        ("algo.params={gama: 0.9}", "unknown parameter(s) ['gama']; allowed: ['gamma', 'step_weight'"),
+        (
+            "algo.params={gama: 0.9}",
+            "unknown parameter(s) ['gama']; allowed: ['stats_scope', 'norm', 'eps', 'gamma', 'step_weight'",
+        ),
     ],
 )
 def test_typos_exit_before_anything_is_built(tmp_path, preset, override, message):
@@ -62,5 +65,5 @@ def test_help_names_dapos_recipe_and_help_config_lists_the_estimators():
         for line in listing.split("algo.params keys each accepts:")[1].splitlines()
         if line
     )
-    assert rows["grpo"] == "norm, stats_scope, eps"
+    assert rows["grpo"] == "stats_scope, norm, eps"
     assert "gamma" in rows["progpo"] and set(rows) >= {"dapo", "gigpo", "progpo_coverage", "rloo"}

@@ -10,7 +10,7 @@ from training_helpers import TINY_OVERRIDES, subprocess_env
 from training.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-VOLATILE = ("time", "per_s")
+VOLATILE = ("time", "per_s", "peak")
 #: The training toy env under a hostable id (env servers host ``progpo/*`` ids only).
 HOSTED_ID = "progpo/ToyALFWorldTraining-v0"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,15 @@ from training_helpers import TINY_OVERRIDES, subprocess_env, tiny_config
 from training.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-VOLATILE = ("time", "per_s")  # wall-clock measurements differ between runs; everything else must not
+VOLATILE = ("time", "per_s", "peak")  # wall-clock measurements differ between runs; everything else must not
+
+
+def _collect(trainer, iteration: int):
+    """The rollout of ``iteration`` as the trainer's loop makes it."""
+    from training.rollout import collect_groups
+
+    worker = trainer.rollout_worker
+    return collect_groups(worker, trainer.engine, trainer.config, iteration, trainer.dist, trainer.device)
 
 
 def _train_cmd(run_dir: Path, *extra: str) -> list[str]:
@@ -51,14 +60,56 @@ def straight_run(tmp_path_factory) -> Path:
         _train_cmd(run_dir, *RUN_ARGS), env=subprocess_env(), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir.parent / "stdout.txt").write_text(done.stdout)  # beside the run: the run dir stays a run's own
     return run_dir
+
+
+def test_cli_says_what_it_does_first_and_ends_with_a_short_result_block(straight_run):
+    lines = (straight_run.parent / "stdout.txt").read_text().splitlines()
+    assert lines[0].startswith("[progpo train] starting ProGPO on ") and "2 groups x 2" in lines[0]
+    assert any("CPU kernels" in line for line in lines[:3])
+    done = next(i for i, line in enumerate(lines) if line.startswith("[progpo train] done: 3 iterations"))
+    block = lines[done:]
+    assert len(block) <= 10
+    text = "\n".join(block)
+    assert "held-out success: " in text and " -> " in text
+    for name in ("summary.json", "metrics.jsonl", "learning_curve.png", "final"):
+        assert str(straight_run / name) in text, name
+    assert not any(line.startswith("{") for line in lines)  # no JSON dump of the summary
+
+
+def test_a_run_dir_that_holds_a_run_is_never_reused_silently(straight_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight_run, run_dir)
+    before = (run_dir / "metrics.jsonl").read_text()
+    again = subprocess.run(
+        _train_cmd(run_dir, *RUN_ARGS), env=subprocess_env(), capture_output=True, text=True
+    )
+    assert again.returncode == 2
+    assert again.stderr.count("\n") == 1 and "--overwrite" in again.stderr and "--resume" in again.stderr
+    assert (run_dir / "metrics.jsonl").read_text() == before  # nothing deleted
+
+
+def test_resume_without_a_checkpoint_says_so_unless_asked_to_start(tmp_path):
+    run_dir = tmp_path / "run"
+    refused = subprocess.run(
+        _train_cmd(run_dir, "iterations=0", "--resume"), env=subprocess_env(), capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "no checkpoint to resume from" in refused.stderr
+    assert not run_dir.exists()
+    started = subprocess.run(
+        _train_cmd(run_dir, "iterations=0", "warm_start.enabled=false", "--resume-or-start"),
+        env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert (run_dir / "summary.json").is_file()
 
 
 def test_cli_run_writes_every_artefact(straight_run):
     run_dir = straight_run
     records = _stable_records(run_dir)
     kinds = [r["kind"] for r in records]
-    assert kinds == ["warm_start", "eval", "train", "train", "train", "eval"]
+    assert kinds == ["warm_start", "eval", "train", "memory", "train", "train", "eval"]
     train = [r for r in records if r["kind"] == "train"]
     assert [r["iteration"] for r in train] == [1, 2, 3]
     for key in (
@@ -230,7 +281,7 @@ def test_free_text_iteration_on_the_real_webshop_env(tmp_path, monkeypatch):
     )
     trainer = Trainer(config)
     try:
-        result = trainer.collect(0)
+        result = _collect(trainer, 0)
         metrics = trainer.train_iteration(1)
     finally:
         trainer.close()
@@ -256,7 +307,7 @@ def test_dynamic_sampling_runs_more_rounds(tmp_path, monkeypatch):
     )
     trainer = Trainer(config)
     try:
-        result = trainer.collect(0)
+        result = _collect(trainer, 0)
     finally:
         trainer.close()
     # an untrained policy never wins: no group has mixed outcomes, both rounds run, the last one is kept
@@ -280,7 +331,7 @@ def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypa
     )
     trainer = Trainer(config)
     try:
-        rows = trainer.collect(0).rows
+        rows = _collect(trainer, 0).rows
     finally:
         trainer.close()
     advantages = np.where(np.arange(rows.num_rows) % 2 == 0, 1.0, -1.0)
@@ -293,7 +344,7 @@ def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypa
         return (logprobs * packed.response_mask).sum(-1).numpy()
 
     before = sequence_logprobs()
-    stats = trainer.update(rows, advantages, 0)
+    stats = trainer.update(rows, advantages, 0, np.ones(rows.num_rows, dtype=bool))
     after = sequence_logprobs()
     assert stats["first_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     change = after - before
@@ -319,8 +370,8 @@ def test_task_pool_limits_rl_tasks_and_is_evaluated_before_and_after(tmp_path, m
     )
     trainer = Trainer(config)
     try:
-        pool = {f"train-{t}" for t in spread_tasks(num_tasks(trainer.train_envs), 2)}
-        drawn = {e.task_id for it in range(4) for e in trainer.collect(it).episodes}
+        pool = {f"train-{t}" for t in spread_tasks(num_tasks(trainer.rollout_worker.envs), 2)}
+        drawn = {e.task_id for it in range(4) for e in _collect(trainer, it).episodes}
         summary = trainer.run()
     finally:
         trainer.close()

@@ -87,13 +87,13 @@ def test_recomputed_old_logprobs_make_the_first_ratio_exactly_one_in_bf16(policy
     model, pad = policy.model, policy.tokenizer.pad_token_id
     rows = _rows(np.random.default_rng(2))
     bf16 = Numerics(torch.device("cpu"), torch.bfloat16, chunk_tokens=2)
-    micro_batches = [[0, 1], [2, 3]]
+    micro_batches = [([0, 1], 1.0), ([2, 3], 1.0)]
     model.train()
     old = recompute_old_logprobs(model, rows, micro_batches, pad, 1.0, bf16)
     assert [len(lp) for lp in old] == [len(r) for r in rows.response_ids]
     for recomputed, label in ((old, "recomputed"), (None, "sampler")):
         metrics = UpdateMetrics()
-        for micro in micro_batches:
+        for micro, _weight in micro_batches:
             batch = pack_micro_batch(rows, np.ones(4), micro, pad, "cpu", recomputed)
             terms = micro_step(model, None, batch, LossConfig(kl_coef=0.0), 1.0, 0.0, bf16)
             metrics.add_micro_step(batch, terms, first_epoch=True, before_first_step=True)
@@ -102,3 +102,14 @@ def test_recomputed_old_logprobs_make_the_first_ratio_exactly_one_in_bf16(policy
             assert summary["first_ratio_max_abs_dev"] == 0.0 and summary["first_ratio_mean_abs_dev"] == 0.0
         else:  # the made-up sampling log-probs are far from the model's
             assert summary["first_ratio_max_abs_dev"] > 1.0
+
+
+def test_zero_weight_passes_do_not_overwrite_a_rows_recomputed_old_logprobs(policy):
+    """A pass that only keeps ranks in step (weight 0) runs its forward but records nothing: the row keeps
+    pi_old from its own micro-batch (here: the recorded one, as no real micro-batch covers row 3)."""
+    model, pad = policy.model, policy.tokenizer.pad_token_id
+    rows = _rows(np.random.default_rng(3))
+    numerics = Numerics(torch.device("cpu"))
+    old = recompute_old_logprobs(model, rows, [([0, 1, 2], 1.0), ([3], 0.0)], pad, 1.0, numerics)
+    assert old[3] == list(rows.old_logprobs[3])
+    assert old[0] != list(rows.old_logprobs[0])  # the real micro-batch was recomputed

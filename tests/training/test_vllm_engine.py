@@ -26,7 +26,7 @@ from training_helpers import TINY_OVERRIDES, subprocess_env
 from training.config import TinyModelConfig
 from training.policy import build_tiny_policy, load_policy
 from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy
-from training.vllm_engine import policy_weights
+from training.weight_sync import policy_weights
 
 LOGPROB_ATOL = 1e-4
 TEMPERATURE = 0.7
@@ -59,7 +59,7 @@ def engine(vllm_policy_dir, policy):
 
     built = VLLMEngine(str(vllm_policy_dir), policy.tokenizer, dtype="float32", max_model_len=1024, seed=0)
     yield built
-    built.llm.llm_engine.engine_core.shutdown()
+    built.close()
 
 
 @pytest.fixture
@@ -142,7 +142,9 @@ def test_vllm_batch_larger_than_one_scheduler_step(engine, policy, prompts):
     batch = [prompts[2][i:] for i in range(24)]  # 24 distinct prompts of ~750-780 tokens
     assert sum(map(len, batch)) > 16_384
     first = _generate(engine, batch, seed=11, max_new_tokens=4)
-    assert [len(ids) for ids in first.token_ids] == [4] * len(batch)
+    # every request completes: 4 tokens, or fewer ending with a stop token it happened to sample
+    for ids, finished in zip(first.token_ids, first.finished, strict=True):
+        assert len(ids) == 4 or (finished and 0 < len(ids) < 4), (ids, finished)
     assert _generate(engine, batch, seed=11, max_new_tokens=4).token_ids == first.token_ids
     assert _max_diff(policy.model, batch, first, policy.tokenizer) < LOGPROB_ATOL
 
@@ -259,9 +261,9 @@ def test_train_cli_one_iteration_with_vllm_engine(tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-5000:]
-    assert "EngineCore" in done.stdout + done.stderr  # vLLM sampled, not the transformers engine
+    assert "Initializing a V1 LLM engine" in done.stdout + done.stderr  # vLLM sampled, not transformers
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["kind"] for r in records] == ["warm_start", "eval", "train", "eval"]
+    assert [r["kind"] for r in records] == ["warm_start", "eval", "train", "memory", "eval"]
     train = records[2]
     assert train["update_tokens"] > 0 and train["rollout_tokens_per_s"] > 0
     # the log-probs vLLM recorded while sampling are the trainer's: the first PPO ratio is 1 (this also

@@ -1,4 +1,4 @@
-"""Shared building blocks: parameter checks, normalisation, segment statistics, step returns, key hashing.
+"""Shared building blocks: normalisation, segment statistics, step returns, key hashing.
 
 All functions are pure numpy on canonical (trajectory-major) :class:`~training.advantages.batch.StepBatch`
 arrays. "Segment" means a dense integer label per row (a task group, an anchor state, an exact-prefix key);
@@ -7,96 +7,10 @@ statistics per segment use ``np.bincount`` / ``ufunc.at`` so their cost is linea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-
 import numpy as np
 
 from training.advantages.batch import StepBatch
-
-
-class Norm(str, Enum):
-    """Group normaliser F_norm (GiGPO Eq. 3/7): z-score (``mean_std``) or mean-centring only (``mean``)."""
-
-    MEAN_STD = "mean_std"
-    MEAN = "mean"
-
-
-class StatsScope(str, Enum):
-    """Population of the episode-level group statistics (algorithms.md §1.3).
-
-    ``cross_steps``: every step row counts once (verl-agent ``compute_mean_std_cross_steps=True``, parity
-    default). ``trajectory``: every trajectory counts once with its episode reward (textbook GRPO/RLOO).
-    """
-
-    CROSS_STEPS = "cross_steps"
-    TRAJECTORY = "trajectory"
-
-
-def parse_enum(enum_cls: type[Enum], value: object, param: str) -> Enum:
-    """Convert a string (or member) to ``enum_cls``; unknown values raise ``ValueError`` naming ``param``."""
-    try:
-        return enum_cls(value)
-    except ValueError:
-        choices = [m.value for m in enum_cls]
-        raise ValueError(f"parameter {param!r}: unknown value {value!r}; choose one of {choices}") from None
-
-
-def check_range(value: float, param: str, low: float, high: float, *, low_open: bool = False) -> float:
-    """Return ``float(value)`` if it lies in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
-    v = float(value)
-    if not np.isfinite(v) or v > high or v < low or (low_open and v == low):
-        bracket = "(" if low_open else "["
-        raise ValueError(f"parameter {param!r}={value!r} must lie in {bracket}{low}, {high}]")
-    return v
-
-
-@dataclass(frozen=True)
-class SharedParams:
-    """The validated parameters that the group estimators share (made by :func:`check_shared_params`)."""
-
-    norm: Norm
-    """Normaliser F_norm of every level (episode, step)."""
-    stats_scope: StatsScope
-    """Population of the episode-level statistics."""
-    eps: float
-    """Added to every std; in (0, 1]."""
-    invalid_penalty: float
-    """Subtracted from an invalid row's score (and step target); >= 0."""
-    gamma: float | None = None
-    """Discount of step returns / state values in [0, 1]; None for an estimator without one."""
-
-
-def check_shared_params(
-    *, norm: object, stats_scope: object, eps: float, invalid_penalty: float, gamma: float | None = None
-) -> SharedParams:
-    """Validate the parameters every group estimator takes (one set of checks and error messages).
-
-    Args:
-        norm: ``"mean_std"`` or ``"mean"`` (or a :class:`Norm`).
-        stats_scope: ``"cross_steps"`` or ``"trajectory"`` (or a :class:`StatsScope`).
-        eps: std offset in (0, 1].
-        invalid_penalty: penalty >= 0.
-        gamma: discount in [0, 1]; leave None when the estimator has none.
-
-    Raises:
-        ValueError: a bad value; the message names the parameter.
-
-    Example:
-        >>> check_shared_params(norm="mean", stats_scope="trajectory", eps=1e-6, invalid_penalty=0.1).norm
-        <Norm.MEAN: 'mean'>
-        >>> check_shared_params(norm="mean", stats_scope="cross_steps", eps=0.0, invalid_penalty=0.1)
-        Traceback (most recent call last):
-        ValueError: parameter 'eps'=0.0 must lie in (0.0, 1.0]
-    """
-    return SharedParams(
-        norm=parse_enum(Norm, norm, "norm"),
-        stats_scope=parse_enum(StatsScope, stats_scope, "stats_scope"),
-        eps=check_range(eps, "eps", 0.0, 1.0, low_open=True),
-        invalid_penalty=check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf),
-        gamma=None if gamma is None else check_range(gamma, "gamma", 0.0, 1.0),
-    )
-
+from training.advantages.params import Norm, NormalizedParams, StatsScope
 
 # ---------------------------------------------------------------------------------------------------------
 # Segment statistics and normalisation
@@ -171,14 +85,14 @@ def row_scores(batch: StepBatch, invalid_penalty: float) -> np.ndarray:
     return batch.episode_return[batch.traj] - invalid_penalty * (~batch.valid)
 
 
-def episode_advantage(batch: StepBatch, params: SharedParams) -> np.ndarray:
+def episode_advantage(batch: StepBatch, params: NormalizedParams) -> np.ndarray:
     """Group-normalised episode advantage A^E per row (GRPO; GiGPO Eq. 3; the outcome term of every method).
 
     Scores: S = R_traj - penalty * invalid_row; population per :func:`group_outcome_advantage`.
 
     Args:
         batch: canonical batch with N rows.
-        params: ``norm``, ``stats_scope``, ``eps`` and ``invalid_penalty`` (``gamma`` is not used).
+        params: validated parameters (``norm``, ``stats_scope``, ``eps``, ``invalid_penalty``).
 
     Returns:
         ``[N]`` float64.

@@ -9,11 +9,23 @@ eps_high 0.28) belongs to the policy loss, not here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from training.advantages.batch import StepBatch
-from training.advantages.common import check_shared_params, episode_advantage
+from training.advantages.common import episode_advantage
+from training.advantages.params import NormalizedParams
 from training.advantages.registry import register_estimator
+
+
+@dataclass(frozen=True)
+class DAPOParams(NormalizedParams):
+    """DAPO's parameters: GRPO's and the dynamic-sampling filter."""
+
+    drop_uniform_groups: bool = True
+    """Zero the rows of groups with identical episode rewards (default); False gives plain GRPO (verl-agent's
+    last, unfiltered generation batch)."""
 
 
 def dynamic_sampling_keep(batch: StepBatch) -> np.ndarray:
@@ -26,26 +38,13 @@ def dynamic_sampling_keep(batch: StepBatch) -> np.ndarray:
     return (rmax != rmin)[batch.group]
 
 
-@register_estimator("dapo")
-def dapo(
-    batch: StepBatch,
-    *,
-    norm: str = "mean_std",
-    stats_scope: str = "cross_steps",
-    eps: float = 1e-6,
-    invalid_penalty: float = 0.1,
-    drop_uniform_groups: bool = True,
-) -> np.ndarray:
+@register_estimator("dapo", params=DAPOParams)
+def dapo(batch: StepBatch, params: DAPOParams) -> np.ndarray:
     """GRPO advantage with DAPO's dynamic-sampling filter folded in.
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        norm: ``"mean_std"`` or ``"mean"``.
-        stats_scope: ``"cross_steps"`` or ``"trajectory"``.
-        eps: added to the group std.
-        invalid_penalty: subtracted from the score of each invalid row.
-        drop_uniform_groups: zero the rows of groups with identical episode rewards (default); False gives
-            plain GRPO (verl-agent's last, unfiltered generation batch).
+        params: GRPO's (``norm``, ``stats_scope``, ``eps``, ``invalid_penalty``) and ``drop_uniform_groups``.
 
     Returns:
         ``[N]`` float64.
@@ -59,8 +58,7 @@ def dapo(
         >>> compute_advantages("dapo", b, norm="mean").tolist()
         [5.0, -5.0, 0.0, 0.0]
     """
-    shared = check_shared_params(norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty)
-    adv = episode_advantage(batch, shared)
-    if drop_uniform_groups:
+    adv = episode_advantage(batch, params)
+    if params.drop_uniform_groups:
         adv = np.where(dynamic_sampling_keep(batch), adv, 0.0)
     return adv

@@ -18,17 +18,37 @@ Note the exponent T_j - k: the last step of a successful trajectory contributes 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from training.advantages.batch import StepBatch
-from training.advantages.common import (
-    check_shared_params,
-    episode_advantage,
-    group_scoped_ids,
-    segment_normalize,
-)
+from training.advantages.common import episode_advantage, group_scoped_ids, segment_normalize
+from training.advantages.params import StepWeightedParams, parse_enum, set_checked
 from training.advantages.registry import register_estimator
-from training.advantages.state_key import state_keys
+from training.advantages.state_key import StateKey, state_keys
+
+
+@dataclass(frozen=True)
+class G2POParams(StepWeightedParams):
+    """G2PO's parameters: the shared step-weighted ones (``gamma`` is the node value's discount, hard-coded
+    0.95 in the official code; ``step_weight`` the code's ``step_advantage_w``), the success value and the
+    node key. ``invalid_penalty`` enters the episode score and c1, not V."""
+
+    success_reward: float = 10.0
+    """Value of the SUCCESS sink (a trajectory succeeds when ``won`` is set at any step; the code tests
+    ``R == 10``, the same for ALFWorld/WebShop rewards)."""
+    state_key: str = "observation"
+    """Node identity: ``observation`` (``obs_key``) or ``observation_actions`` (``obs_key`` and the
+    ``admissible_key`` column; see :mod:`training.advantages.state_key`); becomes a :class:`StateKey`."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        set_checked(
+            self,
+            success_reward=float(self.success_reward),
+            state_key=parse_enum(StateKey, self.state_key, "state_key"),
+        )
 
 
 def node_values(batch: StepBatch, node: np.ndarray, n_nodes: int, gamma: float) -> np.ndarray:
@@ -39,33 +59,15 @@ def node_values(batch: StepBatch, node: np.ndarray, n_nodes: int, gamma: float) 
     )
 
 
-@register_estimator("g2po")
-def g2po(
-    batch: StepBatch,
-    *,
-    gamma: float = 0.95,
-    step_weight: float = 1.0,
-    norm: str = "mean_std",
-    stats_scope: str = "cross_steps",
-    eps: float = 1e-6,
-    invalid_penalty: float = 0.1,
-    success_reward: float = 10.0,
-    state_key: str = "observation",
-) -> np.ndarray:
+@register_estimator(
+    "g2po", params=G2POParams, episode_only={"step_weight": 0.0}, renamed={"step_advantage_w": "step_weight"}
+)
+def g2po(batch: StepBatch, params: G2POParams) -> np.ndarray:
     """G2PO edge-centric advantage on the group's state graph.
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        gamma: discount in the node value (hard-coded 0.95 in the official code).
-        step_weight: weight of the step (edge) advantage c1 + c2 (the code's ``step_advantage_w``).
-        norm: ``"mean_std"`` (ALFWorld) or ``"mean"`` (WebShop) for A^E, c1 and c2.
-        stats_scope: population of the episode statistics.
-        eps: added to the std.
-        invalid_penalty: enters the episode score and c1, not V.
-        success_reward: value of the SUCCESS sink (a trajectory succeeds when ``won`` is set at any step;
-            the code tests ``R == 10``, the same for ALFWorld/WebShop rewards).
-        state_key: node identity, ``"observation"`` (``obs_key``) or ``"observation_actions"`` (``obs_key``
-            and the ``admissible_key`` column; see :mod:`training.advantages.state_key`).
+        params: see :class:`G2POParams`; ``norm`` applies to A^E, c1 and c2.
 
     Returns:
         ``[N]`` float64.
@@ -82,20 +84,17 @@ def g2po(
         >>> compute_advantages("g2po", b, norm="mean").tolist()
         [15.0, -15.0]
     """
-    shared = check_shared_params(
-        norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty, gamma=gamma
-    )
-    adv_e = episode_advantage(batch, shared)
-    node, n_nodes = group_scoped_ids(batch, state_keys(batch, state_key))
-    value = node_values(batch, node, n_nodes, shared.gamma)
+    adv_e = episode_advantage(batch, params)
+    node, n_nodes = group_scoped_ids(batch, state_keys(batch, params.state_key))
+    value = node_values(batch, node, n_nodes, params.gamma)
     v_src = value[node]
     v_dst = np.empty(batch.n_rows)
     last = batch.is_last
     v_dst[~last] = v_src[1:][~last[:-1]]  # next row of the same trajectory is the next canonical row
-    v_dst[last] = np.where(batch.traj_won[batch.traj[last]], float(success_reward), 0.0)
-    norm_mode, eps = shared.norm, shared.eps
+    v_dst[last] = np.where(batch.traj_won[batch.traj[last]], params.success_reward, 0.0)
+    norm, eps = params.norm, params.eps
     c1 = segment_normalize(
-        v_dst - shared.invalid_penalty * (~batch.valid), node, n_nodes, norm_mode, eps, singleton="zero"
+        v_dst - params.invalid_penalty * (~batch.valid), node, n_nodes, norm, eps, singleton="zero"
     )
-    c2 = segment_normalize(v_dst - v_src, batch.group, batch.n_groups, norm_mode, eps, singleton="zero")
-    return adv_e + float(step_weight) * (c1 + c2)
+    c2 = segment_normalize(v_dst - v_src, batch.group, batch.n_groups, norm, eps, singleton="zero")
+    return adv_e + params.step_weight * (c1 + c2)

@@ -10,46 +10,49 @@ If no state repeats, every anchor group is a singleton and GiGPO equals GRPO exa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from training.advantages.batch import StepBatch
 from training.advantages.common import (
-    check_range,
-    check_shared_params,
     discounted_returns,
     episode_advantage,
     group_scoped_ids,
     segment_normalize,
 )
+from training.advantages.params import StepWeightedParams, check_range, set_checked
 from training.advantages.registry import register_estimator
 from training.advantages.semantic import similarity_keys
 
 
-@register_estimator("gigpo")
-def gigpo(
-    batch: StepBatch,
-    *,
-    gamma: float = 0.95,
-    step_weight: float = 1.0,
-    norm: str = "mean_std",
-    stats_scope: str = "cross_steps",
-    eps: float = 1e-6,
-    invalid_penalty: float = 0.1,
-    enable_similarity: bool = False,
-    similarity_thresh: float = 0.95,
-) -> np.ndarray:
+@dataclass(frozen=True)
+class GiGPOParams(StepWeightedParams):
+    """GiGPO's parameters: the shared step-weighted ones (``gamma`` 0.95 and ``step_weight`` 1 as in the
+    paper; ``norm`` ``mean_std`` in the ALFWorld script, ``mean`` in the WebShop one) and the anchor key."""
+
+    enable_similarity: bool = False
+    """Group anchor states by string similarity of ``obs_text`` instead of key equality."""
+    similarity_thresh: float = 0.95
+    """Similarity threshold in [0, 1] when ``enable_similarity``."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        set_checked(
+            self, similarity_thresh=check_range(self.similarity_thresh, "similarity_thresh", 0.0, 1.0)
+        )
+
+
+@register_estimator(
+    "gigpo", params=GiGPOParams, episode_only={"step_weight": 0.0}, renamed={"omega": "step_weight"}
+)
+def gigpo(batch: StepBatch, params: GiGPOParams) -> np.ndarray:
     """GiGPO advantage: episode-level group advantage plus anchor-state step advantage.
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        gamma: discount of the step return (paper 0.95).
-        step_weight: weight of the step advantage A^S (the paper's omega, 1.0).
-        norm: ``"mean_std"`` (ALFWorld script) or ``"mean"`` (WebShop script), used at both levels.
-        stats_scope: population of the episode statistics.
-        eps: added to the std.
-        invalid_penalty: subtracted from invalid rows' episode score and step return.
-        enable_similarity: group anchor states by string similarity of ``obs_text`` instead of key equality.
-        similarity_thresh: similarity threshold (0..1) when ``enable_similarity``.
+        params: see :class:`GiGPOParams`; ``invalid_penalty`` is subtracted from invalid rows' episode score
+            and step return.
 
     Returns:
         ``[N]`` float64.
@@ -63,15 +66,9 @@ def gigpo(
         >>> np.round(compute_advantages("gigpo", b, norm="mean"), 4).tolist()
         [8.0833, 3.3333, -11.4167]
     """
-    shared = check_shared_params(
-        norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty, gamma=gamma
-    )
-    adv_e = episode_advantage(batch, shared)
-    step_return = discounted_returns(batch, shared.gamma) - shared.invalid_penalty * (~batch.valid)
-    if enable_similarity:
-        anchor = similarity_keys(batch, check_range(similarity_thresh, "similarity_thresh", 0.0, 1.0))
-    else:
-        anchor = batch.obs
+    adv_e = episode_advantage(batch, params)
+    step_return = discounted_returns(batch, params.gamma) - params.invalid_penalty * (~batch.valid)
+    anchor = similarity_keys(batch, params.similarity_thresh) if params.enable_similarity else batch.obs
     seg, n_seg = group_scoped_ids(batch, anchor)
-    adv_s = segment_normalize(step_return, seg, n_seg, shared.norm, shared.eps, singleton="zero")
-    return adv_e + float(step_weight) * adv_s
+    adv_s = segment_normalize(step_return, seg, n_seg, params.norm, params.eps, singleton="zero")
+    return adv_e + params.step_weight * adv_s

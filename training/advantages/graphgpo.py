@@ -26,22 +26,16 @@ z-score removes (paper vs reference give equal advantages up to eps); ranking is
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
 
 from training.advantages.batch import StepBatch, expand_ranges
-from training.advantages.common import (
-    check_range,
-    check_shared_params,
-    dense_ids,
-    episode_advantage,
-    group_scoped_ids,
-    parse_enum,
-    segment_normalize,
-)
+from training.advantages.common import dense_ids, episode_advantage, group_scoped_ids, segment_normalize
+from training.advantages.params import NormalizedParams, check_range, parse_enum, set_checked
 from training.advantages.registry import register_estimator
-from training.advantages.state_key import state_keys
+from training.advantages.state_key import StateKey, state_keys
 
 
 class RewardConvention(str, Enum):
@@ -49,6 +43,43 @@ class RewardConvention(str, Enum):
 
     REFERENCE = "reference"
     PAPER = "paper"
+
+
+@dataclass(frozen=True)
+class GraphGPOParams(NormalizedParams):
+    """GraphGPO's parameters: the shared normalising ones (``norm``, the paper's z-score, for A^G and A^E;
+    ``stats_scope``, cross-steps in the reference implementation; ``invalid_penalty`` on the episode score)
+    and the graph reward's."""
+
+    distance_discount: float = 0.1
+    """Per-step discount of the graph reward, in (0, 1] (the paper's omega; the reference recipe's
+    ``OMEGA=0.1``)."""
+    success_reward: float = 10.0
+    """r_succ."""
+    reward_convention: str = "reference"
+    """``reference`` (discount^d(s')) or ``paper`` (discount^(d(s') + 1)); becomes a
+    :class:`RewardConvention`."""
+    beta_g: float = 1.0
+    """Weight of the graph advantage A^G."""
+    beta_e: float = 1.0
+    """Weight of the episode advantage A^E."""
+    state_key: str = "observation"
+    """Graph node identity: ``observation`` (``obs_key``) or ``observation_actions`` (``obs_key`` and the
+    ``admissible_key`` column; see :mod:`training.advantages.state_key`); becomes a :class:`StateKey`."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        set_checked(
+            self,
+            distance_discount=check_range(
+                self.distance_discount, "distance_discount", 0.0, 1.0, low_open=True
+            ),
+            success_reward=float(self.success_reward),
+            reward_convention=parse_enum(RewardConvention, self.reward_convention, "reward_convention"),
+            beta_g=float(self.beta_g),
+            beta_e=float(self.beta_e),
+            state_key=parse_enum(StateKey, self.state_key, "state_key"),
+        )
 
 
 def reverse_bfs(src: np.ndarray, dst: np.ndarray, sources: np.ndarray, n_nodes: int) -> np.ndarray:
@@ -83,36 +114,15 @@ def reverse_bfs(src: np.ndarray, dst: np.ndarray, sources: np.ndarray, n_nodes: 
     return dist
 
 
-@register_estimator("graphgpo")
-def graphgpo(
-    batch: StepBatch,
-    *,
-    distance_discount: float = 0.1,
-    success_reward: float = 10.0,
-    reward_convention: str = "reference",
-    beta_g: float = 1.0,
-    beta_e: float = 1.0,
-    norm: str = "mean_std",
-    stats_scope: str = "cross_steps",
-    eps: float = 1e-6,
-    invalid_penalty: float = 0.1,
-    state_key: str = "observation",
-) -> np.ndarray:
+@register_estimator(
+    "graphgpo", params=GraphGPOParams, episode_only={"beta_g": 0.0}, renamed={"omega": "distance_discount"}
+)
+def graphgpo(batch: StepBatch, params: GraphGPOParams) -> np.ndarray:
     """GraphGPO advantage: same-source comparison of graph rewards from distance-to-success.
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        distance_discount: per-step discount of the graph reward, in (0, 1] (the paper's omega; reference
-            recipe ``OMEGA=0.1``).
-        success_reward: r_succ.
-        reward_convention: ``"reference"`` (discount^d(s')) or ``"paper"`` (discount^(d(s') + 1)).
-        beta_g, beta_e: weights of the graph and episode advantages.
-        norm: ``"mean_std"`` (the paper's z-score) or ``"mean"``, for A^G and A^E.
-        stats_scope: population of the episode statistics (reference implementation: cross-steps).
-        eps: added to the std.
-        invalid_penalty: subtracted from invalid rows' episode score.
-        state_key: graph node identity, ``"observation"`` (``obs_key``) or ``"observation_actions"``
-            (``obs_key`` and the ``admissible_key`` column; see :mod:`training.advantages.state_key`).
+        params: see :class:`GraphGPOParams`.
 
     Returns:
         ``[N]`` float64.
@@ -132,11 +142,8 @@ def graphgpo(
         >>> compute_advantages("graphgpo", b, norm="mean", state_key="observation_actions").round(4).tolist()
         [5.0, -5.0]
     """
-    shared = check_shared_params(norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty)
-    discount = check_range(distance_discount, "distance_discount", 0.0, 1.0, low_open=True)
-    convention = parse_enum(RewardConvention, reward_convention, "reward_convention")
-    adv_e = episode_advantage(batch, shared)
-    node, n_nodes = group_scoped_ids(batch, state_keys(batch, state_key))
+    adv_e = episode_advantage(batch, params)
+    node, n_nodes = group_scoped_ids(batch, state_keys(batch, params.state_key))
     sink = n_nodes + batch.group  # one success sink per task group, after the state nodes
     last = batch.is_last
     won_last = last & batch.traj_won[batch.traj]
@@ -154,9 +161,9 @@ def graphgpo(
     np.maximum.at(d_max, node_group, dist)
     d_target = np.where(has_edge, dist[np.maximum(target, 0)], -1)
     d_target = np.where(d_target < 0, d_max[batch.group] + 1, d_target).astype(np.float64)
-    exponent = d_target + (1.0 if convention is RewardConvention.PAPER else 0.0)
-    graph_reward = float(success_reward) * discount**exponent
-    adv_g = segment_normalize(graph_reward, node, n_nodes, shared.norm, shared.eps, singleton="zero")
+    exponent = d_target + (1.0 if params.reward_convention is RewardConvention.PAPER else 0.0)
+    graph_reward = params.success_reward * params.distance_discount**exponent
+    adv_g = segment_normalize(graph_reward, node, n_nodes, params.norm, params.eps, singleton="zero")
     group_won = np.bincount(batch.traj_group, weights=batch.traj_won, minlength=batch.n_groups) > 0
     adv_g = np.where(group_won[batch.group], adv_g, 0.0)
-    return float(beta_g) * adv_g + float(beta_e) * adv_e
+    return params.beta_g * adv_g + params.beta_e * adv_e

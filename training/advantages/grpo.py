@@ -11,27 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 from training.advantages.batch import StepBatch
-from training.advantages.common import check_shared_params, episode_advantage
+from training.advantages.common import episode_advantage
+from training.advantages.params import NormalizedParams
 from training.advantages.registry import register_estimator
 
 
-@register_estimator("grpo")
-def grpo(
-    batch: StepBatch,
-    *,
-    norm: str = "mean_std",
-    stats_scope: str = "cross_steps",
-    eps: float = 1e-6,
-    invalid_penalty: float = 0.1,
-) -> np.ndarray:
+@register_estimator("grpo", params=NormalizedParams)
+def grpo(batch: StepBatch, params: NormalizedParams) -> np.ndarray:
     """Group Relative Policy Optimization advantage: the group-normalised episode score of each row.
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        norm: ``"mean_std"`` (z-score, default) or ``"mean"`` (mean-centring only).
-        stats_scope: ``"cross_steps"`` (every row counts, verl-agent parity) or ``"trajectory"``.
-        eps: added to the group std.
-        invalid_penalty: subtracted from the score of each invalid row.
+        params: ``norm`` (``mean_std`` z-score, default, or ``mean``), ``stats_scope`` (``cross_steps``, every
+            row counts, verl-agent parity, or ``trajectory``), ``eps``, ``invalid_penalty``.
 
     Returns:
         ``[N]`` float64; under ``cross_steps`` the advantages of a group (of >= 2 rows) sum to 0.
@@ -45,5 +37,4 @@ def grpo(
         >>> np.round(compute_advantages("grpo", b, norm="mean"), 4).tolist()
         [3.3333, 3.3333, -6.6667]
     """
-    shared = check_shared_params(norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty)
-    return episode_advantage(batch, shared)
+    return episode_advantage(batch, params)

@@ -44,24 +44,22 @@ estimator ``progpo_coverage``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from enum import Enum
 
 import numpy as np
 
 from training.advantages.batch import StepBatch
 from training.advantages.common import (
-    check_range,
-    check_shared_params,
     discounted_returns,
     episode_advantage,
     full_prefix_keys,
     group_scoped_ids,
-    parse_enum,
     segment_normalize,
     window_keys,
 )
-from training.advantages.registry import check_parameter_names, register_estimator
+from training.advantages.params import StepWeightedParams, check_range, parse_enum, set_checked
+from training.advantages.registry import ESTIMATORS, register_estimator
 from training.advantages.semantic import SemanticMode, state_keys
 
 
@@ -87,21 +85,14 @@ class TransitionScope(str, Enum):
 
 
 @dataclass(frozen=True)
-class ProGPOConfig:
-    """ProGPO parameters; every reconstructed choice of the spec (§6.1-6.2) is a field."""
+class ProGPOConfig(StepWeightedParams):
+    """ProGPO parameters; every reconstructed choice of the spec (§6.1-6.2) is a field.
 
-    gamma: float = 0.95
-    """Discount of step returns and of the next-state potential (GiGPO's 0.95)."""
-    step_weight: float = 1.0
-    """Weight of the step advantage against the episode advantage (GiGPO's omega)."""
-    norm: str = "mean_std"
-    """``mean_std`` or ``mean``: normaliser of A^E, A^peer and A^trans."""
-    stats_scope: str = "cross_steps"
-    """Population of the episode statistics: ``cross_steps`` or ``trajectory``."""
-    eps: float = 1e-6
-    """Added to every std."""
-    invalid_penalty: float = 0.1
-    """Subtracted from invalid rows' score, step return and transition reward."""
+    The shared ones: ``gamma`` discounts step returns and the next-state potential, ``norm`` normalises A^E,
+    A^peer and A^trans, ``invalid_penalty`` is subtracted from invalid rows' score, step return and transition
+    reward. Enumerated fields become their enums and ``depths`` a sorted tuple without repeats.
+    """
+
     success_reward: float = 10.0
     """Reward of a successful episode (r_succ; sets the default lambda and terminal potential)."""
     depths: tuple = (0, 1, 2, "inf")
@@ -140,10 +131,22 @@ class ProGPOConfig:
     reliability_kappa: float | None = None
     """kappa of the gate; None = 1 / lambda."""
 
-    @classmethod
-    def from_params(cls, **params) -> ProGPOConfig:
-        check_parameter_names("progpo", params, sorted(f.name for f in fields(cls)))
-        return cls(**params)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        set_checked(
+            self,
+            semantic=parse_enum(SemanticMode, self.semantic, "semantic"),
+            potential_target=parse_enum(PotentialTarget, self.potential_target, "potential_target"),
+            transition_mode=parse_enum(TransitionMode, self.transition_mode, "transition_mode"),
+            transition_scope=parse_enum(TransitionScope, self.transition_scope, "transition_scope"),
+            success_reward=check_range(self.success_reward, "success_reward", 0.0, np.inf, low_open=True),
+            variance_floor=_optional_positive(self.variance_floor, "variance_floor"),
+            reliability_kappa=_optional_positive(self.reliability_kappa, "reliability_kappa"),
+            min_samples=_min_samples(self.min_samples),
+            depths=_parse_depths(self.depths),
+            success_potential=None if self.success_potential is None else float(self.success_potential),
+            transition_weight=float(self.transition_weight),
+        )
 
 
 @dataclass(frozen=True)
@@ -163,18 +166,30 @@ class ProGPOComponents:
     total: np.ndarray
 
 
-def _parse_depths(depths) -> list[int | None]:
-    out: list[int | None] = []
+def _optional_positive(value: float | None, param: str) -> float | None:
+    """None (a default derived from other fields), or ``value`` as a float in (0, inf]."""
+    return None if value is None else check_range(value, param, 0.0, np.inf, low_open=True)
+
+
+def _min_samples(value: int) -> int:
+    if int(value) < 1:
+        raise ValueError(f"parameter 'min_samples' must be >= 1, got {value!r}")
+    return int(value)
+
+
+def _parse_depths(depths) -> tuple[int | str, ...]:
+    """Sorted, de-duplicated history depths: ints >= 0, then ``"inf"`` (also accepted as None)."""
+    out: set[int | str] = set()
     for d in depths:
         if d == "inf" or d is None:
-            out.append(None)
+            out.add("inf")
         elif isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0:
-            out.append(int(d))
+            out.add(int(d))
         else:
             raise ValueError(f"parameter 'depths': entries must be ints >= 0 or 'inf', got {d!r}")
     if not out:
         raise ValueError("parameter 'depths' must not be empty")
-    return sorted(set(out), key=lambda d: np.inf if d is None else d)
+    return tuple(sorted(out, key=lambda d: np.inf if d == "inf" else d))
 
 
 def _key_statistics(
@@ -226,35 +241,13 @@ def _same_rows(
 
 def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
     """Compute every ProGPO part on a canonical batch (see the module docstring for the formulas)."""
-    shared = check_shared_params(
-        norm=cfg.norm,
-        stats_scope=cfg.stats_scope,
-        eps=cfg.eps,
-        invalid_penalty=cfg.invalid_penalty,
-        gamma=cfg.gamma,
-    )
-    norm, eps, penalty, gamma = shared.norm, shared.eps, shared.invalid_penalty, shared.gamma
-    semantic = parse_enum(SemanticMode, cfg.semantic, "semantic")
-    target_kind = parse_enum(PotentialTarget, cfg.potential_target, "potential_target")
-    mode = parse_enum(TransitionMode, cfg.transition_mode, "transition_mode")
-    trans_scope = parse_enum(TransitionScope, cfg.transition_scope, "transition_scope")
-    r_succ = check_range(cfg.success_reward, "success_reward", 0.0, np.inf, low_open=True)
-    lam = (
-        1e-2 * r_succ**2
-        if cfg.variance_floor is None
-        else check_range(cfg.variance_floor, "variance_floor", 0.0, np.inf, low_open=True)
-    )
-    kappa = (
-        1.0 / lam
-        if cfg.reliability_kappa is None
-        else check_range(cfg.reliability_kappa, "reliability_kappa", 0.0, np.inf, low_open=True)
-    )
-    if int(cfg.min_samples) < 1:
-        raise ValueError(f"parameter 'min_samples' must be >= 1, got {cfg.min_samples!r}")
-    depths = _parse_depths(cfg.depths)
+    norm, eps, penalty, gamma = cfg.norm, cfg.eps, cfg.invalid_penalty, cfg.gamma
+    r_succ = cfg.success_reward
+    lam = 1e-2 * r_succ**2 if cfg.variance_floor is None else cfg.variance_floor
+    kappa = 1.0 / lam if cfg.reliability_kappa is None else cfg.reliability_kappa
     invalid = (~batch.valid).astype(np.float64)
 
-    episode = episode_advantage(batch, shared)
+    episode = episode_advantage(batch, cfg)
     step_return = discounted_returns(batch, gamma) - penalty * invalid
 
     # (1) exact-prefix peer comparison
@@ -263,28 +256,28 @@ def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
     peer = segment_normalize(step_return, prefix_seg, n_prefix, norm, eps, singleton="zero")
 
     # (2) potentials fused across history depths by inverse variance
-    if target_kind is PotentialTarget.STEP_RETURN:
+    if cfg.potential_target is PotentialTarget.STEP_RETURN:
         target = step_return
     else:
         target = r_succ * batch.traj_won[batch.traj].astype(np.float64)
     weighted = np.zeros(batch.n_rows)
     precision = np.zeros(batch.n_rows)
     shallower: list[tuple[np.ndarray, np.ndarray]] = []  # (segment ids, row counts) of the depths done
-    for depth in depths:
-        if depth is None:
+    for depth in cfg.depths:
+        if depth == "inf":
             seg, n_seg = prefix_seg, n_prefix
         else:
             current = None
             if depth == 0:
                 current = state_keys(
                     batch,
-                    semantic,
+                    cfg.semantic,
                     similarity_threshold=cfg.similarity_threshold,
                     embedding_threshold=cfg.embedding_threshold,
                 )
             seg, n_seg = group_scoped_ids(batch, window_keys(batch, depth, current))
         n_k, mean_k, var_k = _key_statistics(target, seg, n_seg, bool(cfg.leave_one_out))
-        w = np.where(n_k >= int(cfg.min_samples), n_k / (var_k + lam), 0.0)
+        w = np.where(n_k >= cfg.min_samples, n_k / (var_k + lam), 0.0)
         if cfg.dedup_depths:
             row_count = np.bincount(seg, minlength=n_seg)[seg]
             for earlier_seg, earlier_count in shallower:
@@ -303,9 +296,9 @@ def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
     next_potential[:-1] = potential[1:]
     next_precision[:-1] = precision[1:]
     if cfg.success_potential is not None:
-        success_potential = float(cfg.success_potential)
+        success_potential = cfg.success_potential
     else:
-        success_potential = 0.0 if target_kind is PotentialTarget.STEP_RETURN else r_succ
+        success_potential = 0.0 if cfg.potential_target is PotentialTarget.STEP_RETURN else r_succ
     next_potential[last] = np.where(batch.traj_won[batch.traj[last]], success_potential, 0.0)
     next_precision[last] = np.inf
     delta = batch.reward - penalty * invalid + gamma * next_potential - potential
@@ -315,18 +308,18 @@ def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
         )
         rho_delta = np.where(np.isfinite(inv_var), 1.0 / inv_var, 0.0)
     gate = rho_delta / (rho_delta + kappa) if cfg.reliability_gate else np.ones(batch.n_rows)
-    if trans_scope is TransitionScope.GROUP:
+    if cfg.transition_scope is TransitionScope.GROUP:
         trans_seg, n_trans = batch.group, batch.n_groups
     else:
         trans_seg, n_trans = 2 * batch.group + has_peer, 2 * batch.n_groups
     trans_norm = segment_normalize(delta, trans_seg, n_trans, norm, eps, singleton="zero")
-    transition = float(cfg.transition_weight) * gate * trans_norm
+    transition = cfg.transition_weight * gate * trans_norm
 
     # (4) step advantage, (5) total
-    if mode is TransitionMode.PEERLESS:
+    if cfg.transition_mode is TransitionMode.PEERLESS:
         transition = np.where(has_peer, 0.0, transition)
     step = np.where(has_peer, peer, 0.0) + transition
-    total = episode + float(cfg.step_weight) * step
+    total = episode + cfg.step_weight * step
     return ProGPOComponents(
         episode=episode,
         has_peer=has_peer,
@@ -341,38 +334,15 @@ def progpo_components(batch: StepBatch, cfg: ProGPOConfig) -> ProGPOComponents:
     )
 
 
-@register_estimator("progpo")
-def progpo(
-    batch: StepBatch,
-    *,
-    gamma: float = ProGPOConfig.gamma,
-    step_weight: float = ProGPOConfig.step_weight,
-    norm: str = ProGPOConfig.norm,
-    stats_scope: str = ProGPOConfig.stats_scope,
-    eps: float = ProGPOConfig.eps,
-    invalid_penalty: float = ProGPOConfig.invalid_penalty,
-    success_reward: float = ProGPOConfig.success_reward,
-    depths: tuple = ProGPOConfig.depths,
-    semantic: str = ProGPOConfig.semantic,
-    similarity_threshold: float = ProGPOConfig.similarity_threshold,
-    embedding_threshold: float = ProGPOConfig.embedding_threshold,
-    min_samples: int = ProGPOConfig.min_samples,
-    variance_floor: float | None = ProGPOConfig.variance_floor,
-    potential_target: str = ProGPOConfig.potential_target,
-    success_potential: float | None = ProGPOConfig.success_potential,
-    transition_mode: str = ProGPOConfig.transition_mode,
-    transition_weight: float = ProGPOConfig.transition_weight,
-    transition_scope: str = ProGPOConfig.transition_scope,
-    reliability_gate: bool = ProGPOConfig.reliability_gate,
-    reliability_kappa: float | None = ProGPOConfig.reliability_kappa,
-    dedup_depths: bool = ProGPOConfig.dedup_depths,
-    leave_one_out: bool = ProGPOConfig.leave_one_out,
-) -> np.ndarray:
+@register_estimator(
+    "progpo", params=ProGPOConfig, episode_only={"step_weight": 0.0}, renamed={"omega": "step_weight"}
+)
+def progpo(batch: StepBatch, cfg: ProGPOConfig) -> np.ndarray:
     """ProGPO advantage: exact-prefix peer comparison plus reliability-gated transition credit.
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        gamma, step_weight, ...: see :class:`ProGPOConfig` (each field documents itself and its default).
+        cfg: see :class:`ProGPOConfig` (each field documents itself and its default).
 
     Returns:
         ``[N]`` float64 = A^E + step_weight * A^step.
@@ -386,7 +356,6 @@ def progpo(
         >>> compute_advantages("progpo", b, norm="mean").tolist()   # one shared prefix: pure peer credit
         [10.0, -10.0]
     """
-    cfg = ProGPOConfig(**{k: v for k, v in locals().items() if k != "batch"})
     return progpo_components(batch, cfg).total
 
 
@@ -395,15 +364,15 @@ def progpo_report(batch, **params) -> dict:
 
     Args:
         batch: column mapping (as for ``compute_advantages``) or ``StepBatch``.
-        **params: :class:`ProGPOConfig` fields.
+        **params: :class:`ProGPOConfig` fields (checked as ``compute_advantages`` checks them).
 
     Returns:
         dict with ``rows``, ``peer_fraction`` (rows with an exact-prefix peer), ``peerless_fraction``,
         ``peerless_with_credit_fraction`` (peerless rows whose transition credit is non-zero),
         ``transition_share`` (sum |transition credit| / sum |A^step|), ``mean_gate_peerless`` and the config.
     """
+    cfg = ESTIMATORS["progpo"].config(**params)
     steps = StepBatch.from_columns(batch)
-    cfg = ProGPOConfig.from_params(**params)
     parts = progpo_components(steps, cfg)
     peerless = ~parts.has_peer
     step_mass = float(np.abs(parts.step).sum())
@@ -416,5 +385,5 @@ def progpo_report(batch, **params) -> dict:
         else 0.0,
         "transition_share": float(np.abs(parts.transition).sum()) / step_mass if step_mass > 0 else 0.0,
         "mean_gate_peerless": float(parts.gate[peerless].mean()) if peerless.any() else 0.0,
-        "config": asdict(cfg),
+        "config": {k: v.value if isinstance(v, Enum) else v for k, v in asdict(cfg).items()},
     }

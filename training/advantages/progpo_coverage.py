@@ -16,22 +16,22 @@ All-failed groups (every episode reward is 0), our reading:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
 
 from training.advantages.batch import StepBatch
 from training.advantages.common import (
-    check_shared_params,
     combine_keys,
     dense_ids,
     discounted_returns,
     episode_advantage,
     group_outcome_advantage,
     group_scoped_ids,
-    parse_enum,
     segment_normalize,
 )
+from training.advantages.params import StepWeightedParams, parse_enum, set_checked
 from training.advantages.registry import register_estimator
 
 
@@ -40,6 +40,20 @@ class Coverage(str, Enum):
 
     TRAJECTORY = "trajectory"
     GROUP = "group"
+
+
+@dataclass(frozen=True)
+class CoverageParams(StepWeightedParams):
+    """Parameters of ``progpo_coverage``: GiGPO's shared ones (``gamma`` discounts the step return of groups
+    with a non-zero reward; ``stats_scope`` is the population of the episode and coverage statistics) and the
+    first-visit definition."""
+
+    coverage: str = "trajectory"
+    """``trajectory`` or ``group`` first-visit definition; becomes a :class:`Coverage`."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        set_checked(self, coverage=parse_enum(Coverage, self.coverage, "coverage"))
 
 
 def first_visits(batch: StepBatch, coverage: Coverage) -> np.ndarray:
@@ -56,29 +70,19 @@ def first_visits(batch: StepBatch, coverage: Coverage) -> np.ndarray:
     return batch.step == earliest[ids]
 
 
-@register_estimator("progpo_coverage")
-def progpo_coverage(
-    batch: StepBatch,
-    *,
-    gamma: float = 0.95,
-    step_weight: float = 1.0,
-    norm: str = "mean_std",
-    stats_scope: str = "cross_steps",
-    eps: float = 1e-6,
-    invalid_penalty: float = 0.1,
-    coverage: str = "trajectory",
-) -> np.ndarray:
+@register_estimator(
+    "progpo_coverage",
+    params=CoverageParams,
+    episode_only={"step_weight": 0.0},
+    renamed={"omega": "step_weight"},
+)
+def progpo_coverage(batch: StepBatch, params: CoverageParams) -> np.ndarray:
     """GiGPO with a first-visit coverage signal in groups where every episode failed.
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        gamma: discount of the GiGPO step return (groups with a non-zero reward).
-        step_weight: weight of the step advantage (GiGPO's omega).
-        norm: ``"mean_std"`` or ``"mean"``.
-        stats_scope: population of the episode / coverage statistics.
-        eps: added to the std.
-        invalid_penalty: subtracted from invalid rows' scores and step targets.
-        coverage: ``"trajectory"`` or ``"group"`` first-visit definition.
+        params: see :class:`CoverageParams`; ``invalid_penalty`` is subtracted from invalid rows' scores and
+            step targets.
 
     Returns:
         ``[N]`` float64.
@@ -92,32 +96,28 @@ def progpo_coverage(
         >>> np.round(compute_advantages("progpo_coverage", b, norm="mean"), 4).tolist()
         [1.1667, 0.5, -0.8333, -0.8333]
     """
-    shared = check_shared_params(
-        norm=norm, stats_scope=stats_scope, eps=eps, invalid_penalty=invalid_penalty, gamma=gamma
-    )
-    cov = parse_enum(Coverage, coverage, "coverage")
-    norm_mode, scope, eps, penalty = shared.norm, shared.stats_scope, shared.eps, shared.invalid_penalty
+    norm, eps, penalty, step_weight = params.norm, params.eps, params.invalid_penalty, params.step_weight
     invalid = (~batch.valid).astype(np.float64)
     anchor, n_anchor = group_scoped_ids(batch, batch.obs)
 
-    adv_e = episode_advantage(batch, shared)
-    step_return = discounted_returns(batch, shared.gamma) - penalty * invalid
-    adv_s = segment_normalize(step_return, anchor, n_anchor, norm_mode, eps, singleton="zero")
+    adv_e = episode_advantage(batch, params)
+    step_return = discounted_returns(batch, params.gamma) - penalty * invalid
+    adv_s = segment_normalize(step_return, anchor, n_anchor, norm, eps, singleton="zero")
 
-    novel = first_visits(batch, cov)
+    novel = first_visits(batch, params.coverage)
     coverage_count = np.bincount(batch.traj, weights=novel, minlength=batch.n_traj)
     cov_e = group_outcome_advantage(
         batch,
         coverage_count[batch.traj] - penalty * invalid,
         coverage_count,
-        norm=norm_mode,
-        stats_scope=scope,
+        norm=norm,
+        stats_scope=params.stats_scope,
         eps=eps,
     )
     bonus = np.zeros(batch.n_rows)
     bonus[:-1] = novel[1:]
     bonus[batch.is_last] = 0.0
-    cov_s = segment_normalize(bonus - penalty * invalid, anchor, n_anchor, norm_mode, eps, singleton="zero")
+    cov_s = segment_normalize(bonus - penalty * invalid, anchor, n_anchor, norm, eps, singleton="zero")
 
     abs_return = np.bincount(batch.traj_group, weights=np.abs(batch.episode_return), minlength=batch.n_groups)
     all_failed = (abs_return == 0)[batch.group]

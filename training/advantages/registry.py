@@ -1,11 +1,23 @@
-"""Estimator registry: ``ESTIMATORS`` (name -> function) and ``compute_advantages`` (the only entry point
-the training loop uses).
+"""Estimator registry: ``ESTIMATORS`` (name -> :class:`Estimator`) and ``compute_advantages`` (the only entry
+point the training loop uses).
 
-Adding an estimator = one module with a function decorated by ``@register_estimator("name")`` (imported in
-``training/advantages/__init__.py``) plus its tests. The decorated function receives a validated canonical
-:class:`StepBatch` and keyword-only parameters; the registered wrapper accepts a plain column mapping,
-rejects unknown parameters with ``ValueError`` and returns advantages in the caller's row order. A
-parameter that was renamed (``RENAMED_PARAMETERS``) is rejected with an error naming its new name.
+Everything the rest of the suite knows about an estimator is stated once, in its registration::
+
+    @register_estimator("gigpo", params=GiGPOParams, episode_only={"step_weight": 0.0},
+                        renamed={"omega": "step_weight"})
+    def gigpo(batch: StepBatch, params: GiGPOParams) -> np.ndarray: ...    # [N], canonical order
+
+``params`` is a frozen dataclass extending :class:`~training.advantages.params.SharedParams`: its fields are
+the accepted keywords and its ``__post_init__`` checks their values. ``episode_only`` are the parameter
+values that switch the step term off and leave the trajectory-level (episode) advantage (empty for an
+estimator without a step term: GRPO, RLOO, DAPO); the credit diagnostics subtract that episode part, and the
+tests check that it is trajectory-level. ``renamed`` maps old keyword names to new ones, so an old name is
+rejected with an error naming its new name. The config (``algo.params``), the diagnostics and the tests read
+these facts from ``ESTIMATORS``; adding an estimator is the checklist in ``docs/algorithms.md`` §10.
+
+The registered :class:`Estimator` accepts a plain column mapping and keyword parameters, validates both,
+calls the function with a canonical :class:`StepBatch` and the built parameters, and returns advantages in
+the caller's row order.
 
 Every estimator of the papers is *group-local*: rows of different task groups never interact. The wrapper
 therefore evaluates it on chunks of whole task groups of about ``CHUNK_ROWS`` (64k) rows, so the working
@@ -15,35 +27,86 @@ with ``group_local=False`` and sees the whole batch at once.
 
 from __future__ import annotations
 
-import functools
-import inspect
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
 from training.advantages.batch import StepBatch
+from training.advantages.params import SharedParams
 
-EstimatorFn = Callable[..., np.ndarray]
-ESTIMATORS: dict[str, EstimatorFn] = {}
+EstimatorFn = Callable[[StepBatch, Any], np.ndarray]
 
-#: Renamed keyword parameters, estimator -> {old name: new name}. One name per concept: the weight of the
-#: step-level advantage against the episode advantage is ``step_weight`` everywhere (GiGPO's and ProGPO's
-#: omega, G2PO's ``step_advantage_w``); GraphGPO's omega is a different quantity, the per-step discount
-#: of its distance-to-success reward, hence ``distance_discount``. An old name raises an error naming the new.
-RENAMED_PARAMETERS: dict[str, dict[str, str]] = {
-    "gigpo": {"omega": "step_weight"},
-    "g2po": {"step_advantage_w": "step_weight"},
-    "progpo": {"omega": "step_weight"},
-    "progpo_coverage": {"omega": "step_weight"},
-    "graphgpo": {"omega": "distance_discount"},
-}
+
+@dataclasses.dataclass(frozen=True)
+class Estimator:
+    """A registered estimator: its function and the facts about it that callers read.
+
+    Calling it computes advantages: ``ESTIMATORS["gigpo"](batch, gamma=0.9)`` is
+    ``compute_advantages("gigpo", batch, gamma=0.9)``.
+
+    Example:
+        >>> gigpo = ESTIMATORS["gigpo"]
+        >>> gigpo.parameters[:6]
+        ('stats_scope', 'invalid_penalty', 'norm', 'eps', 'gamma', 'step_weight')
+        >>> dict(gigpo.episode_only), dict(gigpo.renamed)
+        ({'step_weight': 0.0}, {'omega': 'step_weight'})
+        >>> gigpo.config(gamma=0.9).gamma
+        0.9
+    """
+
+    name: str
+    """Registry key."""
+    fn: EstimatorFn
+    """``fn(batch: StepBatch, params) -> [N] float64`` in canonical row order."""
+    params: type[SharedParams]
+    """The parameters dataclass; its fields are the accepted keywords."""
+    episode_only: Mapping[str, object]
+    """Parameter values that leave only the trajectory-level (episode) advantage; empty: no step term."""
+    renamed: Mapping[str, str]
+    """Old keyword name -> new name."""
+    group_local: bool
+    """The result for a task group depends on that group's rows only (evaluated by chunks)."""
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The accepted keyword names, in the order of the params dataclass's fields."""
+        return tuple(f.name for f in dataclasses.fields(self.params))
+
+    def config(self, **params: object) -> SharedParams:
+        """The validated parameters dataclass built from keyword ``params``.
+
+        Raises:
+            ValueError: an unknown or a renamed name (naming the new one), or a bad value (naming it).
+        """
+        check_parameter_names(self.name, params, self.parameters)
+        return self.params(**params)
+
+    def __call__(self, batch: Mapping | StepBatch, **params: object) -> np.ndarray:
+        """``[N]`` float64 advantages of ``batch`` (a column mapping or ``StepBatch``) in its row order."""
+        cfg = self.config(**params)
+        steps = StepBatch.from_columns(batch)
+        if steps.n_rows == 0:
+            return np.zeros(0, dtype=np.float64)
+        bounds = steps.chunk_bounds if self.group_local else np.array([0, steps.n_rows])
+        if bounds.size == 2:
+            adv = np.asarray(self.fn(steps, cfg), dtype=np.float64)
+        else:
+            parts = [self.fn(steps.rows(lo, hi), cfg) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+            adv = np.concatenate(parts).astype(np.float64, copy=False)
+        return steps.unsort(adv)
+
+
+ESTIMATORS: dict[str, Estimator] = {}
 
 
 def check_parameter_names(name: str, given: Iterable[str], allowed: Sequence[str]) -> None:
     """Reject parameter names that estimator ``name`` does not accept, naming the new name of a renamed one.
 
     Args:
-        name: registry key of the estimator.
+        name: registry key of the estimator (its registration's ``renamed`` gives the old names).
         given: the parameter names a caller passed.
         allowed: the estimator's parameter names (listed in the error).
 
@@ -56,7 +119,8 @@ def check_parameter_names(name: str, given: Iterable[str], allowed: Sequence[str
         ValueError: estimator 'gigpo': parameter 'omega' was renamed; use 'step_weight'
     """
     given = set(given)
-    for old, new in RENAMED_PARAMETERS.get(name, {}).items():
+    registered = ESTIMATORS.get(name)
+    for old, new in (registered.renamed if registered else {}).items():
         if old in given:
             raise ValueError(f"estimator {name!r}: parameter {old!r} was renamed; use {new!r}")
     unknown = sorted(given - set(allowed))
@@ -64,46 +128,58 @@ def check_parameter_names(name: str, given: Iterable[str], allowed: Sequence[str
         raise ValueError(f"estimator {name!r}: unknown parameter(s) {unknown}; allowed: {list(allowed)}")
 
 
-def register_estimator(name: str, *, group_local: bool = True) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Register ``fn(batch: StepBatch, *, **params) -> [N] float64 (canonical order)`` under ``name``.
+def register_estimator(
+    name: str,
+    *,
+    params: type[SharedParams],
+    episode_only: Mapping[str, object] | None = None,
+    renamed: Mapping[str, str] | None = None,
+    group_local: bool = True,
+) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Register ``fn(batch: StepBatch, params) -> [N] float64 (canonical order)`` under ``name``.
+
+    The decorator returns ``fn`` unchanged; callers use ``ESTIMATORS[name]`` or ``compute_advantages``.
 
     Args:
         name: registry key.
+        params: frozen dataclass extending :class:`SharedParams`; its fields are the accepted keywords.
+        episode_only: parameter values that switch the step term off (e.g. ``{"step_weight": 0.0}``); omit
+            for an estimator without a step term.
+        renamed: old keyword name -> new name (the old one is rejected with an error naming the new one).
         group_local: the result for a task group depends on that group's rows only (evaluate by chunks).
 
     Raises:
-        ValueError: ``name`` is already registered, or its ``RENAMED_PARAMETERS`` entry does not match its
-            parameters (an old name still accepted, or a new name it lacks).
+        ValueError: ``name`` is already registered; ``renamed`` does not match the parameters (an old name
+            still accepted, or a new name it lacks); ``episode_only`` names an unknown parameter.
+        TypeError: ``params`` is not a dataclass extending :class:`SharedParams`.
+        Bad values of the defaults or of ``episode_only`` raise what the params dataclass raises.
     """
+    episode_only = MappingProxyType(dict(episode_only or {}))
+    renamed = MappingProxyType(dict(renamed or {}))
 
     def decorate(fn: EstimatorFn) -> EstimatorFn:
         if name in ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        params = inspect.signature(fn).parameters
-        allowed = tuple(p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY)
-        renamed = RENAMED_PARAMETERS.get(name, {})
+        if not (
+            dataclasses.is_dataclass(params) and isinstance(params, type) and issubclass(params, SharedParams)
+        ):
+            raise TypeError(
+                f"estimator {name!r}: params must be a dataclass extending SharedParams, got {params!r}"
+            )
+        estimator = Estimator(name, fn, params, episode_only, renamed, group_local)
+        allowed = estimator.parameters
         if set(renamed) & set(allowed) or not set(renamed.values()) <= set(allowed):
-            raise ValueError(f"estimator {name!r}: RENAMED_PARAMETERS {renamed} do not match {list(allowed)}")
-
-        @functools.wraps(fn)
-        def estimator(batch: Mapping | StepBatch, **kwargs) -> np.ndarray:
-            check_parameter_names(name, kwargs, allowed)
-            steps = StepBatch.from_columns(batch)
-            if steps.n_rows == 0:
-                return np.zeros(0, dtype=np.float64)
-            bounds = steps.chunk_bounds if group_local else np.array([0, steps.n_rows])
-            if bounds.size == 2:
-                adv = np.asarray(fn(steps, **kwargs), dtype=np.float64)
-            else:
-                parts = [
-                    fn(steps.rows(lo, hi), **kwargs) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
-                ]
-                adv = np.concatenate(parts).astype(np.float64, copy=False)
-            return steps.unsort(adv)
-
-        estimator.parameters = allowed  # accepted keyword names, for callers that validate configs early
+            raise ValueError(
+                f"estimator {name!r}: renamed {dict(renamed)} does not match its parameters {list(allowed)}"
+            )
+        unknown = sorted(set(episode_only) - set(allowed))
+        if unknown:
+            raise ValueError(
+                f"estimator {name!r}: episode_only names {unknown}, not among its parameters {list(allowed)}"
+            )
+        params(**episode_only)  # the defaults and the switch are valid values
         ESTIMATORS[name] = estimator
-        return estimator
+        return fn
 
     return decorate
 
@@ -118,7 +194,8 @@ def compute_advantages(name: str, batch: Mapping | StepBatch, **params) -> np.nd
             ``group_id``, ``traj_id``, ``step`` (int64), ``reward`` (float64), ``won``, ``valid`` (bool),
             ``obs_key``, ``action_key`` (uint64 or str/bytes objects); optional ``obs_text`` (str objects) and
             ``admissible_key`` (uint64 key of the state's admissible-action set, for ``state_key``).
-        **params: the estimator's keyword parameters (see its docstring); defaults are the papers'.
+        **params: the estimator's parameters: the fields of its params dataclass
+            (``ESTIMATORS[name].params``); defaults are the papers'.
 
     Returns:
         ``[N]`` float64 advantages in the caller's row order.
@@ -136,7 +213,7 @@ def compute_advantages(name: str, batch: Mapping | StepBatch, **params) -> np.nd
         >>> compute_advantages("grpo", batch, norm="mean").tolist()
         [5.0, -5.0]
     """
-    fn = ESTIMATORS.get(name)
-    if fn is None:
+    estimator = ESTIMATORS.get(name)
+    if estimator is None:
         raise ValueError(f"unknown advantage estimator {name!r}; registered: {sorted(ESTIMATORS)}")
-    return fn(batch, **params)
+    return estimator(batch, **params)

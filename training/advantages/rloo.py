@@ -12,23 +12,19 @@ from __future__ import annotations
 import numpy as np
 
 from training.advantages.batch import StepBatch
-from training.advantages.common import StatsScope, check_range, parse_enum, row_scores
+from training.advantages.common import row_scores
+from training.advantages.params import SharedParams, StatsScope
 from training.advantages.registry import register_estimator
 
 
-@register_estimator("rloo")
-def rloo(
-    batch: StepBatch,
-    *,
-    stats_scope: str = "cross_steps",
-    invalid_penalty: float = 0.1,
-) -> np.ndarray:
-    """REINFORCE leave-one-out baseline advantage per row.
+@register_estimator("rloo", params=SharedParams)
+def rloo(batch: StepBatch, params: SharedParams) -> np.ndarray:
+    """REINFORCE leave-one-out baseline advantage per row (no std scaling, so no ``norm`` or ``eps``).
 
     Args:
         batch: canonical ``StepBatch`` with N rows.
-        stats_scope: ``"cross_steps"`` (rows are the population, parity) or ``"trajectory"``.
-        invalid_penalty: subtracted from the score of each invalid row.
+        params: ``stats_scope`` (``cross_steps``: rows are the population, parity; or ``trajectory``) and
+            ``invalid_penalty`` (subtracted from the score of each invalid row).
 
     Returns:
         ``[N]`` float64.
@@ -42,10 +38,9 @@ def rloo(
         >>> compute_advantages("rloo", b).tolist()
         [7.5, -7.5, 0.0]
     """
-    scope = parse_enum(StatsScope, stats_scope, "stats_scope")
-    scores = row_scores(batch, check_range(invalid_penalty, "invalid_penalty", 0.0, np.inf))
+    scores = row_scores(batch, params.invalid_penalty)
     g = batch.group
-    if scope is StatsScope.CROSS_STEPS:
+    if params.stats_scope is StatsScope.CROSS_STEPS:
         count = np.bincount(g, minlength=batch.n_groups)[g]
         total = np.bincount(g, weights=scores, minlength=batch.n_groups)[g]
         own = scores

@@ -22,7 +22,8 @@ from enum import Enum
 import numpy as np
 
 from training.advantages.batch import StepBatch
-from training.advantages.common import combine_keys, parse_enum
+from training.advantages.common import combine_keys
+from training.advantages.params import parse_enum
 
 
 class StateKey(str, Enum):

@@ -1,0 +1,126 @@
+"""Success measured during training: on the held-out split, and on RL's own task pool, before and after RL.
+
+An :class:`Evaluation` names what is measured (``eval.num_tasks`` tasks spread over ``env.eval_split``, and
+with ``eval.rl_tasks`` every task of ``rollout.task_pool``); :class:`Evaluator` plays it with the rollout
+engine, each task once per sampling seed (``eval.seeds``), the tasks shared out over ranks, and returns the
+metrics record: success mean, its spread over seeds, per task type, invalid and admissible rates.
+
+Example:
+    >>> from training.config import TrainConfig
+    >>> [e.name for e in evaluations(TrainConfig())]  # the quickstart measures both
+    ['held-out', 'RL-task']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.envs import num_tasks
+from training.config import TrainConfig
+from training.distributed import DistContext
+from training.engines import GenerationEngine
+from training.envs import make_split_envs, spread_tasks
+from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND, episode_metrics
+from training.rollout import RolloutWorker
+from training.seeds import derive_seed
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """One success measurement.
+
+    Attributes:
+        kind: ``kind`` of its metrics records.
+        name: What it is called in logs.
+        summary_prefix: Prefix of its ``before_rl``/``after_rl`` keys in ``summary.json``.
+        split: The split its tasks come from.
+        num_tasks: Tasks spread over the split.
+    """
+
+    kind: str
+    name: str
+    summary_prefix: str
+    split: str
+    num_tasks: int
+
+
+def evaluations(config: TrainConfig) -> list[Evaluation]:
+    """The evaluations a run makes before and after RL (the held-out one also every ``eval.every``)."""
+    out = []
+    if config.eval.num_tasks > 0:
+        out.append(
+            Evaluation(HELD_OUT_EVAL_KIND, "held-out", "", config.env.eval_split, config.eval.num_tasks)
+        )
+    if config.eval.rl_tasks:
+        split, count = config.env.train_split, config.rollout.task_pool
+        out.append(Evaluation(RL_TASKS_EVAL_KIND, "RL-task", "rl_tasks_", split, count))
+    return out
+
+
+class Evaluator:
+    """Plays :class:`Evaluation`\\ s with a generation engine; owns their envs (one copy per task).
+
+    Args:
+        config: The run's configuration.
+        tokenizer: The policy's tokenizer.
+        dist: This process's place in the job (tasks are shared out over ranks).
+        device: Where the sampling generators live (the model's device).
+    """
+
+    def __init__(self, config: TrainConfig, tokenizer, dist: DistContext, device: torch.device):
+        self.config, self.tokenizer, self.dist, self.device = config, tokenizer, dist, device
+        self._workers: dict[str, RolloutWorker] = {}
+
+    def _worker(self, evaluation: Evaluation) -> RolloutWorker:
+        if evaluation.kind not in self._workers:
+            copies = max(len(self.dist.shard(list(range(evaluation.num_tasks)))), 1)
+            envs = make_split_envs(self.config.env, evaluation.split, copies, 1)
+            self._workers[evaluation.kind] = RolloutWorker.from_config(envs, self.config, self.tokenizer)
+        return self._workers[evaluation.kind]
+
+    def run(
+        self, evaluation: Evaluation, engine: GenerationEngine, iteration: int, label: str
+    ) -> dict[str, Any]:
+        """Play ``evaluation``'s tasks once per ``eval.seeds`` seed; its record (``label``: ``before_rl``,
+        ``periodic`` or ``after_rl``)."""
+        cfg, kind = self.config.eval, evaluation.kind
+        worker = self._worker(evaluation)
+        tasks = self.dist.shard(spread_tasks(num_tasks(worker.envs), evaluation.num_tasks))
+        indices = tasks or [0]  # a rank without a task still steps its env (every rank samples alike)
+        per_seed, all_episodes, admissible = [], [], [0.0, 0.0]
+        for s in range(cfg.seeds):
+            result = worker.run(
+                seed=derive_seed(self.config.seed, kind, s) % (2**31 - len(indices)),
+                task_indices=indices,
+                engine=engine,
+                temperature=cfg.temperature,
+                max_new_tokens=self.config.rollout.max_new_tokens,
+                generator=torch.Generator(device=self.device).manual_seed(
+                    derive_seed(self.config.seed, kind, s, self.dist.rank)
+                ),
+            )
+            mine = result.episodes if tasks else []
+            if tasks:
+                admissible[0] += sum(result.rows.admissible)
+                admissible[1] += result.rows.num_rows
+            episodes = [e for part in self.dist.gather_objects(mine) for e in part]
+            per_seed.append(float(np.mean([e.won for e in episodes])) if episodes else 0.0)
+            all_episodes += episodes
+        record: dict[str, Any] = {"kind": kind, "iteration": iteration, "label": label}
+        record.update(episode_metrics(all_episodes))
+        record["success_std"] = float(np.std(per_seed))
+        record["success_per_seed"] = per_seed
+        record["admissible_rate"] = self.dist.all_reduce_sum(admissible[0]) / max(
+            self.dist.all_reduce_sum(admissible[1]), 1.0
+        )
+        return record
+
+    def close(self) -> None:
+        """Close the evaluation envs."""
+        for worker in self._workers.values():
+            worker.envs.close()
+        self._workers.clear()
