@@ -137,8 +137,11 @@ done
 say "engine $("$DOCKER" version --format '{{.Server.Version}}') up (pid $ENGINE_PID)"
 
 say "3/10 stand-in base image (debootstrap) while the wheelhouse fills (scripts/wheelhouse.sh)"
-MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror this machine's own apt uses for bookworm (deb822 or one-line sources alike), never a host
+# written here; PROGPO_DEBIAN_MIRROR overrides it.
+MIRROR=${PROGPO_DEBIAN_MIRROR:-$(apt-get indextargets --no-release-info --format '$(REPO_URI) $(RELEASE)' \
+  'Identifier: Packages' 2>/dev/null | awk '$2 == "bookworm" {print $1; exit}')}
+[ -n "$MIRROR" ] || fail "no Debian bookworm source in this machine's apt configuration: set PROGPO_DEBIAN_MIRROR"
 [ -d .wheelhouse ] || MADE_WHEELHOUSE=1
 scripts/wheelhouse.sh .wheelhouse >"$WORK/wheelhouse.log" 2>&1 &
 WHEELHOUSE_PID=$!

@@ -69,7 +69,9 @@ from progpo_envs.server.openenv_session import (
 from progpo_envs.server.policy import PolicyError, split_names
 from progpo_envs.server.pool import EnvPool
 from progpo_envs.server.request_args import MAX_REQUEST_BYTES
-from progpo_envs.server.serving import DEFAULT_THREADS, DRAIN_TIMEOUT
+from progpo_envs.server.serving import DEFAULT_THREADS
+from webshop_server.clients import client_host
+from webshop_server.serving import DRAIN_TIMEOUT
 
 #: WebSocket routes of OpenEnv's app that open a session (each counts against a client's share).
 SESSION_ROUTES = frozenset({"/ws", "/mcp", "/harness"})
@@ -84,7 +86,7 @@ class SessionGuard:
 
     Args:
         app: OpenEnv's app.
-        share: Open sessions one client address may hold.
+        share: Open sessions one client (host) may hold.
     """
 
     def __init__(self, app: Any, share: int):
@@ -96,7 +98,9 @@ class SessionGuard:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        address = scope["client"][0] if scope.get("client") else None
+        # the client is its host, as on the native routes (webshop_server.clients): several loopback
+        # addresses of one machine are one client (tokens name clients on the native routes only)
+        address = client_host(scope["client"][0]) if scope.get("client") else None
         token = CLIENT_ADDRESS.set(address)
         try:
             if scope["type"] == "websocket" and scope.get("path") in SESSION_ROUTES:

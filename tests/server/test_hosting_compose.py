@@ -41,6 +41,17 @@ def _compose_clients() -> list[list[str]]:
     return clients
 
 
+@pytest.mark.parametrize("path", ["docs/hosting.md", ".ci/compose_stage.sh"])
+def test_no_registry_host_is_written_where_the_mirror_is_read_from_apt(path):
+    """The stand-in base's Debian mirror comes from the machine's own apt configuration: every URL in these
+    files, but the targets of Markdown links to projects' pages, is loopback, a placeholder or a shell
+    variable (before: a registry's host was written in both, as the mirror debootstrap reads)."""
+    text = re.sub(r"\]\(https?://[^)\s]+\)", "]()", (REPO / path).read_text())
+    hosts = set(re.findall(r"\b[a-z][a-z0-9+]*://([^/\s:'\"`)]+)", text))
+    allowed = {"127.0.0.1", "localhost", "host"}
+    assert {h for h in hosts if h not in allowed and not h.startswith("$")} == set()
+
+
 def test_compose_file_validates():
     clients = _compose_clients()
     if not clients:

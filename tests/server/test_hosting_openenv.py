@@ -247,7 +247,9 @@ def test_the_stateless_http_routes_answer_4xx_not_500(toy_server):
     assert requests.get(f"{url}/health", timeout=60).json()["status"] == "healthy"
 
 
-def test_a_client_holds_at_most_its_share_of_sessions_and_others_still_connect():
+def test_a_client_holds_at_most_its_share_of_sessions_and_others_still_connect(second_host_address):
+    """A client is its host (webshop_server.clients): another loopback address is the same client, another
+    host still connects."""
     server = serve(TOY_ENV_ID, max_instances=6, max_instances_per_client=2)
     try:
         ws_url = server.url.replace("http", "ws") + "/ws"
@@ -257,7 +259,10 @@ def test_a_client_holds_at_most_its_share_of_sessions_and_others_still_connect()
             with connect(ws_url, open_timeout=30) as third:
                 answer = json.loads(third.recv(timeout=30))
                 assert answer["data"]["code"] == "CAPACITY_REACHED" and "share" in answer["data"]["message"]
-            with connect(ws_url, open_timeout=30, source_address=("127.0.0.2", 0)) as other:
+            with connect(ws_url, open_timeout=30, source_address=("127.0.0.2", 0)) as same_host:
+                answer = json.loads(same_host.recv(timeout=30))
+                assert answer["data"]["code"] == "CAPACITY_REACHED"
+            with connect(ws_url, open_timeout=30, source_address=(second_host_address, 0)) as other:
                 assert _frame(other, {"type": "reset", "data": {}})["type"] == "observation"
         time.sleep(0.3)
         with connect(ws_url, open_timeout=30) as again:  # closing frees the share
