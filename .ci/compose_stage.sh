@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# CI stage: `docker compose` for real. Builds the image and runs the three env services on a Docker engine that
-# this stage starts and stops itself, then uses them the way a user does, through 127.0.0.1 only:
+# CI stage: `docker compose` for real. Builds the image and runs the env services (the `openenv` profile's two
+# included) on a Docker engine that this stage starts and stops itself, then uses them the way a user does,
+# through 127.0.0.1 only:
 #   * `progpo eval --agent expert` through progpo/Remote-v0 on both env servers (success 1.0 on 5 episodes each);
+#   * OpenEnv's own GenericEnvClient on both OpenEnv services (the expert wins 3 episodes each) and
+#     `openenv validate --url` on each;
 #   * the WebShop site: search -> item -> options -> buy over HTTP, and one episode in headless Chromium;
 #   * `--scale alfworld=2` on a port range: both replicas serve;
 #   * the main process of a service killed inside its container: `restart: unless-stopped` brings it back healthy;
@@ -109,7 +112,7 @@ wait_healthy() {
 }
 
 # ----------------------------------------------------------------------------------------------------------------
-say "1/9 packages: docker.io, debootstrap, chromium (Debian), compose v2 plugin (PyPI)"
+say "1/10 packages: docker.io, debootstrap, chromium (Debian), compose v2 plugin (PyPI)"
 [ "$(id -u)" = 0 ] || fail "needs root (dockerd, debootstrap)"
 [ -x "$PY" ] || fail "no $PY: run scripts/setup.sh --dev first"
 apt-get update -qq
@@ -121,7 +124,7 @@ mkdir -p ~/.docker/cli-plugins
 install -m 0755 "$WORK/compose/docker-compose" ~/.docker/cli-plugins/docker-compose
 say "$("$DOCKER" --version); $("$DOCKER" compose version)"
 
-say "2/9 dockerd with its own socket, data root and pidfile in $WORK"
+say "2/10 dockerd with its own socket, data root and pidfile in $WORK"
 dockerd --host "$DOCKER_HOST" --data-root "$WORK/data" --exec-root "$WORK/exec" --pidfile "$WORK/docker.pid" \
   >"$WORK/dockerd.log" 2>&1 &
 ENGINE_PID=$!
@@ -133,9 +136,12 @@ done
 "$DOCKER" info >/dev/null 2>&1 || { tail -20 "$WORK/dockerd.log" >&2; fail "dockerd not answering after 60 s"; }
 say "engine $("$DOCKER" version --format '{{.Server.Version}}') up (pid $ENGINE_PID)"
 
-say "3/9 stand-in base image (debootstrap) while the wheelhouse fills (scripts/wheelhouse.sh)"
-MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
+say "3/10 stand-in base image (debootstrap) while the wheelhouse fills (scripts/wheelhouse.sh)"
+# The Debian mirror this machine's own apt uses for bookworm (deb822 or one-line sources alike), never a host
+# written here; PROGPO_DEBIAN_MIRROR overrides it.
+MIRROR=${PROGPO_DEBIAN_MIRROR:-$(apt-get indextargets --no-release-info --format '$(REPO_URI) $(RELEASE)' \
+  'Identifier: Packages' 2>/dev/null | awk '$2 == "bookworm" {print $1; exit}')}
+[ -n "$MIRROR" ] || fail "no Debian bookworm source in this machine's apt configuration: set PROGPO_DEBIAN_MIRROR"
 [ -d .wheelhouse ] || MADE_WHEELHOUSE=1
 scripts/wheelhouse.sh .wheelhouse >"$WORK/wheelhouse.log" 2>&1 &
 WHEELHOUSE_PID=$!
@@ -150,7 +156,7 @@ say "base $BASE_IMAGE: $("$DOCKER" run --rm "$BASE_IMAGE" python3 --version)"
 wait "$WHEELHOUSE_PID" || { tail -20 "$WORK/wheelhouse.log" >&2; fail "scripts/wheelhouse.sh"; }
 say "$(tail -1 "$WORK/wheelhouse.log")"
 
-say "4/9 docker compose build (from the wheelhouse, no index)"
+say "4/10 docker compose build (from the wheelhouse, no index)"
 export PROGPO_BASE_IMAGE=$BASE_IMAGE
 since=$SECONDS
 compose build >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; fail "docker compose build"; }
@@ -159,22 +165,26 @@ grep -q "from the wheelhouse alone" "$WORK/build.log" || fail "the image did not
 MEASURED[image]="$("$DOCKER" image inspect progpo-envs:latest --format '{{.Size}}' | awk '{printf "%.0f MB", $1 / 1e6}')"
 say "built in ${MEASURED[build]}, image progpo-envs:latest ${MEASURED[image]}"
 
-say "5/9 docker compose up -d --wait (ports on 127.0.0.1)"
+say "5/10 docker compose up -d --wait (ports on 127.0.0.1)"
 export WEBSHOP_HOST_PORTS WEBSHOP_ENV_HOST_PORTS ALFWORLD_HOST_PORTS
 # the env servers hand out the expert's actions (operator-only: `progpo eval --agent expert` below needs them)
 export PROGPO_SERVE_EXPERT=true
 WEBSHOP_HOST_PORTS=$(free_ports 1)
 WEBSHOP_ENV_HOST_PORTS=$(free_ports 1)
 ALFWORLD_HOST_PORTS=$(free_ports 1)
+export COMPOSE_PROFILES=openenv ALFWORLD_OPENENV_HOST_PORTS WEBSHOP_OPENENV_HOST_PORTS
+ALFWORLD_OPENENV_HOST_PORTS=$(free_ports 1)
+WEBSHOP_OPENENV_HOST_PORTS=$(free_ports 1)
 MEASURED[healthy]="$(wait_healthy 300) s"
-say "all three healthy ${MEASURED[healthy]} after up"
+say "all five healthy ${MEASURED[healthy]} after up"
 compose ps
-for port in $WEBSHOP_HOST_PORTS $WEBSHOP_ENV_HOST_PORTS $ALFWORLD_HOST_PORTS; do
+for port in $WEBSHOP_HOST_PORTS $WEBSHOP_ENV_HOST_PORTS $ALFWORLD_HOST_PORTS $ALFWORLD_OPENENV_HOST_PORTS \
+  $WEBSHOP_OPENENV_HOST_PORTS; do
   compose ps --format '{{.Ports}}' | grep -q "127.0.0.1:$port->" || fail "port $port is not published on 127.0.0.1 only"
 done
 SITE=http://127.0.0.1:$WEBSHOP_HOST_PORTS
 
-say "6/9 progpo eval --agent expert through progpo/Remote-v0 on both env servers"
+say "6/10 progpo eval --agent expert through progpo/Remote-v0 on both env servers"
 expert_eval() {  # output folder, env id, port, extra arguments
   local out="$WORK/$1"
   .venv/bin/progpo eval --env progpo/Remote-v0 --env-arg "env_id=$2" --env-url "http://127.0.0.1:$3" \
@@ -191,7 +201,30 @@ EOF
 expert_eval eval-alfworld progpo/ALFWorld-v0 "$ALFWORLD_HOST_PORTS"
 expert_eval eval-webshop progpo/WebShop-v0 "$WEBSHOP_ENV_HOST_PORTS" --env-kind webshop
 
-say "7/9 the site over HTTP and in Chromium"
+say "7/10 OpenEnv's GenericEnvClient and openenv validate on the two OpenEnv services"
+openenv_check() {  # env id, port
+  "$PY" - "$1" "http://127.0.0.1:$2" <<'EOF' || fail "OpenEnv's client on $1 (port $2)"
+import sys
+from openenv import GenericEnvClient
+
+env_id, url = sys.argv[1:]
+for task_index in range(3):  # PROGPO_SERVE_EXPERT=true: the observation names the expert's next command
+    with GenericEnvClient(base_url=url, message_timeout_s=300).sync() as env:
+        result, total, steps = env.reset(task_index=task_index), 0.0, 0
+        while not result.done:
+            result = env.step({"command": result.observation["expert_action"]})
+            total, steps = total + result.reward, steps + 1
+        assert result.observation["won"] and total > 0, (task_index, result.observation)
+        print(f"{env_id} over OpenEnv: task {task_index} won in {steps} steps, return {total}")
+EOF
+  .venv/bin/openenv validate --url "http://127.0.0.1:$2" --timeout 60 >"$WORK/validate-$2.log" 2>&1 ||
+    { cat "$WORK/validate-$2.log" >&2; fail "openenv validate --url on $1"; }
+  say "openenv validate --url on $1: $(tail -1 "$WORK/validate-$2.log")"
+}
+openenv_check progpo/ALFWorld-v0 "$ALFWORLD_OPENENV_HOST_PORTS"
+openenv_check progpo/WebShop-v0 "$WEBSHOP_OPENENV_HOST_PORTS"
+
+say "8/10 the site over HTTP and in Chromium"
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then fail "no /usr/bin/chromium or /usr/bin/chromedriver"; fi
 PROGPO_COMPOSE_SITE_URL=$SITE "$PY" -m pytest tests/server/test_hosting_compose.py -k compose_site \
   -p no:cacheprovider -q -rs --junitxml "$WORK/site.xml"
@@ -202,7 +235,7 @@ ran, skipped = int(suite.get("tests")), int(suite.get("skipped"))
 sys.exit(0 if ran == 2 and skipped == 0 else f"the site tests must all run: {ran} collected, {skipped} skipped")
 EOF
 
-say "8/9 --scale alfworld=2 on a port range, then a killed server process"
+say "9/10 --scale alfworld=2 on a port range, then a killed server process"
 first=$(free_ports 2)
 ALFWORLD_HOST_PORTS="$first-$((first + 1))"
 MEASURED[scale]="healthy in $(wait_healthy 300 --scale alfworld=2) s"
@@ -264,7 +297,7 @@ expert_eval eval-webshop-restarted progpo/WebShop-v0 "$WEBSHOP_ENV_HOST_PORTS" -
 MEASURED[restart]="restarted by the engine (restart count $restarts_before -> $restarts_after), healthy ${back_after} s after the kill, serves again"
 say "restart: ${MEASURED[restart]}"
 
-say "9/9 docker compose down -v"
+say "10/10 docker compose down -v"
 compose down -v --remove-orphans >/dev/null 2>&1
 [ -z "$(compose ps -aq)" ] || fail "containers left after down"
 [ -z "$("$DOCKER" volume ls -q --filter "label=com.docker.compose.project=$PROJECT")" ] || fail "volumes left after down -v"
@@ -274,7 +307,7 @@ cat <<EOF
 [compose-stage] stand-in base image   ${MEASURED[base]}
 [compose-stage] build time            ${MEASURED[build]} (docker compose build, wheelhouse)
 [compose-stage] image size            ${MEASURED[image]}
-[compose-stage] time to healthy       ${MEASURED[healthy]} (docker compose up -d --wait, three services)
+[compose-stage] time to healthy       ${MEASURED[healthy]} (docker compose up -d --wait, five services)
 [compose-stage] scale alfworld=2      ${MEASURED[scale]}
 [compose-stage] restart               ${MEASURED[restart]}
 [compose-stage] total stage time      $((SECONDS - STARTED)) s

@@ -15,7 +15,8 @@ Agents (:mod:`agents.base` protocol): :class:`agents.openai_agent.OpenAIChatAgen
 The rollout loop evaluation and training share: :func:`agents.rollout.play_episodes`; their envs:
 :func:`agents.envs.make_group_envs`. Evaluation:
 :func:`agents.evaluate.evaluate` and ``progpo eval`` (:mod:`agents.cli`). Heavy modules (openai, torch) are
-imported only by the agents that need them.
+imported only by the agents that need them. TRL's ``GRPOTrainer(environment_factory=...)``:
+:class:`agents.trl.ALFWorldToolEnv`, :class:`agents.trl.WebShopToolEnv` and :func:`agents.trl.task_rows`.
 """
 
 from agents.base import Agent, AgentAction, PromptConfig, PromptedAgent, Task

@@ -70,6 +70,9 @@ class AgentAction:
         prompt: The chat messages sent to the model (``None`` for scripted agents).
         prompt_tokens: Prompt tokens the backend billed for this decision.
         completion_tokens: Completion tokens generated.
+        error: Why the agent could not decide (its backend failed: an endpoint that refused the request or
+            stayed unreachable); ``None`` for a decision. The rollout loop ends the copy's episode there, and
+            evaluation records it as an error, not as a failed episode.
     """
 
     action: str
@@ -80,6 +83,7 @@ class AgentAction:
     prompt: list[dict[str, str]] | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    error: str | None = None
 
 
 @runtime_checkable
@@ -112,11 +116,12 @@ def active_mask(active: Sequence[bool] | None, size: int) -> list[bool]:
 
 @dataclasses.dataclass
 class Generation:
-    """A backend's completion for one prompt."""
+    """A backend's completion for one prompt, or why there is none (``error``: the request failed)."""
 
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    error: str | None = None
 
 
 @dataclasses.dataclass
@@ -151,7 +156,10 @@ class PromptedAgent:
         self._pending = [None] * len(self.tasks)
 
     def generate(self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int]) -> list[Generation]:
-        """Completions for a batch of chat prompts, in order; ``seeds[j]`` is prompt ``j``'s sampling seed."""
+        """Completions for a batch of chat prompts, in order; ``seeds[j]`` is prompt ``j``'s sampling seed.
+
+        A request that fails is a :class:`Generation` with ``error`` set (its slot's episode ends as an
+        error), so one failure does not cost the batch's other completions."""
         raise NotImplementedError
 
     def sampling_seed(self, slot: int) -> int:
@@ -199,6 +207,9 @@ class PromptedAgent:
             raise RuntimeError(f"backend returned {len(generations)} completions for {len(prompts)} prompts")
         out: list[AgentAction | None] = [None] * len(observations)
         for i, prompt, pool, generation in zip(slots, prompts, pools, generations, strict=True):
+            if generation.error is not None:
+                out[i] = AgentAction("", valid=False, prompt=prompt, error=generation.error)
+                continue
             projection = project_action_with_reason(
                 generation.text, pool if pool else None, require_think=config.require_think
             )

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
-from agents.evaluate import AgentKind, EvalConfig, TaskOrder, evaluate
+from agents.evaluate import DEFAULT_MAX_ERRORS, TRAJECTORIES_FILE, AgentKind, EvalConfig, TaskOrder, evaluate
 from agents.prompts import EnvKind, PromptTemplate, env_kind_from_id
 from progpo_envs.alfworld.data import resolve_data_dir, split_names
 from webshop_server.engine import Split as WebShopSplit
@@ -108,7 +109,20 @@ def build_parser() -> CommandParser:
         default=32,
         help="requests in flight (openai; 32 suits a local vLLM server)",
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request (openai)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds one request may take in all, a wall-clock deadline; then it is retried (openai)",
+    )
+    parser.add_argument(
+        "--max-errors",
+        type=float,
+        default=DEFAULT_MAX_ERRORS,
+        help="episodes that may end with an agent error (a request that failed for good) before the run "
+        "fails (exit status 1): a share of the episodes below 1, a number from 1 up; errored episodes are "
+        "recorded, not scored, and played again by a rerun",
+    )
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     parser.add_argument("--max-tokens", type=int, default=512, help="completion tokens per step")
     parser.add_argument("--device", help="torch device (transformers; default: cuda if available, else cpu)")
@@ -150,12 +164,25 @@ def _check_out(out: str) -> None:
 
 
 def _check_model(agent: str, model: str | None) -> None:
-    """A transformers model that names a local folder must exist (else the hub is asked for a wrong id)."""
+    """A transformers model must be a local folder or a hub id already in the local Hugging Face cache:
+    ``progpo eval`` never downloads (no network at run time)."""
     if AgentKind(agent) is not AgentKind.TRANSFORMERS or model is None or Path(model).expanduser().exists():
         return
     looks_local = model.startswith(("/", ".", "~")) or model.count("/") > 1 or model.endswith("/")
     if looks_local:
         raise UsageError(f"--model {model}: no such model folder (a folder with config.json, or a hub id)")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(model, "config.json")
+    except ValueError:  # not a valid repo id either
+        cached = None
+    if not isinstance(cached, str):
+        raise UsageError(
+            f"--model {model}: no such folder, and not in the local Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}); progpo eval does not download models: run `hf download {model}` "
+            "where the hub is reachable, or give the model's folder"
+        )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -173,6 +200,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise one_of(f"{kind.value} split", args.split, splits)
     if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    if not args.max_errors >= 0:
+        raise UsageError(f"--max-errors must be >= 0, got {args.max_errors}")
     _check_out(args.out)
     _check_model(args.agent, args.model)
 
@@ -211,14 +240,39 @@ def main(argv: list[str] | None = None) -> int:
         device=args.device,
         batch_size=args.batch_size,
         env_kwargs=dict(args.env_arg),
+        max_errors=args.max_errors,
     )
     try:
         summary = evaluate(config, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        trajectories = Path(args.out) / TRAJECTORIES_FILE
+        kept = sum(1 for _ in trajectories.open("rb")) if trajectories.exists() else 0
+        print(
+            f"progpo eval: interrupted; {kept} finished episodes are kept in {trajectories}: "
+            "rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
     except (ValueError, RuntimeError, OSError) as error:  # bad settings, an unreachable server or model
         return report("progpo eval", error)
-    keys = ("episodes", "success_rate", "mean_score", "mean_steps", "invalid_action_rate", "tokens")
+    keys = ("episodes", "errors", "success_rate", "mean_score", "mean_steps", "invalid_action_rate", "tokens")
     print(json.dumps({k: summary[k] for k in keys} | {"per_task_type": summary["per_task_type"]}, indent=2))
     print(f"wrote {args.out}/summary.json, report.md, success.png, trajectories.jsonl")
+    if summary["failed"]:
+        print(
+            f"progpo eval: error: {summary['errors']} of {summary['episodes_planned']} episodes ended with "
+            f"an agent error, more than --max-errors allows ({summary['allowed_errors']}); the first: "
+            f"{summary['first_error']} (they are in {args.out}/{TRAJECTORIES_FILE}; rerun the same command "
+            "to play them again)",
+            file=sys.stderr,
+        )
+        return 1
+    if summary["errors"]:
+        print(
+            f"progpo eval: {summary['errors']} episodes ended with an agent error (within --max-errors); "
+            "rerun the same command to play them again",
+            file=sys.stderr,
+        )
     return 0
 
 

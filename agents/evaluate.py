@@ -20,11 +20,19 @@ sample from seeds fixed by (task, episode seed, step), so the episodes do not de
 at once either.
 
 Every finished episode is appended at once as one JSON line to ``DIR/trajectories.jsonl`` (prompts, raw
-outputs, parsed actions, observations, rewards, ``obs_hash``/``history_key`` as 16-digit hex). Rerunning with
-the same ``--out`` skips the task indices already there (a line cut short by a kill is dropped), so an
-interrupted run resumes without redoing finished episodes. ``DIR/run.json`` records the settings; resuming
-with different ones is refused. At the end ``summary.json``, ``report.md`` and ``success.png`` are written
-from all the lines (:mod:`agents.report`).
+outputs up to :data:`MAX_STORED_OUTPUT_CHARS` characters each, parsed actions, observations, rewards,
+``obs_hash``/``history_key`` as 16-digit hex). Rerunning with the same ``--out`` skips the task indices
+already there, so an interrupted run resumes without redoing finished episodes: a line cut short by a kill, or
+damaged anywhere in the file, is set aside and only its task is played again (:func:`load_finished`). One run
+at a time writes a ``DIR``: a second one is refused while the first holds its lock (``DIR/.progpo-eval.lock``,
+an ``flock`` the kernel releases when the process ends, however it ends). ``DIR/run.json`` records the
+settings; resuming with different ones is refused. At the end ``summary.json``, ``report.md`` and
+``success.png`` are written from all the lines (:mod:`agents.report`).
+
+An episode whose agent could not decide (an LLM request refused or still failing after its retries) ends
+there: it is recorded with its ``error`` (and the steps before it), counted in the summary's ``errors`` apart
+from the failed episodes, and played again by the next run on the same ``--out``; the other episodes go on.
+When more than :meth:`EvalConfig.allowed_errors` episodes end with an error, no further batch is started.
 
 Example:
     >>> config = EvalConfig(env_id="progpo/ALFWorld-v0", agent="expert", out_dir="runs/expert",
@@ -34,9 +42,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
+import fcntl
 import json
+import math
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,7 +66,16 @@ from agents.rollout import play_episodes
 from progpo_envs.core.registration import REMOTE_ENV_ID
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
+#: Where lines of ``trajectories.jsonl`` that do not parse are moved (their tasks are played again).
+DAMAGED_FILE = "trajectories.jsonl.damaged"
 RUN_FILE = "run.json"
+#: Held (``flock``) by the run writing the folder, so that two runs never append to one file.
+LOCK_FILE = ".progpo-eval.lock"
+#: Characters of a model's output kept per step in the trajectory (the rest is cut; ``raw_output_chars``
+#: records the full length): a misbehaving endpoint's 10 MB completion must not make a 100 MB file.
+MAX_STORED_OUTPUT_CHARS = 32_768
+#: Default of ``--max-errors``: the share of the episodes that may end with an agent error.
+DEFAULT_MAX_ERRORS = 0.05
 #: Settings that must match for a run to be resumed (others, like ``num_envs``, may change).
 RESUME_KEYS = (
     "env_id",
@@ -137,6 +159,9 @@ class EvalConfig:
         device: torch device (transformers).
         batch_size: Rows per forward pass (transformers).
         env_kwargs: Further env keyword arguments.
+        max_errors: How many episodes may end with an agent error before the run counts as failed: a share
+            of the episodes when below 1 (default 0.05), a number of episodes from 1 up
+            (:meth:`allowed_errors`).
     """
 
     env_id: str
@@ -165,6 +190,21 @@ class EvalConfig:
     device: str | None = None
     batch_size: int = 8
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    max_errors: float = DEFAULT_MAX_ERRORS
+
+    def allowed_errors(self, episodes: int) -> int:
+        """Episodes of ``episodes`` that may end with an agent error (more fail the run).
+
+        Example:
+            >>> config = EvalConfig(env_id="progpo/WebShop-v0", agent="openai", out_dir="runs/x")
+            >>> config.allowed_errors(20), config.allowed_errors(100), config.allowed_errors(10)
+            (1, 5, 0)
+            >>> dataclasses.replace(config, max_errors=3).allowed_errors(10)
+            3
+        """
+        if self.max_errors >= 1:
+            return int(self.max_errors)
+        return math.floor(self.max_errors * episodes + 1e-9)  # 0.29 * 100 is 28.999...
 
     def kind(self) -> EnvKind:
         """The prompt style: ``env_kind``, else from the env id (for the remote env: the hosted env's id)."""
@@ -276,25 +316,70 @@ def _json_default(value: Any) -> Any:
 
 
 def load_finished(path: Path) -> dict[int, dict[str, Any]]:
-    """Episodes in ``trajectories.jsonl`` by task index; a last line cut short by a kill is removed."""
+    """The finished episodes in ``trajectories.jsonl`` by task index, the file made fit to append to.
+
+    Kept: every line that is a whole episode record, wherever it is. Set aside, so that only their tasks are
+    played again: a line that does not parse or does not end the file properly (a write cut short by a kill, a
+    damaged byte: its bytes are moved to :data:`DAMAGED_FILE`, and the lines after it are kept), and an
+    episode recorded with an ``error`` (a failed agent request: retried). A task recorded twice keeps its
+    first record. When anything is set aside the file is rewritten (a new file renamed over the old one).
+    """
     finished: dict[int, dict[str, Any]] = {}
     if not path.exists():
         return finished
-    good_bytes = 0
+    kept: list[bytes] = []
+    damaged: list[bytes] = []
+    lines = 0
     with path.open("rb") as f:
         for raw in f:
+            lines += 1
             try:
-                record = json.loads(raw)
-            except json.JSONDecodeError:
-                break
-            if not raw.endswith(b"\n"):
-                break
-            finished[int(record["task_index"])] = record
-            good_bytes += len(raw)
-    if good_bytes != path.stat().st_size:
-        with path.open("r+b") as f:
-            f.truncate(good_bytes)
+                record = json.loads(raw) if raw.endswith(b"\n") else None
+                task_index = int(record["task_index"]) if isinstance(record, dict) else None
+            except (ValueError, KeyError, TypeError):  # JSONDecodeError, UnicodeDecodeError: ValueErrors
+                task_index = None
+            if task_index is None:
+                damaged.append(raw)
+            elif record.get("error") is None and task_index not in finished:
+                finished[task_index] = record
+                kept.append(raw)
+    if len(kept) != lines:
+        if damaged:
+            with (path.parent / DAMAGED_FILE).open("ab") as sink:
+                sink.writelines(line if line.endswith(b"\n") else line + b"\n" for line in damaged)
+            print(
+                f"progpo eval: {len(damaged)} damaged line(s) of {path} moved to {DAMAGED_FILE}; "
+                "their tasks are played again",
+                file=sys.stderr,
+            )
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with tmp.open("wb") as sink:
+            sink.writelines(kept)
+        os.replace(tmp, path)
     return finished
+
+
+@contextlib.contextmanager
+def _exclusive(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir``'s lock for the block; a :class:`ValueError` if another run holds it."""
+    handle = (out_dir / LOCK_FILE).open("a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise ValueError(
+                f"{out_dir} is being written by another progpo eval ({holder}): wait for it to end, "
+                "or give another --out"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing the descriptor releases the lock
 
 
 class _Episode:
@@ -322,7 +407,7 @@ class _Episode:
                 "obs_hash": _hex(self.info.get("obs_hash")),
                 "history_key": _hex(self.info.get("history_key")),
                 "prompt": decision.prompt,
-                "raw_output": decision.raw_output,
+                "raw_output": decision.raw_output[:MAX_STORED_OUTPUT_CHARS],
                 "action": decision.action,
                 "valid": decision.valid,
                 "admissible": decision.admissible,
@@ -334,14 +419,17 @@ class _Episode:
                 "truncated": bool(truncated),
             }
         )
+        if len(decision.raw_output) > MAX_STORED_OUTPUT_CHARS:
+            self.steps[-1]["raw_output_chars"] = len(decision.raw_output)  # the length before the cut
         self.total_reward += float(reward)
         self.observation, self.info = next_observation, next_info
 
-    def record(self) -> dict[str, Any]:
+    def record(self, error: str | None = None) -> dict[str, Any]:
+        """The episode's JSON record; with ``error`` (an agent failure) it ends there and is not scored."""
         info, steps = self.info, self.steps
-        won = bool(info.get("won", False))
-        score = info.get("task_score")
-        return {
+        won = bool(info.get("won", False)) and error is None
+        score = info.get("task_score") if error is None else 0.0
+        record = {
             "task_index": self.task.task_index,
             "task_id": self.task.task_id,
             "task_type": self.task.task_type,
@@ -362,6 +450,9 @@ class _Episode:
             "final_history_key": _hex(info.get("history_key")),
             "trajectory": steps,
         }
+        if error is not None:
+            record["error"] = error
+        return record
 
 
 def _resume_settings(config: EvalConfig) -> dict[str, Any]:
@@ -422,6 +513,8 @@ def evaluate(
         raise ValueError(f"num_envs must be >= 1, got {config.num_envs}")
     if config.concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {config.concurrency}")
+    if not config.max_errors >= 0:
+        raise ValueError(f"max_errors must be >= 0, got {config.max_errors}")
     kind = config.kind()
     out_dir = Path(config.out_dir)
     _check_resume(out_dir, config)
@@ -429,51 +522,61 @@ def evaluate(
     agent = agent or build_agent(config)
 
     own_envs = envs is None
-    try:
-        if envs is None:
-            envs = make_group_envs(
-                config.env_id,
-                config.copies(),
-                vector_mode=config.vector_mode,
-                url=config.env_url,
-                **config.env_arguments(),
+    with contextlib.ExitStack() as stack:
+        try:
+            if envs is None:
+                envs = make_group_envs(
+                    config.env_id,
+                    config.copies(),
+                    vector_mode=config.vector_mode,
+                    url=config.env_url,
+                    **config.env_arguments(),
+                )
+            elif config.num_envs is not None and envs.num_envs != config.num_envs:
+                raise ValueError(f"envs has {envs.num_envs} copies but config.num_envs is {config.num_envs}")
+            split_size = num_tasks(envs)
+            played_split = config.split or split_name(envs)  # the report names the split the env played
+            episodes = split_size if config.episodes is None else int(config.episodes)
+            if not 0 < episodes <= split_size:
+                raise ValueError(
+                    f"--episodes must be in 1..{split_size} (tasks in the split), got {episodes}"
+                )
+            out_dir.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(_exclusive(out_dir))
+            _record_settings(out_dir, config)
+            trajectories = out_dir / TRAJECTORIES_FILE
+            finished = load_finished(trajectories)
+            selected = sorted(task_selection(envs, episodes, TaskOrder(config.task_order)))
+            remaining = [t for t in selected if t not in finished]
+            allowed = config.allowed_errors(episodes)
+            bar = tqdm(
+                total=episodes,
+                initial=episodes - len(remaining),
+                desc=f"eval {config.env_id}",
+                unit="ep",
+                disable=not progress,
             )
-        elif config.num_envs is not None and envs.num_envs != config.num_envs:
-            raise ValueError(f"envs has {envs.num_envs} copies but config.num_envs is {config.num_envs}")
-        split_size = num_tasks(envs)
-        played_split = config.split or split_name(envs)  # the report names the split the env played
-        episodes = split_size if config.episodes is None else int(config.episodes)
-        if not 0 < episodes <= split_size:
-            raise ValueError(f"--episodes must be in 1..{split_size} (tasks in the split), got {episodes}")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        _record_settings(out_dir, config)
-        trajectories = out_dir / TRAJECTORIES_FILE
-        finished = load_finished(trajectories)
-        selected = sorted(task_selection(envs, episodes, TaskOrder(config.task_order)))
-        remaining = [t for t in selected if t not in finished]
-        bar = tqdm(
-            total=episodes,
-            initial=episodes - len(remaining),
-            desc=f"eval {config.env_id}",
-            unit="ep",
-            disable=not progress,
-        )
-        with trajectories.open("a", encoding="utf-8") as sink:
-            for start in range(0, len(remaining), envs.num_envs):
-                batch = remaining[start : start + envs.num_envs]
-                for record in _play_batch(envs, agent, kind, batch, config):
-                    sink.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
-                    sink.flush()
-                    finished[record["task_index"]] = record
-                    bar.update(1)
-        bar.close()
-    finally:
-        if own_envs and envs is not None:
-            envs.close()
-        if own_agent:
-            agent.close()
-    records = [finished[t] for t in selected if t in finished]
-    return write_reports(out_dir, records, dataclasses.replace(config, split=played_split))
+            errors = 0
+            with trajectories.open("a", encoding="utf-8") as sink:
+                for start in range(0, len(remaining), envs.num_envs):
+                    if errors > allowed:  # the run has failed already: do not start more episodes
+                        break
+                    batch = remaining[start : start + envs.num_envs]
+                    for record in _play_batch(envs, agent, kind, batch, config):
+                        sink.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
+                        sink.flush()
+                        finished[record["task_index"]] = record
+                        errors += record.get("error") is not None
+                        bar.update(1)
+            bar.close()
+        finally:
+            if own_envs and envs is not None:
+                envs.close()
+            if own_agent:
+                agent.close()
+        records = [finished[t] for t in selected if t in finished]
+        summary_config = dataclasses.replace(config, split=played_split)
+        return write_reports(out_dir, records, summary_config, planned=episodes, allowed_errors=allowed)
 
 
 def _play_batch(
@@ -493,3 +596,6 @@ def _play_batch(
             episode.add(t.decision, t.reward, t.terminated, t.truncated, t.next_observation, t.next_info)
             if t.done:
                 yield episode.record()
+        for failure in vector_step.failures:  # the agent could not decide: the episode ends as an error
+            episode = episodes.get(failure.slot) or _Episode(failure.task, failure.observation, failure.info)
+            yield episode.record(error=failure.error)

@@ -1,10 +1,19 @@
 """An agent behind any OpenAI-compatible ``/v1/chat/completions`` endpoint (OpenAI, vLLM, SGLang, ...).
 
-Requests of a batch go out concurrently (a thread pool of ``concurrency`` workers, the official ``openai``
-client is thread-safe). Each request has a timeout; timeouts, connection errors, 429 and 5xx answers are
-retried with exponential backoff (``Retry-After`` is honoured when the server sends it); any other 4xx answer
-raises :class:`AgentRequestError` at once with the server's message — a wrong model name or a bad key will not
-be fixed by retrying. The client's own retries are disabled so that this policy is the only one.
+Requests of a batch go out concurrently: the official ``openai`` async client on an event loop of the
+agent's own thread, at most ``concurrency`` requests in flight. Each attempt has a wall-clock deadline of
+``timeout_s`` (``asyncio.wait_for``: the client's own timeout bounds each socket read, which a server sending
+a byte at a time resets for ever); when it passes, the request is cancelled and its connection closed.
+Timeouts, connection errors, answers that are not valid JSON, 429 and 5xx answers are retried with
+exponential backoff (``Retry-After`` is honoured when the server sends it); any other 4xx answer raises
+:class:`AgentRequestError` at once with the server's message — a wrong model name or a bad key will not be
+fixed by retrying. The client's own retries are disabled so that this policy is the only one. Every error
+message names the endpoint.
+
+In a batch (:meth:`OpenAIChatAgent.generate`) a request that fails for good is that prompt's
+:class:`~agents.base.Generation` with ``error`` set, so the other episodes go on.
+:meth:`OpenAIChatAgent.close` cancels the requests in flight instead of waiting for them, so Ctrl-C stops an
+evaluation at once.
 
 The API key is read from the environment variable ``api_key_env`` (``OPENAI_API_KEY`` by default); a local
 vLLM server accepts any key, so ``"EMPTY"`` is used when the variable is unset.
@@ -16,13 +25,13 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import random
 import threading
-import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError
 from typing import Any
 
 import openai
@@ -44,7 +53,8 @@ class OpenAIConfig:
         api_key_env: Environment variable holding the API key.
         concurrency: Requests in flight at once (32 keeps a local vLLM server's batch full; ``progpo eval``
             plays as many episodes at once by default).
-        timeout_s: Seconds before one request is abandoned (and retried).
+        timeout_s: Seconds one attempt may take in all (a wall-clock deadline, not a per-read timeout); then
+            it is abandoned and retried.
         max_retries: Retries after the first attempt, for 429/5xx/timeouts/connection errors.
         backoff_s: First backoff; doubles each retry (plus up to 25% jitter), capped at ``max_backoff_s``.
         max_backoff_s: Longest single wait.
@@ -86,6 +96,10 @@ def _retry_after(error: Exception) -> float | None:
         return None
 
 
+class _DeadlinePassed(Exception):
+    """An attempt that had not finished by its deadline (cancelled)."""
+
+
 class OpenAIChatAgent(PromptedAgent):
     """A :class:`~agents.base.PromptedAgent` whose completions come from an OpenAI-compatible endpoint.
 
@@ -98,17 +112,31 @@ class OpenAIChatAgent(PromptedAgent):
         super().__init__(prompt_config)
         if config.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {config.concurrency}")
+        if not config.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {config.timeout_s}")
         self.config = config
-        self.client = openai.OpenAI(
-            api_key=os.environ.get(config.api_key_env) or "EMPTY",
-            base_url=config.base_url,
-            timeout=config.timeout_s,
-            max_retries=0,
-        )
-        self._pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="openai-agent")
+        self.endpoint = config.base_url or "api.openai.com"
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="openai-agent", daemon=True)
+        self._thread.start()
+        self.client = self._run(self._make_client()).result()
+        self._slots = asyncio.Semaphore(config.concurrency)
         self._jitter = random.Random(0)
         self._lock = threading.Lock()
         self.retries = 0  # retried attempts so far (for reports and tests)
+        self._closed = False
+
+    async def _make_client(self) -> openai.AsyncOpenAI:
+        # made on the agent's loop, where its connections live
+        return openai.AsyncOpenAI(
+            api_key=os.environ.get(self.config.api_key_env) or "EMPTY",
+            base_url=self.config.base_url,
+            timeout=self.config.timeout_s,
+            max_retries=0,
+        )
+
+    def _run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def _backoff(self, attempt: int, error: Exception) -> float:
         with self._lock:
@@ -118,7 +146,10 @@ class OpenAIChatAgent(PromptedAgent):
         return min(max(wait, hinted), self.config.max_backoff_s) if hinted is not None else wait
 
     def complete(self, messages: list[dict[str, str]], seed: int | None = None) -> Generation:
-        """One chat completion with the retry policy of the module docstring."""
+        """One chat completion with the retry policy of the module docstring (:class:`AgentRequestError`)."""
+        return self._run(self._complete(messages, seed)).result()
+
+    async def _complete(self, messages: list[dict[str, str]], seed: int | None) -> Generation:
         config = self.config
         kwargs: dict[str, Any] = {
             "model": config.model,
@@ -131,45 +162,80 @@ class OpenAIChatAgent(PromptedAgent):
             kwargs["seed"] = int(seed)
         if config.extra_body:
             kwargs["extra_body"] = config.extra_body
-        for attempt in range(config.max_retries + 1):
-            try:
-                response = self.client.chat.completions.create(**kwargs)
-            except openai.APIStatusError as error:
-                if not _is_retryable(error):
-                    raise AgentRequestError(
-                        f"{config.base_url or 'api.openai.com'} refused the request "
-                        f"for model {config.model!r}: "
-                        f"HTTP {error.status_code}: {error.message}"
-                    ) from error
-                last_error: Exception = error
-            except (openai.APITimeoutError, openai.APIConnectionError) as error:
-                last_error = error
-            else:
-                if not response.choices:
-                    raise AgentRequestError(f"the endpoint returned no choices for model {config.model!r}")
-                usage = response.usage
-                return Generation(
-                    text=response.choices[0].message.content or "",
-                    prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                    completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-                )
-            if attempt < config.max_retries:
-                with self._lock:
-                    self.retries += 1
-                time.sleep(self._backoff(attempt, last_error))
+        async with self._slots:
+            for attempt in range(config.max_retries + 1):
+                try:
+                    response = await asyncio.wait_for(
+                        self.client.chat.completions.create(**kwargs), config.timeout_s
+                    )
+                except asyncio.TimeoutError:
+                    last_error: Exception = _DeadlinePassed(
+                        f"no complete answer within the {config.timeout_s:g} s deadline"
+                    )
+                except openai.APIStatusError as error:
+                    if not _is_retryable(error):
+                        raise AgentRequestError(
+                            f"{self.endpoint} refused the request for model {config.model!r}: "
+                            f"HTTP {error.status_code}: {error.message}"
+                        ) from error
+                    last_error = error
+                except (openai.APITimeoutError, openai.APIConnectionError) as error:
+                    last_error = error
+                except (ValueError, openai.APIResponseValidationError) as error:  # a body that is not JSON
+                    last_error = error
+                else:
+                    if not response.choices:
+                        raise AgentRequestError(
+                            f"{self.endpoint} returned no choices for model {config.model!r}"
+                        )
+                    usage = response.usage
+                    return Generation(
+                        text=response.choices[0].message.content or "",
+                        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                    )
+                if attempt < config.max_retries:
+                    with self._lock:
+                        self.retries += 1
+                    await asyncio.sleep(self._backoff(attempt, last_error))
         raise AgentRequestError(
-            f"request to {config.base_url or 'api.openai.com'} failed "
-            f"after {config.max_retries + 1} attempts: "
+            f"request to {self.endpoint} failed after {config.max_retries + 1} attempts: "
             f"{type(last_error).__name__}: {last_error}"
         ) from last_error
 
     def generate(self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int]) -> list[Generation]:
         futures = [
-            self._pool.submit(self.complete, prompt, seed)
-            for prompt, seed in zip(prompts, seeds, strict=True)
+            self._run(self._complete(prompt, seed)) for prompt, seed in zip(prompts, seeds, strict=True)
         ]
-        return [future.result() for future in futures]
+        generations = []
+        for future in futures:
+            try:
+                generations.append(future.result())
+            except AgentRequestError as error:
+                generations.append(Generation("", error=str(error)))
+            except CancelledError:  # close() from another thread
+                cancelled = f"request to {self.endpoint} cancelled: the agent was closed"
+                generations.append(Generation("", error=cancelled))
+        return generations
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self.client.close()
+        """Cancel the requests in flight, close the client and stop the agent's loop (without waiting for a
+        stuck request: a KeyboardInterrupt ends an evaluation at once)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._shutdown()).result(timeout=2.0)
+        except Exception:  # noqa: BLE001,S110 - closing: a client that does not close in time is dropped
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=2.0)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    async def _shutdown(self) -> None:
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        await self.client.close()

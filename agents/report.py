@@ -5,6 +5,10 @@ is also reported per task type, grouped into the six families of the papers by t
 (verl-agent matches the same substrings in the game file name): pick, look, clean, heat, cool, pick_two.
 WebShop's ``mean_score`` is the mean raw task score (``info["task_score"]``, 0–1) at the last step; for envs
 without a score it is the success rate.
+
+Episodes that ended with an agent error (a record with ``error``: an LLM request that failed) are not scored:
+every rate is over the episodes played to their end (``episodes``), and ``errors`` counts the others, so an
+unreachable endpoint never reads as a weak agent.
 """
 
 from __future__ import annotations
@@ -46,8 +50,23 @@ def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
-def summarize(records: Sequence[dict[str, Any]], config: Any = None) -> dict[str, Any]:
-    """The summary numbers of a list of episode records (see ``agents.evaluate``)."""
+def summarize(
+    records: Sequence[dict[str, Any]],
+    config: Any = None,
+    *,
+    planned: int | None = None,
+    allowed_errors: int | None = None,
+) -> dict[str, Any]:
+    """The summary numbers of a list of episode records (see ``agents.evaluate``).
+
+    Args:
+        records: Episode records, errored ones included (they are counted, not scored).
+        config: The run's settings (env, agent, model, split, seed are copied in).
+        planned: Episodes the run was to play (``None``: as many as ``records``).
+        allowed_errors: Errored episodes the run tolerates (``failed`` says whether there were more).
+    """
+    errored = [r for r in records if r.get("error") is not None]
+    records = [r for r in records if r.get("error") is None]
     decisions = sum(r["steps"] for r in records)
     families: dict[str, list[bool]] = {}
     for r in records:
@@ -77,6 +96,11 @@ def summarize(records: Sequence[dict[str, Any]], config: Any = None) -> dict[str
         "completion_tokens": sum(r["completion_tokens"] for r in records),
     }
     summary["tokens"] = summary["prompt_tokens"] + summary["completion_tokens"]
+    summary["errors"] = len(errored)
+    summary["episodes_planned"] = planned if planned is not None else len(records) + len(errored)
+    summary["allowed_errors"] = allowed_errors
+    summary["failed"] = allowed_errors is not None and len(errored) > allowed_errors
+    summary["first_error"] = errored[0]["error"] if errored else None
     return summary
 
 
@@ -121,6 +145,13 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"| tokens (prompt + completion) | {summary['prompt_tokens']} + {summary['completion_tokens']} |",
         "",
     ]
+    if summary.get("errors"):
+        lines += [
+            f"**{summary['errors']} of {summary['episodes_planned']} episodes ended with an agent error** "
+            f"(not scored above; rerun with the same `--out` to play them again). The first: "
+            f"`{summary['first_error']}`",
+            "",
+        ]
     if summary["per_task_type"]:
         lines += ["## Success per task type", "", "| task type | episodes | success rate |", "|---|---|---|"]
         for family, rate in summary["per_task_type"].items():
@@ -135,9 +166,12 @@ def render_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_reports(out_dir: Path, records: Sequence[dict[str, Any]], config: Any = None) -> dict[str, Any]:
-    """Write ``summary.json``, ``report.md`` and ``success.png`` into ``out_dir``; returns the summary."""
-    summary = summarize(records, config)
+def write_reports(
+    out_dir: Path, records: Sequence[dict[str, Any]], config: Any = None, **counts: int | None
+) -> dict[str, Any]:
+    """Write ``summary.json``, ``report.md`` and ``success.png`` into ``out_dir``; returns the summary
+    (``counts``: :func:`summarize`'s ``planned`` and ``allowed_errors``)."""
+    summary = summarize(records, config, **counts)
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     plot_success(summary, out_dir / CHART_FILE)
     (out_dir / REPORT_FILE).write_text(render_markdown(summary))

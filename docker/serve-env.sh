@@ -3,6 +3,7 @@
 # The containers run it, and CI runs it directly (no Docker) to start the same service the same way.
 #
 # Environment (defaults in brackets):
+#   PROGPO_PROTOCOL       native (the env server's API and AgentGym's) or openenv (OpenEnv's server) [native]
 #   PROGPO_ENV            env id to host [progpo/ALFWorld-v0]
 #   PROGPO_ENV_KWARGS     JSON object of constructor kwargs fixed by the operator [{}]
 #   PROGPO_HOST           address to bind [0.0.0.0]
@@ -24,6 +25,7 @@ ENV_KWARGS=${PROGPO_ENV_KWARGS:-"{}"}
 
 "$PROGPO_PYTHON" docker/prepare.py env "$ENV_ID" "$ENV_KWARGS"
 exec "$PROGPO_PYTHON" -m progpo_envs.cli serve \
+  --protocol "${PROGPO_PROTOCOL:-native}" \
   --env "$ENV_ID" \
   --env-kwargs "$ENV_ID=$ENV_KWARGS" \
   --host "${PROGPO_HOST:-0.0.0.0}" \

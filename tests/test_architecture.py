@@ -2,7 +2,8 @@
 
 Layers, lowest first; a module may import its own layer and the layers below, never one above:
 
-    webshop_server (shop) <- progpo_envs (envs) <- agents (harness) <- training <- benchmarks, scripts
+    webshop_server (shop) <- progpo_envs (envs) <- agents (harness) <- training <- benchmarks, scripts,
+    progpo_verl
 
 ``training.advantages`` is a leaf: it imports nothing from the project outside itself. On top of the layers:
 no import cycles between modules (imports inside functions count: a lazy import hides a cycle, it does not
@@ -29,10 +30,17 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("progpo_envs",),
     ("agents",),
     ("training",),
-    ("benchmarks", "scripts"),
+    ("benchmarks", "scripts", "progpo_verl"),
 )
 #: Subpackages that may import nothing from the project outside themselves.
 LEAVES = ("training.advantages",)
+#: Third-party top-level packages that only the modules named for them may import: verl-agent installs
+#: itself as ``verl`` (with ``agent_system``), and the project never depends on it (docs/architecture.md,
+#: rule 3).
+RESTRICTED_IMPORTS = {
+    "verl": ("progpo_verl.upstream", "progpo_verl.verl_agent.__main__"),
+    "agent_system": ("progpo_verl.upstream", "progpo_verl.verl_agent.__main__"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +132,24 @@ def collect_imports(modules: dict[str, Module]) -> list[Import]:
             if attributes and source in modules:
                 edges.append(Import(mod.name, source, node.lineno, type_checking, tuple(attributes)))
     return edges
+
+
+def restricted_imports(modules: dict[str, Module]) -> list[str]:
+    """Imports of a :data:`RESTRICTED_IMPORTS` package (inside functions too) by a module not named for it."""
+    found = []
+    for mod in modules.values():
+        for node, _ in _walk_imports(mod.tree.body):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif node.level == 0 and node.module:
+                targets = [node.module]
+            else:
+                continue
+            for target in targets:
+                allowed = RESTRICTED_IMPORTS.get(target.split(".")[0])
+                if allowed is not None and mod.name not in allowed:
+                    found.append(f"{mod.rel}:{node.lineno}: {mod.name} imports {target}")
+    return found
 
 
 def layer_of(module: str) -> int:
@@ -338,6 +364,12 @@ def test_no_upward_imports():
     assert not found, _report("import(s) against the layers of docs/architecture.md", found)
 
 
+def test_verl_is_imported_only_where_it_runs():
+    modules, _ = analyse(ROOT)
+    found = restricted_imports(modules)
+    assert not found, _report("import(s) of verl outside the modules that run inside it", found)
+
+
 def test_no_private_names_across_modules():
     modules, edges = analyse(ROOT)
     found = private_uses(edges, modules)
@@ -365,6 +397,9 @@ def test_checker_finds_each_kind_of_violation(tmp_path):
         "training/advantages/__init__.py": "from training import trainer  # the leaf reaches out\n",
         "benchmarks/__init__.py": "",
         "benchmarks/bench.py": "from progpo_envs._impl import X\nfrom training.trainer import Trainer\n",
+        "progpo_verl/__init__.py": "",
+        "progpo_verl/rows.py": "def f():\n    from verl import DataProto  # verl outside its modules\n",
+        "progpo_verl/upstream.py": "from verl.trainer.ppo import core_algos  # allowed here\n",
     }
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -377,6 +412,7 @@ def test_checker_finds_each_kind_of_violation(tmp_path):
     assert len(upward) == 2
     assert "webshop_server/shop.py:2: webshop_server.shop imports agents.runner" in upward[0] + upward[1]
     assert any("leaf training.advantages" in line for line in upward)
+    assert restricted_imports(modules) == ["progpo_verl/rows.py:2: progpo_verl.rows imports verl"]
     assert sorted(line.split(": ", 1)[0] for line in private) == [
         "agents/runner.py:8",
         "agents/runner.py:9",

@@ -1,5 +1,5 @@
-"""The runnable examples in the docstrings of every module of the five packages (the envs, the WebShop site,
-the agents, training and the benchmarks) stay correct.
+"""The runnable examples in the docstrings of every module of the six packages (the envs, the WebShop site,
+the agents, training, the benchmarks and the verl-agent plugin) stay correct.
 
 Each module's examples run in an empty working folder (examples that write files write them there); the
 ALFWorld games, WebShop catalogs and search indexes they generate go to the test session's own
@@ -15,7 +15,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("progpo_envs", "webshop_server", "agents", "training", "benchmarks")
+PACKAGES = ("progpo_envs", "webshop_server", "agents", "training", "benchmarks", "progpo_verl")
 
 
 def _modules(package_name: str) -> list[str]:

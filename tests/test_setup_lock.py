@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "lock.txt"
 SETUP = REPO / "scripts" / "setup.sh"
 #: The extras setup.sh installs (``--dev`` adds ``dev``).
-SETUP_EXTRAS = ("webshop", "serve", "agents", "train", "dev")
+SETUP_EXTRAS = ("webshop", "serve", "agents", "train", "openenv", "trl", "dev")
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -171,3 +171,12 @@ def test_lock_sh_refuses_a_package_another_machine_could_not_install(tmp_path):
     done, lock = _lock_sh(tmp_path, FREEZE + "mylib @ file:///home/me/mylib\n")
     assert done.returncode == 1 and "mylib @ file:///home/me/mylib" in done.stderr
     assert not lock.exists()
+
+
+def test_the_license_is_an_spdx_expression_so_installs_print_no_deprecation_warning():
+    """A ``license = { text = ... }`` table made setuptools print its deprecation block (~12 lines) at every
+    build of the project, several times per ``scripts/setup.sh``; an SPDX string needs setuptools >= 77."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert isinstance(pyproject["project"]["license"], str)
+    requires = [r for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")]
+    assert requires == ["setuptools>=77"]

@@ -44,6 +44,7 @@ import random
 import re
 import shutil
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -399,10 +400,20 @@ def latest_checkpoint(root: Path) -> Path | None:
     return _newest(Path(root), verified)
 
 
-def load_latest_checkpoint(root: Path) -> Checkpoint | None:
-    """The newest checkpoint under ``root`` that is intact *and loads* (:func:`load_checkpoint`), as
+def load_latest_checkpoint(
+    root: Path, check: Callable[[Checkpoint], None] | None = None
+) -> Checkpoint | None:
+    """The newest checkpoint under ``root`` that is intact, loads (:func:`load_checkpoint`) and passes
+    ``check`` (e.g. :func:`check_training_state`: raises :class:`CheckpointError`), as
     :func:`latest_checkpoint` finds it (same warnings, same errors); ``None`` when there is no checkpoint."""
-    return _newest(Path(root), load_checkpoint)
+
+    def opened(folder: Path) -> Checkpoint:
+        checkpoint = load_checkpoint(folder)
+        if check is not None:
+            check(checkpoint)
+        return checkpoint
+
+    return _newest(Path(root), opened)
 
 
 def _newest(root: Path, open_checkpoint):
@@ -469,3 +480,49 @@ def apply_training_state(
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, checkpoint.model_state, options=options)
     set_optimizer_state_dict(model, optimizer, checkpoint.optimizer_state, options=options)
+
+
+def check_training_state(
+    checkpoint: Checkpoint,
+    model_shapes: dict[str, tuple[int, ...]],
+    parameter_shapes: Sequence[tuple[int, ...]],
+    last_iteration: int,
+) -> None:
+    """Refuse (:class:`CheckpointError`) a checkpoint that verifies and loads but could not continue this run:
+    an iteration other than its folder's or outside ``[0, last_iteration]``, model weights whose names or
+    shapes are not the model's (``model_shapes``: full shapes by name) or that are not finite, an optimizer
+    state without its parts or whose moments do not have their parameters' shapes (``parameter_shapes``, in
+    the optimizer's order; under FSDP2 the moments are keyed by parameter name and checked against
+    ``model_shapes``).
+    """
+    number = int(_CHECKPOINT_NAME.fullmatch(checkpoint.folder.name).group(1))
+    if checkpoint.iteration != number or not 0 <= number <= last_iteration:
+        raise CheckpointError(
+            f"state.json says iteration {checkpoint.iteration} in {checkpoint.folder.name} "
+            f"(a run of {last_iteration} iterations)"
+        )
+    weights = checkpoint.model_state
+    if not isinstance(weights, dict) or set(weights) != set(model_shapes):
+        missing = sorted(set(model_shapes) - set(weights or {}))[:3]
+        raise CheckpointError(f"model.pt does not hold this model's weights (missing e.g. {missing})")
+    for name, tensor in weights.items():
+        if not torch.is_tensor(tensor) or tuple(tensor.shape) != tuple(model_shapes[name]):
+            raise CheckpointError(f"model.pt: {name} is not a tensor of shape {tuple(model_shapes[name])}")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"model.pt: {name} holds non-finite values")
+    optimizer = checkpoint.optimizer_state
+    if not isinstance(optimizer, dict) or not {"state", "param_groups"} <= set(optimizer):
+        raise CheckpointError("optimizer.pt has no 'state' and 'param_groups'")
+    for key, moments in optimizer["state"].items():
+        shape = (
+            model_shapes.get(key)
+            if isinstance(key, str)
+            else (
+                parameter_shapes[key] if isinstance(key, int) and 0 <= key < len(parameter_shapes) else None
+            )
+        )
+        if shape is None:
+            raise CheckpointError(f"optimizer.pt: a state for an unknown parameter {key!r}")
+        for part, tensor in moments.items():
+            if torch.is_tensor(tensor) and tensor.dim() and tuple(tensor.shape) != tuple(shape):
+                raise CheckpointError(f"optimizer.pt: {part} of {key!r} is not of shape {tuple(shape)}")

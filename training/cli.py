@@ -9,14 +9,16 @@ Usage::
     torchrun --nproc_per_node 8 -m training.cli --config ...   # multi-GPU (FSDP2)
 
 Overrides are ``section.key=value`` (YAML values); unknown keys are errors. ``--help-config`` lists every key
-with its default and meaning.
+with its default and meaning. A run dir that holds a run is never reused silently: ``--resume`` continues it
+(and refuses when it has no checkpoint), ``--resume-or-start`` continues it or starts one, ``--overwrite``
+starts it again. The run says what it does from its first second and ends with a short result block.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import time
 
 from training.config import (
     DAPO_RECIPE,
@@ -26,7 +28,7 @@ from training.config import (
     describe_fields,
     load_config,
 )
-from training.preflight import preflight
+from training.preflight import preflight, resume_mode
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,8 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(f"{k}={v}" for k, v in DAPO_RECIPE.items())
         + ", except the keys you set on the command line",
     )
-    parser.add_argument(
-        "--resume", action="store_true", help="continue from the newest checkpoint in run_dir"
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in run_dir")
+    mode.add_argument(
+        "--resume-or-start",
+        action="store_true",
+        help="continue from the newest checkpoint in run_dir, or start a run when it has none",
+    )
+    mode.add_argument(
+        "--overwrite", action="store_true", help="start again in a run_dir that holds a run (deletes it)"
     )
     parser.add_argument("--run-dir", help="output folder (overrides run_dir)")
     parser.add_argument("--help-config", action="store_true", help="list every config key and exit")
@@ -68,28 +77,36 @@ def main(argv: list[str] | None = None) -> int:
         overrides.append(f"algo.name={args.algo}")
     if args.run_dir:
         overrides.append(f"run_dir={args.run_dir}")
+    started = time.monotonic()
     try:
         config = load_config(args.config, overrides)
         preflight(config)
+        resume = resume_mode(config.run_dir, args.resume, args.resume_or_start, args.overwrite)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"progpo train: {exc}", file=sys.stderr)
         return 2
     from training.checkpoint import CheckpointError
-    from training.trainer import Trainer
+    from training.distributed import DistContext
+    from training.report import print_banner, print_result
     from training.update import SamplerGapError
 
-    trainer = Trainer(config)
+    dist = DistContext.from_env()
+    if dist.is_main:
+        print_banner(config, resume, dist.world_size)
+    from training.trainer import Trainer
+
+    trainer = Trainer(config, dist)
     try:
-        summary = trainer.run(resume=args.resume)
+        summary = trainer.run(resume=resume)
     except (CheckpointError, SamplerGapError) as exc:  # nothing was deleted; the last checkpoint stands
-        if trainer.dist.is_main:
+        if dist.is_main:
             print(f"progpo train: {exc}", file=sys.stderr)
         return 1
     finally:
         trainer.close()
-        trainer.dist.close()
-    if trainer.dist.is_main:
-        print(json.dumps(summary, indent=2))
+        dist.close()
+    if dist.is_main:
+        print_result(summary, config, time.monotonic() - started)
     return 0
 
 

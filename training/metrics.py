@@ -182,7 +182,7 @@ def plot_learning_curve(records: list[dict[str, Any]], path: Path) -> Path | Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
     if train:
         axes[0].plot(
             [r["iteration"] for r in train],
@@ -206,25 +206,35 @@ def plot_learning_curve(records: list[dict[str, Any]], path: Path) -> Path | Non
         xs = [r["iteration"] for r in evals]
         means = [r.get("success") or 0 for r in evals]
         spread = [r.get("success_std") or 0 for r in evals]
-        axes[0].errorbar(xs, means, yerr=spread, marker="s", capsize=3, label="held-out success (mean ± std)")
+        # separate measurements (before RL, every eval.every, after): points, not a line between them
+        axes[0].errorbar(
+            xs,
+            means,
+            yerr=spread,
+            marker="s",
+            linestyle="none",
+            capsize=3,
+            label="held-out success (mean ± std)",
+        )
     if rl_task_evals:
         axes[0].errorbar(
             [r["iteration"] for r in rl_task_evals],
             [r.get("success") or 0 for r in rl_task_evals],
             yerr=[r.get("success_std") or 0 for r in rl_task_evals],
             marker="D",
+            linestyle="none",
             capsize=3,
             label="success on RL's own tasks (mean ± std)",
         )
     axes[0].set_xlabel("iteration")
     axes[0].set_ylim(-0.02, 1.02)
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2)  # below: off the curves
     axes[0].set_title("success")
     if train:
         for key in ("kl", "entropy"):
             axes[1].plot([r["iteration"] for r in train], [r.get(key) or 0 for r in train], label=key)
         axes[1].set_xlabel("iteration")
-        axes[1].legend(fontsize=7)
+        axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2)
         axes[1].set_title("KL to reference, entropy")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

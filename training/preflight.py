@@ -84,3 +84,32 @@ def _check_model(config: TrainConfig) -> int:
         raise ConfigError(f"model.path {config.model.path}: config.json is not JSON ({exc})") from None
     text_config = model_config.get("text_config", model_config)
     return int(text_config.get("max_position_embeddings", 1 << 30))
+
+
+def resume_mode(run_dir: str | Path, resume: bool, resume_or_start: bool, overwrite: bool) -> bool:
+    """Whether the run resumes, from the flags and what ``run_dir`` holds; a run dir that holds a run is never
+    reused silently.
+
+    Raises:
+        ConfigError: ``--resume`` with no checkpoint to resume from, or a fresh start (no flag) in a run dir
+            that holds a run (its checkpoints or metrics would be deleted).
+    """
+    run_dir = Path(run_dir)
+    checkpoints = run_dir / "checkpoints"
+    if checkpoints.exists() and not checkpoints.is_dir():
+        raise ConfigError(f"{checkpoints} is not a folder: move it away")
+    has_checkpoints = checkpoints.is_dir() and any(checkpoints.iterdir())
+    metrics = run_dir / "metrics.jsonl"
+    if resume and not has_checkpoints:
+        raise ConfigError(
+            f"--resume: {checkpoints} holds no checkpoint to resume from; run without --resume to start a "
+            "run there, or with --resume-or-start"
+        )
+    if resume or resume_or_start:
+        return has_checkpoints
+    if not overwrite and (has_checkpoints or (metrics.is_file() and metrics.stat().st_size)):
+        raise ConfigError(
+            f"{run_dir} holds a run (its checkpoints and metrics.jsonl): --resume continues it, --overwrite "
+            "starts it again (deleting them), or give another run_dir"
+        )
+    return False

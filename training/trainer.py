@@ -50,6 +50,7 @@ from training.advantages import compute_advantages
 from training.async_rollout import AsyncRollout
 from training.checkpoint import (
     apply_training_state,
+    check_training_state,
     gather_training_state,
     load_latest_checkpoint,
     save_checkpoint,
@@ -421,9 +422,12 @@ class Trainer:
                 continue
             # without RL iterations the policy is the one just measured: reuse, do not re-run, that evaluation
             if "before_rl" in done and self.iteration == 0:
-                self._record({**done["before_rl"], "label": "after_rl"})
+                record = self._record({**done["before_rl"], "label": "after_rl"})
             else:
-                self._record(self.evaluator.run(evaluation, self.engine, self.iteration, "after_rl"))
+                self.dist.log(f"{evaluation.name} success after RL: {self._evaluation_size(evaluation)}")
+                record = self._record(self.evaluator.run(evaluation, self.engine, self.iteration, "after_rl"))
+            success, spread = record["success"], record["success_std"]
+            self.dist.log(f"{evaluation.name} success after RL: {success:.3f} ± {spread:.3f}")
             self.save(self.iteration)
         return self._finish()
 
@@ -447,11 +451,16 @@ class Trainer:
         self._setup_reference()  # before the first checkpoint, so a resumed run finds the same reference
         if cfg.eval.before_rl:
             for evaluation in self.evaluations:
+                self.dist.log(f"{evaluation.name} success before RL: {self._evaluation_size(evaluation)}")
                 record = self._record(self.evaluator.run(evaluation, self.engine, 0, "before_rl"))
                 success, spread = record["success"], record["success_std"]
                 self.dist.log(f"{evaluation.name} success before RL: {success:.3f} ± {spread:.3f}")
         self.state["stage"] = "rl"
         self.save(0)
+
+    def _evaluation_size(self, evaluation) -> str:
+        seeds = self.config.eval.seeds
+        return f"playing {evaluation.num_tasks} tasks of {evaluation.split} x {seeds} seed{'s' * (seeds > 1)}"
 
     def _record(self, record: dict[str, Any]) -> dict[str, Any]:
         """Log an evaluation record and keep it in the run's state (checkpointed)."""
@@ -470,6 +479,7 @@ class Trainer:
                         for k in done[label]
                         if k.startswith("success") or k in ("invalid_rate", "episodes", "score", "task_score")
                     }
+        self.dist.log(f"exporting the trained policy to {self.run_dir / 'final'}")
         self.export(self.run_dir / "final", resolve_export_dtype(self.config.model, self.device))
         if self.dist.is_main:
             plot_learning_curve(self.metrics.read(), self.run_dir / "learning_curve.png")
@@ -482,11 +492,17 @@ class Trainer:
     def _progress(self):
         if not (self.config.progress and self.dist.is_main):
             return _NoProgress()
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        return Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
         )
+
+        columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+        return Progress(TextColumn("{task.description}"), *columns)
 
     # ------------------------------------------------------------------ save, restore, export
     def save(self, iteration: int) -> None:
@@ -505,11 +521,20 @@ class Trainer:
         self.dist.barrier()
 
     def restore(self) -> bool:
-        """Load the newest intact checkpoint (model, optimizer, RNG, state); False when the run has none.
+        """Load the newest checkpoint that is intact and fits this run (model, optimizer, RNG, state;
+        :func:`training.checkpoint.check_training_state`); False when the run has none.
 
-        Raises :class:`training.checkpoint.CheckpointError` when checkpoints exist but none is intact
+        Raises :class:`training.checkpoint.CheckpointError` when checkpoints exist but none can be used
         (nothing is deleted)."""
-        checkpoint = load_latest_checkpoint(self.run_dir / "checkpoints")
+        params = [p for group in self._make_optimizer().param_groups for p in group["params"]]
+        shapes = {
+            name: tuple(t.shape) for name, t in self.model.state_dict().items()
+        }  # full (DTensor) shapes
+
+        def fits(checkpoint) -> None:
+            check_training_state(checkpoint, shapes, [tuple(p.shape) for p in params], self.config.iterations)
+
+        checkpoint = load_latest_checkpoint(self.run_dir / "checkpoints", check=fits)
         if checkpoint is None:
             return False
         self.optimizer = self._make_optimizer()

@@ -81,16 +81,18 @@ def collect_demonstrations(
     split: str | None = None,
     batch_envs: int = 16,
     only_successful: bool = True,
+    log: Callable[[str], None] = lambda message: None,
 ) -> tuple[StepRows, dict]:
     """Expert episodes on ``tasks`` of ``split`` (default: the training split; indices wrap around its size)
     as step rows (prompts as ``config.rollout`` builds them, tokenised by ``tokenizer``), only those that won
-    by default."""
+    by default; ``log`` hears how far it got, with the time left, after every batch of episodes."""
     rows = StepRows.empty()
     split = split or config.env.train_split
     envs = make_split_envs(config.env, split, min(batch_envs, len(tasks)), 1, expert=True)
     available = num_tasks(envs)
     tasks = [t % available for t in tasks]
     won = played = 0
+    started = time.perf_counter()
     try:
         worker = RolloutWorker.from_config(envs, config, tokenizer)
         for start in range(0, len(tasks), envs.num_envs):
@@ -106,6 +108,8 @@ def collect_demonstrations(
             won += len(winners)
             played += fresh
             rows.extend(result.rows.select([i for i, t in enumerate(result.rows.traj_id) if t in kept]))
+            left = (time.perf_counter() - started) / played * (len(tasks) - played)
+            log(f"warm start: {played}/{len(tasks)} expert episodes ({won} won), about {left:.0f} s left")
     finally:
         envs.close()
     return rows, {
@@ -205,8 +209,9 @@ def warm_start(
     """
     cfg = config.warm_start
     started = time.perf_counter()
+    dist.log(f"warm start: playing the expert on {cfg.num_tasks} training tasks")
     rows, stats = collect_demonstrations(
-        config, tokenizer, range(cfg.num_tasks), only_successful=cfg.only_successful
+        config, tokenizer, range(cfg.num_tasks), only_successful=cfg.only_successful, log=dist.log
     )
     t_collect = time.perf_counter() - started
     pad = tokenizer.pad_token_id

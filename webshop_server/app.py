@@ -2,7 +2,9 @@
 
 One catalog, one search index and one :class:`~webshop_server.engine.WebShopEngine` per process serve every
 session. Sessions are kept in a bounded :class:`~webshop_server.sessions.SessionStore` (unguessable ids, idle
-expiry; a full table answers 503, and a client (remote address) holding its share of the table answers 429).
+expiry; a full table answers 503, and a client holding its share of the table answers 429; a client is its
+host, or its client token with ``client_tokens``: :mod:`webshop_server.clients`; an unknown token answers
+401).
 What a session keeps is bounded too: search queries longer than ``max_query_chars`` are refused with 400, and
 only the last :data:`MAX_VISITED_PRODUCTS` opened products are remembered. A request that fails changes
 nothing in its session.
@@ -50,9 +52,10 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, jsonify, redirect, request
+from flask import Flask, Response, g, jsonify, redirect, request
 from werkzeug.exceptions import HTTPException
 
+from webshop_server.clients import ClientTokens, UnknownClientToken, identify_client
 from webshop_server.engine import (
     BUY_NOW,
     ObservationMode,
@@ -91,10 +94,10 @@ class ServerConfig:
 
     Attributes:
         max_sessions: Sessions alive at once (a full table answers 503).
-        max_sessions_per_client: Sessions one client (remote address) may hold at once; past it, its creates
-            answer 429 while other clients still get sessions. ``None``: half of ``max_sessions``, so no one
-            client can fill the table. Behind a reverse proxy every client has the proxy's address: set it to
-            ``max_sessions`` there.
+        max_sessions_per_client: Sessions one client (a host, or a client token) may hold at once; past it,
+            its creates answer 429 while other clients still get sessions. ``None``: half of
+            ``max_sessions``, so no one client can fill the table. Behind a reverse proxy every client has the
+            proxy's address: give clients tokens, or set it to ``max_sessions`` there.
         idle_timeout_s: Seconds after which an unused session expires.
         expose_expert: Serve ``/api/sessions/<sid>/expert_action`` (it reads the goal).
         max_request_bytes: Largest request body.
@@ -102,6 +105,7 @@ class ServerConfig:
             answer 400. The default admits every query the env's 4096-character actions can carry.
         session_db: A SQLite file holding the sessions, so that several server processes share them
             (:class:`~webshop_server.sessions.SqliteSessionStore`); ``None`` keeps them in this process.
+        client_tokens: The operator's client tokens (``--client-tokens``; ``None``: every client is its host).
     """
 
     max_sessions: int = 10_000
@@ -111,6 +115,7 @@ class ServerConfig:
     max_request_bytes: int = 1 << 20
     max_query_chars: int = 4096
     session_db: str | None = None
+    client_tokens: ClientTokens | None = None
 
     def client_share(self) -> int:
         """The sessions one client may hold (``max_sessions_per_client``, or half the table)."""
@@ -181,10 +186,24 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
     def busy(exc: SessionBusy):
         return api_error(ApiError(409, str(exc)))
 
+    @app.before_request
+    def identify_and_read():
+        try:
+            g.client = identify_client(
+                config.client_tokens, request.headers.get("Authorization"), request.remote_addr
+            )
+        except UnknownClientToken as exc:
+            raise ApiError(401, str(exc)) from None
+        try:  # read the body here, once: a body the server cannot read is the client's fault
+            request.get_data(cache=True, parse_form_data=True)
+        except HTTPException:
+            raise  # 413 past max_request_bytes
+        except Exception as exc:  # noqa: BLE001 - the WSGI server's own parse errors (gunicorn's
+            # InvalidChunkSize is a plain Exception), a client that hung up: all about the client's bytes
+            raise ApiError(400, f"the request body could not be read ({type(exc).__name__})") from None
+
     def new_session(goal_index: int) -> str:
-        return store.create(
-            lambda sid: engine.new_session(goal_index, session_id=sid), client=request.remote_addr or ""
-        )
+        return store.create(lambda sid: engine.new_session(goal_index, session_id=sid), client=g.client)
 
     def goal_from(split_value: Any, index_value: Any) -> int:
         try:

@@ -6,7 +6,11 @@
 
   * ``waitress`` (default): one process, ``--workers`` threads, one catalog and index, sessions in memory;
   * ``gunicorn``: ``--workers`` processes forked after the catalog and index are loaded (copy-on-write), with
-    the sessions in a shared SQLite file, so any worker serves any session and several cores work at once.
+    the sessions in a shared SQLite file, so any worker serves any session and several cores work at once
+    (:mod:`webshop_server.gunicorn_serving`).
+
+  Either way each client host holds a share of the connections (and, with gunicorn, of the threads), and
+  SIGTERM or SIGINT, to the process or its whole group, drains: the requests in flight finish first.
 * ``progpo webshop generate --out DIR --n N --seed S`` — write WebShop's three raw files (the catalog
   generator).
 
@@ -24,7 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from webshop_server.usage import CommandParser, UsageError, existing_dir, report
+from webshop_server.clients import ClientTokens
+from webshop_server.usage import CommandParser, UsageError, existing_dir, failure_line, report
 
 
 def build_parser() -> CommandParser:
@@ -71,8 +76,16 @@ def build_parser() -> CommandParser:
         "--max-sessions-per-client",
         type=int,
         default=None,
-        help="live sessions one client address may hold (default: half of --max-sessions; behind a reverse "
-        "proxy every client has the proxy's address: set it to --max-sessions there)",
+        help="live sessions one client (a host, or a client token) may hold (default: half of "
+        "--max-sessions; behind a reverse proxy every client has the proxy's address: give clients tokens, "
+        "or set it to --max-sessions there)",
+    )
+    serve.add_argument(
+        "--client-tokens",
+        metavar="FILE",
+        help="a file of client tokens, one per line: a request with 'Authorization: Bearer <token>' counts "
+        "as that token's client (its own share), an unknown token is refused (401), a request without one "
+        "counts as its host",
     )
     serve.add_argument(
         "--max-query-chars",
@@ -110,20 +123,30 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_query_chars < 1:
             raise UsageError("--max-query-chars must be >= 1")
         existing_dir("--data-dir", args.data_dir)
+        tokens = None
+        if args.client_tokens is not None:
+            try:
+                tokens = ClientTokens.from_file(args.client_tokens)
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"--client-tokens {args.client_tokens}: {exc}") from None
     except UsageError as error:
         return report("progpo webshop serve", error)
     from webshop_server.app import ServerConfig, create_app
     from webshop_server.engine import WebShopEngine
 
-    engine = WebShopEngine.shared(
-        args.num_products, args.seed, data_dir=args.data_dir, human_goals=not args.synthetic_goals
-    )
+    try:
+        engine = WebShopEngine.shared(
+            args.num_products, args.seed, data_dir=args.data_dir, human_goals=not args.synthetic_goals
+        )
+    except (OSError, ValueError, RuntimeError) as error:  # a full disk, a read-only or damaged cache
+        return report("progpo webshop serve", UsageError(failure_line(error)))
     config = ServerConfig(
         max_sessions=args.max_sessions,
         max_sessions_per_client=args.max_sessions_per_client,
         max_query_chars=args.max_query_chars,
         idle_timeout_s=args.idle_timeout,
         expose_expert=args.expose_expert,
+        client_tokens=tokens,
     )
     print(
         f"WebShop: {len(engine.catalog.products)} products, {engine.num_goals} goals; "
@@ -131,57 +154,23 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     if args.server == "waitress":
-        import waitress
+        from webshop_server.serving import make_server, serve_until_stopped
 
-        waitress.serve(
-            create_app(engine, config),
-            host=args.host,
-            port=args.port,
-            threads=args.workers,
-            ident="webshop",
-            connection_limit=max(100, 4 * args.workers),
-            channel_timeout=60,
+        server = make_server(
+            create_app(engine, config), host=args.host, port=args.port, threads=args.workers, ident="webshop"
         )
+        serve_until_stopped(server, name="webshop")  # drains on SIGTERM and SIGINT
         return 0
+    from webshop_server import gunicorn_serving
+
     session_dir, master_pid = tempfile.mkdtemp(prefix="webshop-sessions-"), os.getpid()
     config.session_db = str(Path(session_dir) / "sessions.sqlite")
     try:
-        _serve_gunicorn(create_app(engine, config), f"{args.host}:{args.port}", args.workers)
+        gunicorn_serving.serve(create_app(engine, config), f"{args.host}:{args.port}", args.workers)
     finally:
         if os.getpid() == master_pid:  # forked workers exit through here too: only the master cleans up
             shutil.rmtree(session_dir, ignore_errors=True)
     return 0
-
-
-def _serve_gunicorn(app, bind: str, workers: int) -> None:
-    """Serve ``app`` with ``workers`` gunicorn processes forked from this one (which holds the catalog)."""
-    import gc
-
-    from gunicorn.app.base import BaseApplication
-
-    class _Server(BaseApplication):
-        def load_config(self) -> None:
-            for key, value in {
-                "bind": bind,
-                "workers": workers,
-                # threads keep HTTP connections alive (the sync worker closes every connection)
-                "worker_class": "gthread",
-                "threads": 4,
-                "timeout": 60,
-                "preload_app": True,
-                "accesslog": None,
-                "errorlog": "-",
-                # newer gunicorn opens a control socket shared by every server under ~/.gunicorn
-                "control_socket_disable": True,
-            }.items():
-                if key in self.cfg.settings:
-                    self.cfg.set(key, value)
-
-        def load(self):
-            return app
-
-    gc.freeze()  # the catalog's objects are never collected: keep the collector off their (shared) pages
-    _Server().run()
 
 
 if __name__ == "__main__":

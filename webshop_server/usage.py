@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -75,6 +76,36 @@ def existing_dir(flag: str, path: str | None) -> Path | None:
         reason = "is not a folder" if folder.exists() else "does not exist"
         raise UsageError(f"{flag} {path} {reason}")
     return folder
+
+
+#: Where the project keeps what it generates and builds (games, catalogs, indexes): the usual fix of a cache
+#: that cannot be written.
+_CACHE_FIX = "point PROGPO_CACHE at a folder with room that this user can write"
+
+
+def failure_line(error: BaseException) -> str:
+    """What went wrong while a server started, in one line with the fix.
+
+    A full disk and a cache that cannot be written (read-only, another user's) get the fix spelled out; any
+    other error is its type and message on one line (the project's own errors already name the file and the
+    fix: a damaged cache entry, a missing split).
+
+    Example:
+        >>> failure_line(OSError(errno.ENOSPC, "No space left on device", "/cache/index")).split(": ")[0]
+        'no space left on the device of /cache/index'
+        >>> failure_line(ValueError("bad   thing"))
+        'ValueError: bad thing'
+    """
+    text = " ".join(str(error).split())
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC or "No space left on device" in text:
+        where = getattr(error, "filename", None) or "the cache"
+        return f"no space left on the device of {where}: free some, or {_CACHE_FIX}"
+    if isinstance(error, OSError) and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return (
+            f"cannot write {error.filename or 'the cache'} ({error.strerror}): the cache is not complete "
+            f"there and cannot be completed; fill it once where it is writable, or {_CACHE_FIX}"
+        )
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def report(prog: str, error: Exception) -> int:

@@ -10,7 +10,9 @@ in the provided sample) or with one built from an older grammar is kept and its 
 task text put in place of ``UNKNOWN GOAL``. Such a game is taken as solvable (ALFWorld's released games were
 all checked with its planner, which we do not run: it can take minutes and gigabytes per game). Rebuilt games
 go into a cache (``$PROGPO_CACHE`` or ``~/.cache/progpo``) under their content hash; the user's data folder is
-never written to.
+never written to. A cached game is checked when it is used: one that is not a game file (a damaged cache
+entry) is built again, and one that cannot be (a read-only cache), like a damaged game file in the data or in
+a generated set, raises :class:`~progpo_envs.core.errors.EnvDataError` naming the file and the fix.
 
 Split names are the folders of ``json_2.1.1`` (``train``, ``valid_seen``, ``valid_unseen``; the sample
 provided with this project calls its training sample ``valid_train``). Tasks are sorted by their id
@@ -37,6 +39,7 @@ import multiprocessing
 import os
 import random
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,7 @@ import xxhash
 from progpo_envs.alfworld import wheel
 from progpo_envs.alfworld.expert import PlaceWording
 from progpo_envs.alfworld.task_types import TASK_TYPES
+from progpo_envs.core.errors import EnvDataError
 
 #  Path fragments ALFWorld skips (movable receptacles and sliced objects are not supported by the text
 # engine).
@@ -86,17 +90,41 @@ class ALFWorldTask:
             return json.load(f)
 
     def game_file(self, cache: Path | None = None) -> Path:
-        """The playable ``game.tw-pddl``: the trial's own when current, else a rebuilt one in the cache."""
+        """The playable ``game.tw-pddl``: the trial's own when current, else a rebuilt one in the cache.
+
+        Raises:
+            EnvDataError: The trial's own game file, or a generated one, is not a game file.
+        """
         shipped = self.trial_dir / "game.tw-pddl"
         old_game = None
         if self.has_game_file:
-            if self.trust_game_file:
-                return shipped
-            with open(shipped) as f:
-                old_game = json.load(f)
-            if is_current_game(old_game):
+            old_game = read_game_file(shipped)
+            if old_game is None:
+                fix = (
+                    "delete the generated set to have it generated again"
+                    if self.trust_game_file
+                    else "restore the trial from the ALFWorld data"
+                )
+                raise EnvDataError(f"{shipped} is damaged (not a game file): {fix}")
+            if self.trust_game_file or is_current_game(old_game):
                 return shipped
         return rebuild_game(self, cache, old_game=old_game)
+
+
+#: The keys every ``game.tw-pddl`` has (text), as :func:`build_game` writes them.
+GAME_KEYS = ("pddl_domain", "grammar", "pddl_problem")
+
+
+def read_game_file(path: Path) -> dict[str, Any] | None:
+    """The content of a ``game.tw-pddl``, or ``None`` when it is not one (not JSON, not an object, a key of
+    :data:`GAME_KEYS` missing or not text)."""
+    try:
+        game = json.loads(Path(path).read_bytes())
+    except (OSError, ValueError):  # unreadable, not JSON, not UTF-8
+        return None
+    if not isinstance(game, dict) or not all(isinstance(game.get(key), str) for key in GAME_KEYS):
+        return None
+    return game
 
 
 def is_current_game(game: dict[str, Any]) -> bool:
@@ -160,9 +188,19 @@ def rebuild_game(
         hasher.update(part.encode())
         hasher.update(b"\0")
     path = (cache or cache_dir()) / "alfworld" / "games" / f"{hasher.hexdigest()}.tw-pddl"
-    if not path.exists():
-        game = build_game(task, description)
+    if path.exists():
+        if read_game_file(path) is not None:
+            return path
+        print(f"[alfworld] rebuilding the damaged cached game {path}", file=sys.stderr, flush=True)
+    game = build_game(task, description)
+    try:
         _atomic_write(path, json.dumps(game))
+    except OSError as exc:
+        state = "is damaged and cannot be rebuilt" if path.exists() else "cannot be written"
+        raise EnvDataError(
+            f"the cached game {path} {state} ({exc.strerror or exc}): make {path.parent} writable, or point "
+            "PROGPO_CACHE at a writable folder"
+        ) from exc
     return path
 
 
@@ -211,9 +249,15 @@ def collect_tasks(split_dir: Path, *, trust_game_files: bool = False) -> list[AL
                 continue
         has_game_file = "game.tw-pddl" in files
         if has_game_file:
-            with open(trial_dir / "game.tw-pddl") as f:
-                if not json.load(f).get("solvable", False):
-                    continue
+            try:
+                solvable = json.loads((trial_dir / "game.tw-pddl").read_bytes()).get("solvable", False)
+            except (ValueError, AttributeError):  # not JSON, or not an object
+                raise EnvDataError(
+                    f"{trial_dir / 'game.tw-pddl'} is damaged (not a game file): restore the trial from the "
+                    "ALFWorld data"
+                ) from None
+            if not solvable:
+                continue
         elif "initial_state.pddl" not in files:
             continue
         tasks.append(ALFWorldTask(task_id, task_type, trial_dir, has_game_file, trust_game_files))

@@ -7,6 +7,9 @@
 * :mod:`~progpo_envs.server.request_args` — the JSON body and validated reset/step arguments of a request;
 * :mod:`~progpo_envs.server.remote` — ``progpo/Remote-v0``, the client env, and batched stepping;
 * :mod:`~progpo_envs.server.agentgym` — AgentGym's ``/create``, ``/reset``, ``/step``, ... routes;
+* :mod:`~progpo_envs.server.openenv_app`, :mod:`~progpo_envs.server.openenv_session` and
+  :mod:`~progpo_envs.server.openenv_models` — one env as an OpenEnv environment (OpenEnv's own server, the
+  episodes in the pool; ``progpo serve --protocol openenv``);
 * :mod:`~progpo_envs.server.serving` and :mod:`~progpo_envs.server.cli` — waitress, ``progpo serve``.
 
 Nothing is imported here, so ``import progpo_envs.server.remote`` does not pull in Flask.

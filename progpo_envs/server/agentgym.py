@@ -60,7 +60,7 @@ from flask import Blueprint, jsonify, request
 from progpo_envs.alfworld.data import available_splits, load_tasks, resolve_data_dir
 from progpo_envs.server.codec import decode
 from progpo_envs.server.pool import EnvPool, ServerError
-from progpo_envs.server.request_args import available_actions, json_body
+from progpo_envs.server.request_args import available_actions, json_body, request_client
 
 _ID_BITS = 53  # exact in every JSON implementation (IEEE doubles)
 #: AgentGym's ALFWorld mapping files, in id order, and the ``json_2.1.1`` split each one's trials come from.
@@ -292,7 +292,7 @@ def agentgym_blueprint(pool: EnvPool, env_id: str, games: AgentGymGames | None =
         return {"split": split, "task_types": None, "scenes": None}  # the whole split, as AgentGym's ids
 
     def new_entry(split: str | None) -> _Entry:
-        instance_id, _ = pool.create(env_id, {}, server_kwargs(split), client=request.remote_addr)
+        instance_id, _ = pool.create(env_id, {}, server_kwargs(split), client=request_client())
         return _Entry(instance_id, split)
 
     def last(entry: _Entry) -> tuple[str, dict[str, Any]]:

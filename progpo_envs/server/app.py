@@ -16,9 +16,15 @@ Routes (every body and answer is JSON; values inside ``info``/``options`` use
   ``POST /batch/reset`` ``{resets: [{instance_id, seed?, options?, seq?}, ...]}``.
 
 A batch answers one result per item, each ``{"ok": true, ...}`` or ``{"ok": false, "status", "error"}``, so
-one lost instance does not fail the others. Errors are ``{"error": message}`` with a 4xx status for anything
+one lost instance does not fail the others. A batch's answer is bounded: its items run in chunks of
+:data:`BATCH_CHUNK` and once the answer holds :data:`MAX_BATCH_ANSWER_CHARS` characters of observations and
+infos (an html-mode page is some 4,000), the items left are not run and answer ``{"ok": false, "status": 413,
+"not_run": true}``: nothing happened to them, and the client sends them again (``progpo/Remote-v0`` does).
+Errors are ``{"error": message}`` with a 4xx status for anything
 the client can fix (400 malformed, 404 unknown instance or route, 409 out of order / not reset, 410 instance
-lost with its worker, 413 too large, 429 instance limit) and 503/504 when the server cannot answer now.
+lost with its worker, 413 too large, 429 instance limit; 401 for an unknown client token) and 503/504 when the
+server cannot answer now. Every request counts against its client: its host, or its client token with
+``client_tokens`` (:mod:`webshop_server.clients`).
 ``seq`` makes a retried reset/step return the original answer instead of acting twice (see
 :mod:`progpo_envs.server.pool`).
 
@@ -38,7 +44,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from progpo_envs.server.agentgym import AgentGymGames, agentgym_blueprint
@@ -50,13 +56,20 @@ from progpo_envs.server.request_args import (
     available_actions,
     json_body,
     options_arg,
+    request_client,
     reset_args,
     seed_arg,
     step_args,
 )
+from webshop_server.clients import ClientTokens, UnknownClientToken, identify_client
 
 #: Most items in one batch request.
 MAX_BATCH = 4096
+#: Items of a batch run together before the size of its answer is checked.
+BATCH_CHUNK = 256
+#: Characters of observations and infos after which a batch's remaining items are not run (as large as the
+#: largest request: a batch answers at most about what a client may send).
+MAX_BATCH_ANSWER_CHARS = MAX_REQUEST_BYTES
 
 
 @dataclasses.dataclass
@@ -73,6 +86,8 @@ class ServerConfig:
         agentgym_mappings: The folder of AgentGym's ALFWorld ``mappings_train.json``/``mappings_test.json``:
             AgentGym's ``game`` ids then name its games in the real data (``None``: they index the hosted
             split).
+        client_tokens: The operator's client tokens (``--client-tokens``): a request with one counts as that
+            token's client, one with an unknown token is a 401; ``None``: every client is its host.
     """
 
     env_ids: tuple[str, ...] = ("progpo/ALFWorld-v0",)
@@ -81,6 +96,7 @@ class ServerConfig:
     pool: PoolConfig = dataclasses.field(default_factory=PoolConfig)
     agentgym: str | None = None
     agentgym_mappings: str | None = None
+    client_tokens: ClientTokens | None = None
 
     def policies(self) -> dict[str, EnvPolicy]:
         """The allow-list policy of each hosted env."""
@@ -105,6 +121,26 @@ def _batch_result(reply: tuple) -> dict[str, Any]:
     if reply[0] == "ok":
         return {"ok": True, **reply[1]}
     return {"ok": False, "status": reply[1], "error": reply[2]}
+
+
+def _text_chars(value: Any, depth: int = 0) -> int:
+    """About how many characters ``value`` takes in JSON: its strings' lengths, 8 for any other leaf."""
+    if isinstance(value, str):
+        return len(value)
+    if depth < 8 and isinstance(value, dict):
+        return sum(len(k) + _text_chars(v, depth + 1) for k, v in value.items())
+    if depth < 8 and isinstance(value, list):
+        return sum(_text_chars(v, depth + 1) for v in value)
+    return 8
+
+
+def _not_run(limit: int) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "status": 413,
+        "not_run": True,
+        "error": f"not run: this batch's answer reached {limit} characters; send this item again",
+    }
 
 
 def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) -> Flask:
@@ -156,6 +192,12 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
     @app.before_request
     def _count_request():
         count("requests")
+        try:
+            g.client = identify_client(
+                config.client_tokens, request.headers.get("Authorization"), request.remote_addr
+            )
+        except UnknownClientToken as exc:
+            raise ServerError(401, str(exc)) from None
 
     @app.get("/health")
     def health():
@@ -183,7 +225,7 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
     def create_instance():
         body = json_body()
         # the kwargs go to the allow-list as sent: their names are checked before any value is decoded
-        instance_id, meta = pool.create(body.get("env_id"), body.get("kwargs"), client=request.remote_addr)
+        instance_id, meta = pool.create(body.get("env_id"), body.get("kwargs"), client=request_client())
         answer: dict[str, Any] = {"instance_id": instance_id, **meta}
         if "seed" in body or "options" in body:
             try:
@@ -230,7 +272,16 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
                 parsed.append({"instance_id": item.get("instance_id"), **parse(item)})
             except ServerError as exc:
                 raise ServerError(exc.status, f"{key}[{position}]: {exc.message}") from None
-        return jsonify(results=[_batch_result(reply) for reply in pool.batch(op, parsed)])
+        results: list[dict[str, Any]] = []
+        chars = 0
+        for start in range(0, len(parsed), BATCH_CHUNK):
+            if chars >= MAX_BATCH_ANSWER_CHARS:
+                results += [_not_run(MAX_BATCH_ANSWER_CHARS)] * (len(parsed) - start)
+                break
+            for reply in pool.batch(op, parsed[start : start + BATCH_CHUNK]):
+                results.append(_batch_result(reply))
+                chars += _text_chars(reply[1]) if reply[0] == "ok" else 0
+        return jsonify(results=results)
 
     @app.post("/batch/step")
     def batch_step():

@@ -15,6 +15,12 @@ scores as AgentGym's servers do (:mod:`progpo_envs.server.agentgym`). AgentGym's
     ALFWORLD_DATA=/data/alfworld progpo serve --env progpo/ALFWorld-v0 --idle-timeout 0 \\
         --agentgym-mappings AgentGym/agentenv-alfworld/configs
 
+``--protocol openenv`` serves one env as an OpenEnv environment instead (OpenEnv's own server at the root of
+the port, episodes in the same env workers; :mod:`progpo_envs.server.openenv_app`), for OpenEnv's
+``GenericEnvClient`` and the trainers built on it (TRL, verifiers, SkyRL, ...)::
+
+    progpo serve --protocol openenv --env progpo/ALFWorld-v0 --port 8010
+
 A usage error (an unknown env id, a folder that does not exist) is one line on stderr and exit status 2.
 """
 
@@ -32,15 +38,18 @@ from flask import Flask
 
 from progpo_envs.server.agentgym import AgentGymGames, Flavor, flavor_of
 from progpo_envs.server.app import ServerConfig, create_app
-from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError
-from progpo_envs.server.pool import PoolConfig
+from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError, split_names
+from progpo_envs.server.pool import PoolConfig, WorkerStartError
 from progpo_envs.server.serving import DEFAULT_THREADS, make_wsgi_server, serve_until_stopped
+from webshop_server.clients import ClientTokens
 from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
 
 #: Envs whose AgentGym protocol is mounted automatically.
 AGENTGYM_ENVS = ("progpo/ALFWorld-v0", "progpo/WebShop-v0")
 #: The env hosted when no ``--env`` is given.
 DEFAULT_ENV = "progpo/ALFWorld-v0"
+#: The protocols ``--protocol`` chooses from: ours (with AgentGym's at the root) or OpenEnv's.
+PROTOCOLS = ("native", "openenv")
 
 
 def _id_value(text: str, what: str) -> tuple[str, str]:
@@ -70,7 +79,14 @@ def build_parser() -> CommandParser:
     """The command line of ``progpo serve``."""
     parser = CommandParser(
         prog="progpo serve",
-        description="Host registered progpo/* envs over HTTP: the env server's API and AgentGym's protocol.",
+        description="Host registered progpo/* envs over HTTP: the env server's API and AgentGym's protocol, "
+        "or one env as an OpenEnv environment (--protocol openenv).",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="native",
+        help="native: the env server's API and AgentGym's; openenv: OpenEnv's server for one --env",
     )
     parser.add_argument(
         "--env",
@@ -84,13 +100,26 @@ def build_parser() -> CommandParser:
     parser.add_argument(
         "--workers", type=int, default=1, help="env worker processes (instances spread over them)"
     )
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="HTTP threads")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=DEFAULT_THREADS,
+        help="HTTP threads (openenv: threads that wait on the env workers for the sessions)",
+    )
     parser.add_argument("--max-instances", type=int, default=1024, help="live instances at most (then 429)")
     parser.add_argument(
         "--max-instances-per-client",
         type=int,
         default=None,
-        help="live instances one client address may hold (default: half of --max-instances; then 429)",
+        help="live instances one client (a host, or a client token) may hold (default: half of "
+        "--max-instances; then 429)",
+    )
+    parser.add_argument(
+        "--client-tokens",
+        metavar="FILE",
+        help="a file of client tokens, one per line: a request with 'Authorization: Bearer <token>' counts "
+        "as that token's client (its own share), an unknown token is refused (401), a request without one "
+        "counts as its host",
     )
     parser.add_argument(
         "--idle-timeout",
@@ -180,6 +209,12 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     for env_id in env_ids:
         if env_id not in hostable:
             raise one_of("env", env_id, hostable)
+    if args.protocol == "openenv":
+        if len(env_ids) != 1:
+            raise UsageError("--protocol openenv serves one env per port: give exactly one --env")
+        if args.agentgym not in ("auto", "none") or args.agentgym_mappings is not None:
+            raise UsageError("--agentgym and --agentgym-mappings go with --protocol native")
+        args.agentgym = "none"
     if args.agentgym == "none":
         agentgym = None
     elif args.agentgym == "auto":
@@ -190,14 +225,24 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
             choices = ", ".join([*env_ids, "auto", "none"])
             raise UsageError(f"--agentgym {agentgym} is not a hosted env; choose from {choices}")
     mappings = None
+    env_kwargs = dict(args.env_kwargs)
     if args.agentgym_mappings is not None:
         mappings = str(existing_dir("--agentgym-mappings", args.agentgym_mappings))
         if agentgym is None or flavor_of(agentgym) is not Flavor.ALFWORLD:
             raise UsageError("--agentgym-mappings needs an ALFWorld env served through AgentGym's protocol")
         try:
-            AgentGymGames.for_env(mappings, dict(args.env_kwargs).get(agentgym, {}))
+            games = AgentGymGames.for_env(mappings, env_kwargs.get(agentgym, {}))
         except (FileNotFoundError, ValueError) as exc:
             raise UsageError(f"--agentgym-mappings: {exc}") from None
+        env_kwargs[agentgym] = _split_for_partial_data(agentgym, env_kwargs.get(agentgym, {}), games)
+    for env_id in env_ids:
+        _check_split(env_id, env_kwargs.get(env_id, {}))
+    tokens = None
+    if args.client_tokens is not None:
+        try:
+            tokens = ClientTokens.from_file(args.client_tokens)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--client-tokens {args.client_tokens}: {exc}") from None
     pool = PoolConfig(
         num_workers=args.workers,
         max_instances=args.max_instances,
@@ -207,12 +252,70 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     )
     return ServerConfig(
         env_ids=env_ids,
-        env_kwargs=dict(args.env_kwargs),
+        env_kwargs=env_kwargs,
         allowed_kwargs=dict(args.allow_kwargs),
         pool=pool,
         agentgym=agentgym,
         agentgym_mappings=mappings,
+        client_tokens=tokens,
     )
+
+
+def _parameters(spec) -> dict:
+    """The constructor parameters of a registered env (by name)."""
+    import inspect
+
+    from gymnasium.envs.registration import load_env_creator
+
+    return dict(inspect.signature(load_env_creator(spec.entry_point)).parameters)
+
+
+def _check_split(env_id: str, kwargs: dict) -> None:
+    """The split ``env_id`` will be built with (the operator's, else the constructor's default) must be one
+    its data has: else one line naming the ones it has and how to choose one (before any worker starts)."""
+    import gymnasium as gym
+
+    from progpo_envs.alfworld.data import resolve_data_dir
+
+    spec = gym.spec(env_id)
+    fixed = {**(spec.kwargs or {}), **kwargs}
+    splits = split_names(spec.entry_point, fixed)
+    parameter = _parameters(spec).get("split")
+    if splits is None or parameter is None:
+        return
+    split = fixed.get("split", parameter.default)
+    split = getattr(split, "value", split)  # an enum default (WebShop's Split.TRAIN)
+    if str(split) not in splits:
+        root = resolve_data_dir(fixed.get("data_dir")) if "data_dir" in _parameters(spec) else None
+        where = f" in {root}/json_2.1.1" if root is not None else ""
+        fix = (
+            f"choose one with --env-kwargs '{env_id}={json.dumps({'split': splits[0]})}'"
+            if splits
+            else "give the folder that contains json_2.1.1/ (ALFWORLD_DATA or data_dir)"
+        )
+        has = ", ".join(splits) or "none"
+        raise UsageError(f"{env_id}: no split {split!r}{where} (it has: {has}); {fix}")
+
+
+def _split_for_partial_data(env_id: str, kwargs: dict, games: AgentGymGames) -> dict:
+    """``kwargs`` for ``env_id`` with AgentGym's games: when the operator chose no split and the env's default
+    one is not in the data (e.g. AgentGym's test trials only), the native API hosts AgentGym's default split,
+    so the server starts (its workers build the env once at start) and absent ids answer 404 naming them."""
+    import gymnasium as gym
+
+    from progpo_envs.alfworld.data import available_splits
+
+    if "split" in kwargs:
+        return kwargs
+    default = _parameters(gym.spec(env_id)).get("split")
+    if default is None or default.default in available_splits(games.data_dir):
+        return kwargs
+    print(
+        f"progpo serve: note: {games.data_dir}/json_2.1.1 has no split {default.default!r}; the native API "
+        f"hosts {games.default_split!r} (choose another with --env-kwargs)",
+        file=sys.stderr,
+    )
+    return {**kwargs, "split": games.default_split}
 
 
 def app_from_environment() -> Flask:
@@ -222,13 +325,58 @@ def app_from_environment() -> Flask:
     return create_app(config)
 
 
+def openenv_app_from_environment():
+    """The OpenEnv app configured by ``PROGPO_SERVE_ARGS`` (``progpo serve`` flags in one string), for
+    ``uvicorn --factory progpo_envs.server.cli:openenv_app_from_environment`` (the ``app`` of the
+    ``openenv.yaml`` manifests)."""
+    from progpo_envs.server.openenv_app import create_openenv_app
+
+    args = parse_args([*shlex.split(os.environ.get("PROGPO_SERVE_ARGS", "")), "--protocol", "openenv"])
+    config = build_config(args)
+    print(json.dumps({"serving": list(config.env_ids), "protocol": "openenv"}), flush=True)
+    return create_openenv_app(config, threads=args.threads)
+
+
+def serve_openenv(args: argparse.Namespace) -> int:
+    """``progpo serve --protocol openenv``: OpenEnv's server for one env until SIGTERM or SIGINT."""
+    try:
+        from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app, serve_until_stopped
+    except ModuleNotFoundError as exc:
+        return report(
+            "progpo serve",
+            UsageError(f"--protocol openenv needs the openenv extra (pip install '.[openenv]'): {exc}"),
+        )
+    try:
+        config = build_config(args)
+        app = create_openenv_app(config, threads=args.threads)
+    except (UsageError, PolicyError) as error:
+        return report("progpo serve", error)
+    server = OpenEnvServer(app, host=args.host, port=args.port)
+    print(
+        json.dumps(
+            {
+                "serving": list(config.env_ids),
+                "url": server.url,
+                "protocol": "openenv",
+                "workers": args.workers,
+                "max_sessions": config.pool.max_instances,
+            }
+        ),
+        flush=True,
+    )
+    serve_until_stopped(server)  # drains on SIGTERM, then stops the env workers
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the env server until interrupted."""
     args = parse_args(argv)
+    if args.protocol == "openenv":
+        return serve_openenv(args)
     try:
         config = build_config(args)
         app = create_app(config)
-    except (UsageError, PolicyError) as error:
+    except (UsageError, PolicyError, WorkerStartError) as error:
         return report("progpo serve", error)
     server = make_wsgi_server(app, host=args.host, port=args.port, threads=args.threads)
     print(
@@ -242,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         flush=True,
     )
-    serve_until_stopped(server, app.extensions["progpo_pool"].shutdown)  # drains on SIGTERM
+    serve_until_stopped(server, app.extensions["progpo_pool"])  # drains on SIGTERM and SIGINT
     return 0
 
 

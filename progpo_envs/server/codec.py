@@ -20,7 +20,8 @@ in
 Decoding is bounded, so a small payload cannot make a large allocation: nesting deeper than ``max_depth``
 and arrays (or numpy scalars) whose ``itemsize × size`` would exceed ``max_bytes`` in all are
 :class:`CodecError` errors, checked from the tag before anything is allocated (a
-``{"$nd": "<U50000000", ...}`` of 86 bytes would otherwise allocate 200 MB).
+``{"$nd": "<U50000000", ...}`` of 86 bytes would otherwise allocate 200 MB). Several payloads may share one
+:class:`DecodeBudget` (the env server gives each request one, for all the fields it decodes).
 
 Example:
     >>> import numpy as np
@@ -125,7 +126,33 @@ def _hashable(key: Any) -> Any:
     return key
 
 
-def decode(data: Any, *, max_depth: int = MAX_DEPTH, max_bytes: int | None = None) -> Any:
+class DecodeBudget:
+    """Bytes that the numpy values of one or more :func:`decode` calls may still allocate together.
+
+    Example:
+        >>> budget = DecodeBudget(8000)
+        >>> _ = decode({"$nd": "<U1000", "shape": [1], "v": ["a"]}, budget=budget)
+        >>> budget.bytes_left
+        4000
+    """
+
+    def __init__(self, max_bytes: int):
+        self.bytes_left = int(max_bytes)
+
+    def charge(self, tag: str, nbytes: int) -> None:
+        """Take ``nbytes`` for a ``tag`` value (:class:`CodecError` past what is left)."""
+        if nbytes > self.bytes_left:
+            raise CodecError(f"{tag} of {nbytes} bytes is over the {self.bytes_left}-byte limit")
+        self.bytes_left -= nbytes
+
+
+def decode(
+    data: Any,
+    *,
+    max_depth: int = MAX_DEPTH,
+    max_bytes: int | None = None,
+    budget: DecodeBudget | None = None,
+) -> Any:
     """The value :func:`encode` made ``data`` from (:class:`CodecError` on bad data).
 
     Args:
@@ -133,23 +160,23 @@ def decode(data: Any, *, max_depth: int = MAX_DEPTH, max_bytes: int | None = Non
         max_depth: Deepest nesting of lists, objects and tags accepted.
         max_bytes: Most bytes all numpy arrays and scalars in ``data`` may allocate together (``None``: no
             limit, for answers from a server one trusts); checked from each tag's dtype and shape first.
+        budget: A budget shared with other calls, instead of ``max_bytes``.
     """
-    return _Decoder(max_depth, max_bytes).decode(data, 0)
+    if budget is None and max_bytes is not None:
+        budget = DecodeBudget(max_bytes)
+    return _Decoder(max_depth, budget).decode(data, 0)
 
 
 class _Decoder:
-    """One :func:`decode` call: its depth limit and what is left of its allocation budget."""
+    """One :func:`decode` call: its depth limit and its allocation budget (``None``: unlimited)."""
 
-    def __init__(self, max_depth: int, max_bytes: int | None):
+    def __init__(self, max_depth: int, budget: DecodeBudget | None):
         self.max_depth = max_depth
-        self.bytes_left = max_bytes
+        self.budget = budget
 
     def charge(self, tag: str, nbytes: int) -> None:
-        if self.bytes_left is None:
-            return
-        if nbytes > self.bytes_left:
-            raise CodecError(f"{tag} of {nbytes} bytes is over the {self.bytes_left}-byte limit")
-        self.bytes_left -= nbytes
+        if self.budget is not None:
+            self.budget.charge(tag, nbytes)
 
     def decode(self, data: Any, depth: int) -> Any:
         if data is None or isinstance(data, (bool, int, str, float)):

@@ -18,6 +18,11 @@ of at most ``batch_slice`` seconds of env time, so one long batch neither holds 
 a dead worker within ``supervise_interval`` seconds, without waiting for a request to find it dead; a create
 that meets a dying worker is retried on a live one.
 
+Stopping is the server's job: a worker ignores SIGINT and SIGTERM, so a signal sent to the whole process group
+(Ctrl-C, ``systemd``'s ``KillMode=control-group``, ``kill -TERM -PGID``) leaves it serving the requests in
+flight while the server drains; :meth:`EnvPool.stop_restarting` (called as the drain starts) keeps the
+supervisor from reviving workers from then on, and :meth:`EnvPool.shutdown` stops them.
+
 Example:
     >>> policy = EnvPolicy.from_registry("progpo/ALFWorld-v0")  # doctest: +SKIP
     >>> pool = EnvPool({policy.env_id: policy})  # doctest: +SKIP
@@ -31,6 +36,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -41,8 +47,10 @@ from typing import Any
 
 import psutil
 
+from progpo_envs.core.errors import EnvDataError
 from progpo_envs.server.codec import dumps, encode
 from progpo_envs.server.policy import EnvPolicy
+from webshop_server.usage import failure_line
 
 
 class ServerError(Exception):
@@ -52,6 +60,11 @@ class ServerError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class WorkerStartError(RuntimeError):
+    """An env worker could not start (its envs could not be built): the message is one line with the cause
+    and, for a full disk or an unwritable cache, the fix (:func:`webshop_server.usage.failure_line`)."""
 
 
 class FairLock:
@@ -188,9 +201,18 @@ def _run_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: st
     return _error(400, f"unknown operation {op!r}")
 
 
+#: Messages of the env data errors this worker has logged (each is logged once, answered every time).
+_REPORTED_DATA_ERRORS: set[str] = set()
+
+
 def _safe_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: str, args: dict) -> tuple:
     try:
         return _run_op(instances, creators, op, args)
+    except EnvDataError as exc:  # a damaged file on the server's side: a server fault that names the file
+        if str(exc) not in _REPORTED_DATA_ERRORS:
+            _REPORTED_DATA_ERRORS.add(str(exc))
+            print(f"[env-server] env data error: {exc}", file=sys.stderr, flush=True)
+        return _error(500, f"the server's env data is damaged: {exc}")
     except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
         # Bad input reaching the env (task_index out of range, a kwarg of the wrong type): the caller's fault.
         return _error(400, f"{type(exc).__name__}: {exc}")
@@ -219,6 +241,8 @@ def _worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dic
     """Worker loop: answer ``(op, args)`` messages; ``("batch", (calls, budget_s))`` answers the replies of
     the calls it ran within the budget (a prefix of ``calls``: the pool sends the rest again)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the parent drains and then stops this worker
+        signal.signal(sig, signal.SIG_IGN)
     try:
         from gymnasium.envs.registration import load_env_creator
 
@@ -231,14 +255,14 @@ def _worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dic
         ) in creators.items():  # warm-up: first construction loads shared data (catalog, index)
             creator(**fixed_kwargs[env_id]).close()
         conn.send(("ok", os.getpid()))
-    except Exception:  # noqa: BLE001 - report start-up failures to the parent instead of dying silently
-        conn.send(("error", 500, traceback.format_exc()))
+    except Exception as exc:  # noqa: BLE001 - report start-up failures to the parent instead of dying silently
+        conn.send(("error", 500, failure_line(exc)))
         return
     instances: dict[str, _Instance] = {}
     while True:
         try:
             op, args = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
+        except (EOFError, OSError):
             break
         if op == "shutdown":
             break
@@ -360,6 +384,7 @@ class EnvPool:
             OrderedDict()
         )  # ids lost with a worker, so they get a 410, not a 404
         self._pending_close: list[tuple[str, _Record]] = []
+        self._stopping = threading.Event()  # set when the server starts draining: no more restarts
         self._closed = threading.Event()
         for worker in self._workers:
             with worker.lock:
@@ -385,26 +410,26 @@ class EnvPool:
         worker.process, worker.conn = process, parent
         if not parent.poll(self.config.startup_timeout):
             process.kill()
-            raise RuntimeError(
+            raise WorkerStartError(
                 f"env worker {worker.index} did not start within {self.config.startup_timeout}s"
             )
         try:
             status, *payload = parent.recv()
         except (EOFError, OSError):
             process.join(5)
-            raise RuntimeError(
+            raise WorkerStartError(
                 f"env worker {worker.index} exited while starting (exit code {process.exitcode})"
             ) from None
         if status != "ok":
             process.join(5)
-            raise RuntimeError(f"env worker {worker.index} failed to start:\n{payload[-1]}")
+            raise WorkerStartError(f"env worker {worker.index} failed to start: {payload[-1]}")
         worker.generation += 1
         worker.ready = True
 
     def _restart(self, worker: _Worker, reason: str) -> None:
         """With ``worker.lock`` held: forget its instances, replace the process (unless shutting down)."""
         worker.ready = False
-        if self._closed.is_set():
+        if self._stopping.is_set():
             raise ServerError(503, "the env server is shutting down")
         print(f"[env-server] restarting env worker {worker.index}: {reason}", file=sys.stderr, flush=True)
         if worker.process is not None and worker.process.is_alive():
@@ -685,7 +710,7 @@ class EnvPool:
             if worker.alive or not worker.lock.acquire(blocking=False):
                 continue
             try:
-                if not worker.alive and not self._closed.is_set():
+                if not worker.alive and not self._stopping.is_set():
                     code = worker.process.exitcode if worker.process is not None else None
                     self._restart(worker, f"found dead (exit code {code})")
                     restarted += 1
@@ -749,8 +774,13 @@ class EnvPool:
             "workers": workers,
         }
 
+    def stop_restarting(self) -> None:
+        """From now on a dead worker stays dead (its requests answer 503): the server is draining."""
+        self._stopping.set()
+
     def shutdown(self) -> None:
         """Stop the sweeper and the workers."""
+        self._stopping.set()
         self._closed.set()
         for worker in self._workers:
             with worker.lock:

@@ -8,11 +8,14 @@ seed. Because it is a text env like the others, the group vector env works over 
     envs = gymnasium.make_vec("progpo/Remote-v0", num_envs=8, group_size=4, url=url,
     env_id="progpo/ALFWorld-v0")
 
-Networking: one ``requests.Session`` per env (connection reuse); a connect and a read timeout; idempotent
-calls (reads, close, and reset/step, which carry a ``seq`` number the server deduplicates) are retried with
-exponential back-off on connection errors, timeouts and 502/503/504; creating an instance is retried only when
-the connection was refused (nothing reached the server). When the server stays unreachable the error says so
-(:class:`ServerUnavailableError`); an instance the server no longer has raises :class:`InstanceLostError`.
+Networking: one session per env (connection reuse, :class:`~progpo_envs.core.http_client.DeadlineSession`);
+every call has a wall-clock deadline, ``timeout`` seconds for all its attempts together, so a server or proxy
+that answers a byte at a time cannot hold a trainer (the call fails with :class:`ServerUnavailableError`
+naming the deadline). Idempotent calls (reads, close, and reset/step, which carry a ``seq`` number the server
+deduplicates) are retried with exponential back-off on connection errors, timeouts and 502/503/504 while time
+is left; creating an instance is retried only when the connection was refused (nothing reached the server).
+When the server stays unreachable the error says so (:class:`ServerUnavailableError`); an instance the server
+no longer has raises :class:`InstanceLostError`.
 
 :func:`step_batch` and :func:`reset_batch` act on many remote envs of one server in a single request, and
 :class:`RemoteGroupVectorEnv` (``make_vec``'s vector env for the remote id) uses them for every vector step.
@@ -27,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -34,10 +38,12 @@ from typing import Any
 import gymnasium as gym
 import requests
 
+from progpo_envs.core.http_client import DeadlineSession
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.core.spaces import MAX_ACTION_LENGTH, MAX_OBSERVATION_LENGTH, Unicode
 from progpo_envs.core.vector import GroupVectorEnv, VectorMode
 from progpo_envs.server.codec import decode, encode
+from webshop_server.clients import CLIENT_TOKEN_VAR
 
 _RETRY_STATUSES = {502, 503, 504}
 
@@ -72,24 +78,46 @@ def _refused(exc: requests.RequestException) -> bool:
 
 
 class _Client:
-    """HTTP calls to one server with timeouts and retries (see the module docstring)."""
+    """HTTP calls to one server with a deadline per call and retries (see the module docstring)."""
 
-    def __init__(self, url: str, timeout: float, connect_timeout: float, retries: int, backoff: float):
+    def __init__(
+        self,
+        url: str,
+        timeout: float,
+        connect_timeout: float,
+        retries: int,
+        backoff: float,
+        token: str | None = None,
+    ):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.url = url.rstrip("/")
-        self.timeout = (connect_timeout, timeout)
+        self.timeout = float(timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
-        self.session = requests.Session()
+        self.session = DeadlineSession(self.timeout, connect_timeout=connect_timeout)
+        token = token if token is not None else os.environ.get(CLIENT_TOKEN_VAR)
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
 
     def request(self, method: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
         last: str = ""
+        deadline = time.monotonic() + self.timeout
         for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+            pause = self.backoff * 2 ** (attempt - 1) if attempt else 0.0
+            left = deadline - time.monotonic() - pause
+            if left <= 0:  # no time left for another attempt
+                raise ServerUnavailableError(
+                    None,
+                    f"env server at {self.url} did not answer {method} {path} within "
+                    f"timeout={self.timeout:g} s (one deadline for the call and its retries; last attempt: "
+                    f"{last or 'none'})",
+                )
+            time.sleep(pause)
             try:
-                response = self.session.request(method, self.url + path, json=body, timeout=self.timeout)
+                response = self.session.request(method, self.url + path, json=body, deadline=left)
             except requests.RequestException as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 if idempotent or _refused(exc):
@@ -107,7 +135,14 @@ class _Client:
                 if response.status_code in (404, 410) and path.startswith("/instances/"):
                     raise InstanceLostError(response.status_code, message)
                 raise RemoteEnvError(response.status_code, message)
-            return response.json()
+            try:
+                return response.json()
+            except ValueError:  # a proxy's error page, or an answer cut short
+                raise RemoteEnvError(
+                    response.status_code,
+                    f"env server at {self.url} answered {method} {path} with a body that is not JSON: "
+                    f"{response.text[:200]!r}",
+                ) from None
         raise ServerUnavailableError(
             None, f"env server at {self.url} is unavailable after {self.retries + 1} attempts ({last})"
         )
@@ -126,10 +161,13 @@ class RemoteEnv(gym.Env[str, str]):
     Args:
         url: The server, e.g. ``http://127.0.0.1:8000``.
         env_id: The hosted env (``progpo/ALFWorld-v0``, ``progpo/WebShop-v0``, ...).
-        timeout: Seconds to wait for an answer.
+        timeout: Seconds one call (reset, step, ...) may take in all, its retries included: a wall-clock
+            deadline, not a per-read timeout.
         connect_timeout: Seconds to wait for a connection.
         retries: Extra attempts for retryable failures.
         backoff: First back-off in seconds (doubles per attempt).
+        token: The client token the server's operator gave this client (sent as ``Authorization: Bearer``;
+            default ``$PROGPO_CLIENT_TOKEN``; none: the server counts this client as its host).
         render_mode: ``"ansi"`` or ``None``.
         **env_kwargs: Constructor kwargs of the hosted env (the server's allow-list applies).
     """
@@ -145,6 +183,7 @@ class RemoteEnv(gym.Env[str, str]):
         connect_timeout: float = 5.0,
         retries: int = 3,
         backoff: float = 0.2,
+        token: str | None = None,
         render_mode: str | None = None,
         **env_kwargs: Any,
     ):
@@ -156,7 +195,7 @@ class RemoteEnv(gym.Env[str, str]):
             )
         self.render_mode = render_mode
         self.env_id = env_id
-        self._client = _Client(url, timeout, connect_timeout, retries, backoff)
+        self._client = _Client(url, timeout, connect_timeout, retries, backoff, token)
         meta = self._client.request(
             "POST", "/instances", {"env_id": env_id, "kwargs": encode(env_kwargs)}, idempotent=False
         )
@@ -264,18 +303,30 @@ def _batch(kind: str, remotes: list[RemoteEnv], bodies: list[dict[str, Any]], ap
     results: list[Any] = [None] * len(remotes)
     failures = []
     for positions in by_url.values():
-        items = [
-            {**bodies[p], "instance_id": remotes[p]._path()[len("/instances/") :], "seq": remotes[p]._seq + 1}
-            for p in positions
-        ]
-        key = "steps" if kind == "step" else "resets"
-        answers = remotes[positions[0]]._client.request("POST", f"/batch/{kind}", {key: items})["results"]
-        for p, answer in zip(positions, answers, strict=True):
-            if answer["ok"]:
-                remotes[p]._seq += 1
-                results[p] = apply(remotes[p], answer)
-            else:
-                failures.append(f"env {p}: [{answer['status']}] {answer['error']}")
+        while positions:  # items the server did not run (its answer was full) go again
+            items = [
+                {
+                    **bodies[p],
+                    "instance_id": remotes[p]._path()[len("/instances/") :],
+                    "seq": remotes[p]._seq + 1,
+                }
+                for p in positions
+            ]
+            key = "steps" if kind == "step" else "resets"
+            answers = remotes[positions[0]]._client.request("POST", f"/batch/{kind}", {key: items})["results"]
+            not_run = []
+            for p, answer in zip(positions, answers, strict=True):
+                if answer["ok"]:
+                    remotes[p]._seq += 1
+                    results[p] = apply(remotes[p], answer)
+                elif answer.get("not_run"):
+                    not_run.append(p)
+                else:
+                    failures.append(f"env {p}: [{answer['status']}] {answer['error']}")
+            if len(not_run) == len(positions):
+                failures += [f"env {p}: the server ran none of the batch's items" for p in not_run]
+                break
+            positions = not_run
     if failures:
         error = RemoteEnvError(None, f"batch {kind} failed for " + "; ".join(failures))
         error.results = results  # type: ignore[attr-defined]

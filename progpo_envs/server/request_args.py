@@ -8,7 +8,9 @@ Nothing is built from a request before its size is known to be bounded: the body
 :data:`MAX_REQUEST_BYTES`, holds at most :data:`MAX_JSON_VALUES` JSON values (counted on the raw bytes before
 parsing: an 8 MiB body of ``{},{},...`` would otherwise become 2.8 million Python dicts), is parsed without
 ``NaN``/``Infinity`` (not JSON; ``task_index: Infinity`` would reach the env) and nests at most
-:data:`MAX_JSON_DEPTH` levels in what is decoded (413 for the first, 400 for the others).
+:data:`MAX_JSON_DEPTH` levels in what is decoded (413 for the first, 400 for the others). What the decoded
+fields of one request may allocate (numpy values in ``options``, all items of a batch together) is bounded by
+the request's own size (:func:`decode_budget`): an 85-byte request cannot make the server allocate 8 MiB.
 
 Example:
     >>> reset_args({"seed": 3})
@@ -26,9 +28,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flask import request
+from flask import g, request
+from werkzeug.exceptions import HTTPException
 
-from progpo_envs.server.codec import CodecError, decode
+from progpo_envs.server.codec import CodecError, DecodeBudget, decode
 from progpo_envs.server.pool import ServerError
 
 _MAX_SEED = 2**64
@@ -38,6 +41,11 @@ MAX_REQUEST_BYTES = 8 << 20
 MAX_JSON_VALUES = 1 << 17
 #: Deepest nesting of decoded options or kwargs (an env's options are flat: ``{"task_index": 3}``).
 MAX_JSON_DEPTH = 16
+#: Bytes of numpy values a request may decode per byte of its body (a 2-byte JSON number becomes 8 bytes, a
+#: character 4), at least :data:`MIN_DECODE_BYTES` and at most :data:`MAX_REQUEST_BYTES`.
+DECODE_BYTES_PER_BODY_BYTE = 8
+#: The decode budget of a small request.
+MIN_DECODE_BYTES = 64 << 10
 
 
 def _no_constants(name: str) -> Any:
@@ -46,7 +54,13 @@ def _no_constants(name: str) -> Any:
 
 def json_body() -> dict[str, Any]:
     """The request's JSON object (empty for an empty body); 400 for anything else, 413 for too much."""
-    raw = request.get_data(cache=True)  # Flask's MAX_CONTENT_LENGTH answers 413 past MAX_REQUEST_BYTES
+    try:
+        raw = request.get_data(cache=True)  # Flask's MAX_CONTENT_LENGTH answers 413 past MAX_REQUEST_BYTES
+    except HTTPException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the WSGI server's parse errors (gunicorn's InvalidChunkSize is
+        # a plain Exception), a client that hung up: all about the client's bytes
+        raise ServerError(400, f"the request body could not be read ({type(exc).__name__})") from None
     if not raw:
         return {}
     # every object, array and array item but the first of each opens with "{", "[" or ","; counted at C speed
@@ -63,12 +77,31 @@ def json_body() -> dict[str, Any]:
     return body
 
 
+def request_client() -> str:
+    """The client the request counts against (its host or client token: :mod:`webshop_server.clients`), as
+    the app found it before the request ran."""
+    return g.client
+
+
+def decode_budget() -> DecodeBudget:
+    """The request's budget for decoded values, shared by all its fields: :data:`DECODE_BYTES_PER_BODY_BYTE`
+    times its body's size, within [:data:`MIN_DECODE_BYTES`, :data:`MAX_REQUEST_BYTES`]."""
+    if "decode_budget" not in g:
+        size = len(request.get_data(cache=True))
+        g.decode_budget = DecodeBudget(
+            min(MAX_REQUEST_BYTES, max(MIN_DECODE_BYTES, DECODE_BYTES_PER_BODY_BYTE * size))
+        )
+    return g.decode_budget
+
+
 def decode_arg(name: str, raw: Any) -> Any:
-    """A codec-encoded field of a request, decoded within the request's limits (400 naming ``name``)."""
+    """A codec-encoded field of a request, decoded within the request's budget (400 naming ``name``)."""
     try:
-        return decode(raw, max_depth=MAX_JSON_DEPTH, max_bytes=MAX_REQUEST_BYTES)
+        return decode(raw, max_depth=MAX_JSON_DEPTH, budget=decode_budget())
     except CodecError as exc:
-        raise ServerError(400, f"{name}: {exc}") from None
+        raise ServerError(
+            400, f"{name}: {exc} (a request may decode {DECODE_BYTES_PER_BODY_BYTE} times its own size)"
+        ) from None
 
 
 def seed_arg(body: Mapping[str, Any]) -> int | None:

@@ -107,18 +107,29 @@ class LocalBackend:
 
 
 class HttpBackend:
-    """The session API of a running server (``progpo webshop serve``), through ``requests``."""
+    """The session API of a running server (``progpo webshop serve``); every call has a ``timeout_s`` deadline
+    (wall clock: a server answering a byte at a time cannot hold the env)."""
 
     def __init__(self, url: str, timeout_s: float = 30.0):
-        import requests
+        import os
+
+        from progpo_envs.core.http_client import DeadlineSession
+        from webshop_server.clients import CLIENT_TOKEN_VAR
 
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._http = requests.Session()
+        self._http = DeadlineSession(timeout_s)
+        if os.environ.get(CLIENT_TOKEN_VAR):  # the operator's token for this client (its own share)
+            self._http.headers["Authorization"] = f"Bearer {os.environ[CLIENT_TOKEN_VAR]}"
         self._info = self._call("GET", "/api/info")
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict:
-        response = self._http.request(method, self.url + path, timeout=self.timeout_s, **kwargs)
+        import requests
+
+        try:
+            response = self._http.request(method, self.url + path, **kwargs)
+        except requests.RequestException as exc:
+            raise RuntimeError(f"WebShop server {self.url}: {method} {path} failed: {exc}") from exc
         if response.status_code >= 400:
             raise RuntimeError(
                 f"WebShop server {method} {path} -> {response.status_code}: {response.text[:500]}"

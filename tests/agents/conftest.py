@@ -24,7 +24,8 @@ class ScriptedEndpoint:
 
     ``faults`` is a queue of ``(kind, value)`` consumed one per request before the policy answers:
     ``("status", 429)`` answers that HTTP status (with ``Retry-After: 0`` for 429), ``("sleep", s)`` waits
-    ``s`` seconds before answering normally. ``requests`` records every request body; ``max_in_flight`` the
+    ``s`` seconds before answering normally, ``("garbage", 0)`` answers 200 with a body that is not JSON (any
+    other kind answers normally). ``requests`` records every request body; ``max_in_flight`` the
     highest number of requests served at once. Usage: prompt tokens = characters // 4, completion tokens
     likewise.
     """
@@ -60,6 +61,12 @@ class ScriptedEndpoint:
                     return jsonify(error), status, headers
                 if fault and fault[0] == "sleep":
                     time.sleep(fault[1])
+                if fault and fault[0] == "garbage":  # a 200 whose body is cut short: not JSON
+                    return (
+                        '{"id": "chatcmpl-x", "choices": [{"message": {"content": "<act',
+                        200,
+                        {"Content-Type": "application/json"},
+                    )
                 if self.delay_s:
                     time.sleep(self.delay_s)
                 text = self.policy(body["messages"], body)

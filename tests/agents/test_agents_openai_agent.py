@@ -152,3 +152,43 @@ def test_eval_cli_with_the_openai_agent_is_reproducible(endpoint, tmp_path):
     assert summary["tokens"] == sum(s["prompt_tokens"] + s["completion_tokens"] for s in steps) > 0
     assert all(s["prompt"][0]["role"] == "user" and len(s["obs_hash"]) == 16 for s in steps)
     assert records == records_b  # same seed, other batching: the same episodes
+
+
+@pytest.mark.parametrize("what", ["body", "headers"])
+def test_timeout_is_a_deadline_against_a_trickling_endpoint(trickling_server, what):
+    """An endpoint sending a byte at a time resets any per-read timeout; ``timeout_s`` bounds each attempt
+    (before: ``progpo eval --timeout 3`` was still waiting after 150 s)."""
+    server = trickling_server(what=what)
+    agent = OpenAIChatAgent(
+        OpenAIConfig(model="m", base_url=server.url + "/v1", timeout_s=1.0, max_retries=1, backoff_s=0.01)
+    )
+    start = time.monotonic()
+    with pytest.raises(AgentRequestError, match=r"127\.0\.0\.1.*after 2 attempts.*1 s deadline"):
+        agent.complete(PROMPT)
+    assert time.monotonic() - start < 4.0
+    [generation] = agent.generate([PROMPT], [0])  # in a batch, the failure is that prompt's, not raised
+    assert generation.error and "deadline" in generation.error and generation.text == ""
+    agent.close()
+
+
+def test_close_does_not_wait_for_a_stuck_request(trickling_server):
+    """close() cancels what is in flight (before: it joined the stuck thread; Ctrl-C could not end eval)."""
+    import threading
+
+    server = trickling_server()
+    agent = OpenAIChatAgent(OpenAIConfig(model="m", base_url=server.url + "/v1", timeout_s=600.0))
+    threading.Thread(target=agent.generate, args=([PROMPT], [0]), daemon=True).start()
+    while not server.requests:
+        time.sleep(0.05)
+    start = time.monotonic()
+    agent.close()
+    assert time.monotonic() - start < 1.0
+
+
+def test_an_answer_that_is_not_json_is_retried_and_names_the_endpoint(endpoint):
+    endpoint.faults = [("garbage", 0)] * 10
+    agent = _agent(endpoint, max_retries=1)
+    with pytest.raises(AgentRequestError, match=f"request to {endpoint.base_url} failed after 2 attempts"):
+        agent.complete(PROMPT)
+    assert len(endpoint.requests) == 2
+    agent.close()

@@ -177,3 +177,65 @@ def test_restricted_generated_sets_hold_only_the_requested_tasks(progpo_cache):
     assert [t.trial_dir for t in again] == [t.trial_dir for t in tasks]
     with pytest.raises(ValueError, match="valid_unseen has only FloorPlans"):
         load_tasks("valid_unseen", num_generated=2, task_types=types, scenes=scenes)
+
+
+def _data_trial_from(generated_root: Path, data_root: Path) -> Path:
+    """A generated trial copied into ``data_root`` as real data without its game file (so it is rebuilt)."""
+    source = sorted((generated_root / "json_2.1.1" / "train").glob("*/*"))[0]
+    target = data_root / "json_2.1.1" / "valid_seen" / source.parent.name / source.name
+    shutil.copytree(source, target)
+    (target / "game.tw-pddl").unlink()
+    return target
+
+
+def test_a_damaged_cached_game_is_rebuilt(generated_root, progpo_cache, tmp_path):
+    """Before: a damaged cache entry was trusted for ever and every reset raised JSONDecodeError."""
+    import gymnasium as gym
+
+    import progpo_envs  # noqa: F401
+
+    data_root = tmp_path / "data"
+    _data_trial_from(generated_root, data_root)
+    game_file = load_tasks("valid_seen", data_root)[0].game_file()
+    good = game_file.read_text()
+    game_file.write_text('{"garbage": ')
+    env = gym.make("progpo/ALFWorld-v0", data_dir=str(data_root), split="valid_seen")
+    observation, _ = env.reset(seed=0)
+    assert observation and game_file.read_text() == good
+    env.close()
+
+
+def test_a_damaged_game_in_a_read_only_cache_is_a_server_fault_naming_it(
+    generated_root, tmp_path, read_only, monkeypatch
+):
+    """The env server answers 500 naming the file and the fix, logged once (before: 400 JSONDecodeError, the
+    client blamed, on every reset)."""
+    import sys
+
+    import requests
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+    from hosting_helpers import CliServer
+
+    data_root = tmp_path / "data"
+    _data_trial_from(generated_root, data_root)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PROGPO_CACHE", str(cache))
+    game_file = load_tasks("valid_seen", data_root)[0].game_file()
+    game_file.write_text('{"garbage": ')
+    read_only(cache)
+    kwargs = json.dumps({"data_dir": str(data_root), "split": "valid_seen"})
+    server = CliServer("--env", "progpo/ALFWorld-v0", "--env-kwargs", f"progpo/ALFWorld-v0={kwargs}")
+    try:
+        for _ in range(2):
+            answer = requests.post(
+                f"{server.url}/instances", json={"env_id": "progpo/ALFWorld-v0", "seed": 0}, timeout=120
+            )
+            assert answer.status_code == 500, answer.text
+            message = answer.json()["error"]
+            assert str(game_file) in message and "writable" in message
+    finally:
+        server.stop()
+        server.log.seek(0)
+        log = server.log.read()
+    assert log.count("env data error") == 1, log[-2000:]

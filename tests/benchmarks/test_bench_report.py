@@ -150,3 +150,11 @@ def test_main_writes_and_checks(tmp_path):
     assert report.main(["--results", str(FIXTURES), "--out", str(out), "--check"]) == 0
     out.write_text(out.read_text() + "edited\n")
     assert report.main(["--results", str(FIXTURES), "--out", str(out), "--check"]) == 1
+
+
+def test_openenv_section_shows_the_ratio_and_whether_it_meets_the_goal(page):
+    text = section(page, "openenv")
+    assert "| env | native steps/s | OpenEnv steps/s | throughput ratio |" in text
+    assert "| progpo/ALFWorld-v0 | 50 | 35 | 0.7 | 1300 | 1600 | 1.231 | no | 0 |" in text
+    assert "| progpo/WebShop-v0 | 300 | 700 | 2.333 | 290 | 110 | 0.3793 | yes | 1 |" in text
+    assert "ratio >= 0.8" in text and "32 concurrent sessions per protocol" in text

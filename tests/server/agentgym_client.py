@@ -12,6 +12,9 @@ what AgentGym's ``agentenv`` package does against an env server (read from Woooo
 * WebShop: ``POST /create`` → an int; every POST carries ``env_idx``; ``reset(idx)`` posts ``{session_id:
   idx}`` then reads ``GET /observation?env_idx=``; ``step`` reads ``state``, ``reward``, ``done``.
 * Any answer but 200 fails the client (AgentGym asserts on the status).
+* Unlike AgentGym's client (``requests`` with a per-read timeout), every request here has a wall-clock
+  deadline (:class:`~progpo_envs.core.http_client.DeadlineSession`), so a stuck server fails a test instead of
+  hanging it.
 * An episode (``BaseTask``): reset, then step until ``done`` or ``max_rounds``; its reward is the last
   step's reward. The ``Evaluator``'s score is the mean reward and its success rate the share of episodes whose
   reward is 1 or 100 (:func:`is_success`).
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import requests
+from progpo_envs.core.http_client import DeadlineSession
 
 
 def is_success(reward: float) -> bool:
@@ -34,16 +37,14 @@ class AlfWorldClient:
     """AgentGym's ``AlfWorldEnvClient`` protocol against ``base_url``."""
 
     def __init__(self, base_url: str, timeout: float = 300.0):
-        self.base_url, self.timeout = base_url.rstrip("/"), timeout
-        created = requests.post(f"{self.base_url}/create", timeout=timeout)
+        self.base_url, self.http = base_url.rstrip("/"), DeadlineSession(timeout)
+        created = self.http.post(f"{self.base_url}/create")
         assert created.status_code == 200, created.text
         self.env_id = created.json()["id"]
         self.info: dict[str, Any] = {}
 
     def _post(self, path: str, data: dict[str, Any]) -> Any:
-        response = requests.post(
-            f"{self.base_url}/{path}", json={**data, "id": self.env_id}, timeout=self.timeout
-        )
+        response = self.http.post(f"{self.base_url}/{path}", json={**data, "id": self.env_id})
         assert response.status_code == 200, response.text
         return response.json()
 
@@ -62,27 +63,26 @@ class AlfWorldClient:
 
     def close(self) -> None:
         self._post("close", {})
+        self.http.close()
 
 
 class WebShopClient:
     """AgentGym's ``WebshopEnvClient`` protocol against ``base_url``."""
 
     def __init__(self, base_url: str, timeout: float = 300.0):
-        self.base_url, self.timeout = base_url.rstrip("/"), timeout
-        created = requests.post(f"{self.base_url}/create", timeout=timeout)
+        self.base_url, self.http = base_url.rstrip("/"), DeadlineSession(timeout)
+        created = self.http.post(f"{self.base_url}/create")
         assert created.status_code == 200, created.text
         self.env_idx = created.json()
 
     def _post(self, path: str, data: dict[str, Any]) -> Any:
         body = {**data, "env_idx": self.env_idx}
-        response = requests.post(f"{self.base_url}/{path}", json=body, timeout=self.timeout)
+        response = self.http.post(f"{self.base_url}/{path}", json=body)
         assert response.status_code == 200, response.text
         return response.json()
 
     def _get(self, path: str) -> Any:
-        response = requests.get(
-            f"{self.base_url}/{path}", params={"env_idx": self.env_idx}, timeout=self.timeout
-        )
+        response = self.http.get(f"{self.base_url}/{path}", params={"env_idx": self.env_idx})
         assert response.status_code == 200, response.text
         return response.json()
 
@@ -100,6 +100,7 @@ class WebShopClient:
 
     def close(self) -> None:
         self._post("close", {})
+        self.http.close()
 
 
 def play(client: AlfWorldClient | WebShopClient, task: int, actions: Sequence[str], max_rounds: int) -> float:

@@ -41,7 +41,8 @@ def serve_toy(**pool_kwargs) -> BackgroundServer:
 
 
 class CliServer:
-    """``progpo serve`` (the CLI's ``main``) in a subprocess, as the containers and CI run it."""
+    """``progpo serve`` (the CLI's ``main``) in a subprocess, as the containers and CI run it; in a process
+    group of its own (its id is the server's pid), as a service manager starts it."""
 
     def __init__(self, *args: str, ready_timeout: float = 120.0):
         import socket
@@ -62,6 +63,7 @@ class CliServer:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,
         )
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:

@@ -26,6 +26,20 @@ from progpo_envs.server.remote import RemoteEnv
 from progpo_envs.server.serving import BackgroundServer
 
 
+def test_agentgym_client_has_a_deadline_against_a_trickling_server(trickling_server):
+    """The AgentGym-style client ends each request by its deadline, however slowly the server answers."""
+    import time
+
+    from progpo_envs.core.http_client import DeadlineExceeded
+
+    server = trickling_server(["/reset"], what="headers", reply={"id": 7})
+    client = AlfWorldClient(server.url, timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match="/reset did not finish within its 1 s deadline"):
+        client.reset(0)
+    assert time.monotonic() - started < 3.0
+
+
 def test_alfworld_protocol_episode(toy_url):
     assert requests.get(f"{toy_url}/", timeout=10).json() == "This is environment AlfWorld."
     created = requests.post(f"{toy_url}/create", timeout=10)
@@ -265,3 +279,29 @@ def test_idle_timeout_zero_never_expires(toy_server):
         assert pool.sweep() == 0 and pool.has(instance_id)
     finally:
         pool.shutdown()
+
+
+def test_mappings_over_data_with_only_agentgyms_test_games(tmp_path, monkeypatch):
+    """A data dir with AgentGym's test trials only (no ``train``), and no split chosen: the server starts, a
+    test id plays, an absent train id answers 404 naming its trial (before: no start, a traceback about
+    split 'train')."""
+    generated = load_tasks("train")
+    present, absent = generated[7], generated[0]
+    data, folder = tmp_path / "data", tmp_path / "mappings"
+    shutil.copytree(present.trial_dir, data / "json_2.1.1" / "valid_train" / present.task_id)
+    folder.mkdir()
+    for name, item, task in (("mappings_train.json", 0, absent), ("mappings_test.json", 1, present)):
+        task_type, trial = task.task_id.split("/")
+        (folder / name).write_text(json.dumps([{"item_id": item, "task_type": task_type, "task_id": trial}]))
+    monkeypatch.setenv("ALFWORLD_DATA", str(data))
+    server = CliServer("--env", ALFWORLD, "--agentgym-mappings", str(folder), "--workers", "1")
+    try:
+        client = AlfWorldClient(server.url, timeout=300)
+        assert client.reset(1)["task_type"] == present.task_id
+        answer = requests.post(f"{server.url}/reset", json={"id": client.env_id, "game": 0}, timeout=60)
+        assert answer.status_code == 404
+        assert f"json_2.1.1/train/{absent.task_id}" in answer.json()["error"]
+    finally:
+        server.stop()
+        server.log.seek(0)
+    assert "has no split 'train'" in server.log.read()

@@ -41,6 +41,17 @@ def _compose_clients() -> list[list[str]]:
     return clients
 
 
+@pytest.mark.parametrize("path", ["docs/hosting.md", ".ci/compose_stage.sh"])
+def test_no_registry_host_is_written_where_the_mirror_is_read_from_apt(path):
+    """The stand-in base's Debian mirror comes from the machine's own apt configuration: every URL in these
+    files, but the targets of Markdown links to projects' pages, is loopback, a placeholder or a shell
+    variable (before: a registry's host was written in both, as the mirror debootstrap reads)."""
+    text = re.sub(r"\]\(https?://[^)\s]+\)", "]()", (REPO / path).read_text())
+    hosts = set(re.findall(r"\b[a-z][a-z0-9+]*://([^/\s:'\"`)]+)", text))
+    allowed = {"127.0.0.1", "localhost", "host"}
+    assert {h for h in hosts if h not in allowed and not h.startswith("$")} == set()
+
+
 def test_compose_file_validates():
     clients = _compose_clients()
     if not clients:
@@ -50,7 +61,7 @@ def test_compose_file_validates():
             {},
             {"ALFWORLD_HOST_PORTS": "8000-8003", "MODEL_DIR": "/models/x", "PROGPO_BIND": "0.0.0.0"},
         ):
-            for profile in ([], ["--profile", "llm"]):
+            for profile in ([], ["--profile", "llm"], ["--profile", "openenv"]):
                 result = subprocess.run(
                     [*client, "-f", str(REPO / "docker-compose.yml"), *profile, "config", "-q"],
                     capture_output=True,
@@ -64,9 +75,17 @@ def test_compose_file_validates():
 def test_compose_services_use_the_entry_point_scripts():
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"webshop", "webshop-env", "alfworld", "vllm"} <= set(services)
+    assert {"webshop", "webshop-env", "alfworld", "alfworld-openenv", "webshop-openenv", "vllm"} <= set(
+        services
+    )
     assert services["vllm"]["profiles"] == ["llm"]
-    env_services = ("webshop", "webshop-env", "alfworld")
+    env_services = ("webshop", "webshop-env", "alfworld", "alfworld-openenv", "webshop-openenv")
+    for name in ("alfworld-openenv", "webshop-openenv"):  # OpenEnv's server, on its own port, opted into
+        environment = services[name]["environment"]
+        assert services[name]["profiles"] == ["openenv"] and environment["PROGPO_PROTOCOL"] == "openenv"
+        assert services[name]["healthcheck"]["test"][-1].endswith(f":{environment['PROGPO_PORT']}/health")
+    ports = [p.rsplit(":", 1)[-1] for name in env_services for p in services[name]["ports"]]
+    assert len(ports) == len(set(ports)), ports
     for name in env_services:
         script = REPO / services[name]["command"][0]
         assert script.is_file() and os.access(script, os.X_OK), script
@@ -195,6 +214,32 @@ def test_alfworld_service_script_starts_the_env_server():
             f"{url}/instances", json={"env_id": "progpo/ALFWorld-v0", "seed": 0}, timeout=60
         )
         assert created.status_code == 201 and created.json()["observation"]
+    finally:
+        _stop(process)
+
+
+def test_openenv_service_script_starts_openenvs_server():
+    from openenv import GenericEnvClient
+
+    port = _free_port()
+    process, _ = _run_script(
+        "serve-env.sh",
+        {
+            "PROGPO_PROTOCOL": "openenv",
+            "PROGPO_ENV": "progpo/WebShop-v0",
+            "PROGPO_ENV_KWARGS": '{"num_products": 200, "split": "test", "expert": true}',
+            "PROGPO_HOST": "127.0.0.1",
+            "PROGPO_PORT": str(port),
+            "PROGPO_WORKERS": "1",
+        },
+        f"http://127.0.0.1:{port}/health",
+    )
+    try:
+        with GenericEnvClient(base_url=f"http://127.0.0.1:{port}").sync() as env:
+            result = env.reset(task_index=0)
+            while not result.done:  # the operator turned the expert on: it plays to the purchase
+                result = env.step({"command": result.observation["expert_action"]})
+            assert result.observation["won"] and result.reward == 10.0
     finally:
         _stop(process)
 

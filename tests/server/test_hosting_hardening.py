@@ -3,6 +3,7 @@ worker recovery, fair shares, no 500 from client input, exact ``seq`` replay and
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -19,7 +20,10 @@ from hypothesis import strategies as st
 
 from progpo_envs.server.codec import CodecError, decode
 from progpo_envs.server.policy import KWARG_BOUNDS, EnvPolicy, PolicyError
-from progpo_envs.server.serving import CONNECTION_LIMIT, CONNECTIONS_PER_ADDRESS
+from progpo_envs.server.remote import RemoteEnv
+from progpo_envs.server.serving import BackgroundServer
+from webshop_server.clients import ClientTokens
+from webshop_server.serving import CONNECTION_LIMIT, connections_per_host
 
 MIB = 1 << 20
 
@@ -89,6 +93,50 @@ def test_a_large_dtype_in_options_or_kwargs_is_a_400_without_the_allocation(toy_
     )
     assert allowed_name.status_code == 400
     assert rss() - before < 64 * MIB  # before: +572 MiB (server and worker) for the reset alone
+
+
+def test_a_small_request_decodes_at_most_a_few_times_its_size(toy_url):
+    """An 85-byte reset naming an 8 MiB array is refused (before: 200, the server allocated the 8 MiB); the
+    budget is the whole request's, so a batch's items share it; an honest array still decodes."""
+    instance = new_instance(toy_url)
+    pad = {"$nd": "<U2097152", "shape": [1], "v": ["a"]}  # 8 MiB, the old per-request limit
+    body = {"options": {"pad": pad}}
+    assert len(json.dumps(body)) < 100
+    reset = requests.post(f"{toy_url}/instances/{instance}/reset", json=body, timeout=60)
+    assert reset.status_code == 400 and "times its own size" in reset.json()["error"]
+    item = {"instance_id": instance, "options": {"pad": {"$nd": "<U4096", "shape": [1], "v": ["a"]}}}
+    batch = requests.post(f"{toy_url}/batch/reset", json={"resets": [item] * 8}, timeout=60)
+    assert batch.status_code == 400 and "limit" in batch.json()["error"]  # 8 x 16 KiB > 64 KiB
+    honest = {"$nd": "<i8", "shape": [500], "v": list(range(500))}
+    ok = requests.post(f"{toy_url}/instances/{instance}/reset", json={"options": {"ids": honest}}, timeout=60)
+    assert ok.status_code == 200
+
+
+def test_a_batch_answer_is_bounded_and_the_client_sends_the_rest_again(monkeypatch):
+    """Past MAX_BATCH_ANSWER_CHARS the rest of a batch is not run (413, not_run) and Remote-v0 resends it
+    (before: a 4,096-item html-mode batch answered 52 times its request's size)."""
+    import progpo_envs.server.app as server_app
+    from progpo_envs.server.remote import step_batch
+
+    monkeypatch.setattr(server_app, "BATCH_CHUNK", 4)
+    monkeypatch.setattr(server_app, "MAX_BATCH_ANSWER_CHARS", 2_000)
+    server = serve_toy(num_workers=1)
+    try:
+        envs = [RemoteEnv(server.url, TOY_ENV_ID, max_steps=1000) for _ in range(40)]
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+        steps = [{"instance_id": env.instance_id, "action": "look", "seq": env._seq + 1} for env in envs]
+        answer = requests.post(f"{server.url}/batch/step", json={"steps": steps}, timeout=60)
+        results = answer.json()["results"]
+        ran = [r for r in results if r["ok"]]
+        assert 0 < len(ran) < 40 and all(r["status"] == 413 and r["not_run"] for r in results[len(ran) :])
+        for env in envs[: len(ran)]:
+            env._seq += 1  # these ran (by hand, above)
+        seq_before = [env._seq for env in envs]
+        answers = step_batch(envs, ["look"] * 40)  # several requests: every item runs once
+        assert len(answers) == 40 and [env._seq for env in envs] == [s + 1 for s in seq_before]
+    finally:
+        server.stop()
 
 
 def test_an_8_mib_body_of_empty_objects_is_refused_before_parsing(toy_url):
@@ -322,10 +370,24 @@ def test_creates_right_after_a_crash_land_on_a_live_worker_and_counters_stay_rig
 # --- 8. one client cannot take everything -------------------------------------------------------------------
 
 
+def _serve_toy_with_tokens(tokens: list[str], **pool_kwargs) -> BackgroundServer:
+    from progpo_envs.server.app import ServerConfig, create_app
+    from progpo_envs.server.pool import PoolConfig
+
+    pool = PoolConfig(**{"num_workers": 1, "idle_timeout": 120.0, **pool_kwargs})
+    config = ServerConfig(
+        env_ids=(TOY_ENV_ID,), pool=pool, agentgym=TOY_ENV_ID, client_tokens=ClientTokens(tokens)
+    )
+    return BackgroundServer(create_app(config)).__enter__()
+
+
 def test_one_client_gets_its_share_of_instances_and_others_still_get_theirs():
-    server = serve_toy(num_workers=1, max_instances=8)
+    """Clients on one host told apart by the operator's tokens: each has its own share."""
+    server = _serve_toy_with_tokens(["greedy-token-1", "polite-token-2"], max_instances=8)
     try:
-        greedy, polite = session_from("127.0.0.2"), session_from("127.0.0.1")
+        greedy, polite = requests.Session(), requests.Session()
+        greedy.headers["Authorization"] = "Bearer greedy-token-1"
+        polite.headers["Authorization"] = "Bearer polite-token-2"
         statuses = [
             greedy.post(f"{server.url}/instances", json={"env_id": TOY_ENV_ID}, timeout=30).status_code
             for _ in range(8)
@@ -336,31 +398,66 @@ def test_one_client_gets_its_share_of_instances_and_others_still_get_theirs():
         assert (
             polite.post(f"{server.url}/instances", json={"env_id": TOY_ENV_ID}, timeout=30).status_code == 201
         )
+        assert polite.get(f"{server.url}/health", timeout=30).status_code == 200
+        remote = RemoteEnv(server.url, TOY_ENV_ID, token="polite-token-2")  # the client sends its token
+        remote.close()
+        forged = requests.post(
+            f"{server.url}/instances",
+            json={"env_id": TOY_ENV_ID},
+            headers={"Authorization": "Bearer made-up"},
+            timeout=30,
+        )
+        assert forged.status_code == 401 and "unknown client token" in forged.json()["error"]
     finally:
         server.stop()
 
 
-def test_idle_half_open_connections_do_not_starve_health_checks(toy_server):
-    toy_url, port = toy_server.url, toy_server.port
+def test_several_loopback_addresses_are_one_client():
+    """Source addresses 127.0.0.2, .3, .4 of one host share one client's share (before: two loopback addresses
+    took all 1,024 instances and a third client got 429)."""
+    server = serve_toy(num_workers=1, max_instances=8)
+    try:
+        statuses = [
+            session_from(f"127.0.0.{2 + i % 3}")
+            .post(f"{server.url}/instances", json={"env_id": TOY_ENV_ID}, timeout=30)
+            .status_code
+            for i in range(8)
+        ]
+        assert statuses == [201] * 4 + [429] * 4
+    finally:
+        server.stop()
+
+
+def _half_open(port: int, address: str, count: int) -> list[socket.socket]:
+    held = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind((address, 0))
+        sock.settimeout(5)
+        try:
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+        except OSError:
+            sock.close()
+            continue
+        held.append(sock)
+    return held
+
+
+def test_idle_half_open_connections_do_not_starve_health_checks(toy_server, second_host_address):
+    """Five loopback addresses x 250 half-open connections (past the server's whole limit) are one host's: at
+    most its share stays open, and another host's health check answers at once (before: they starved /health
+    for ~45 s)."""
     held = []
     try:
-        for _ in range(
-            CONNECTION_LIMIT + 100
-        ):  # past the server's whole limit (before: 192), from one address
-            sock = socket.socket()
-            sock.bind(("127.0.0.2", 0))
-            sock.settimeout(5)
-            try:
-                sock.connect(("127.0.0.1", port))
-                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
-            except OSError:
-                sock.close()
-                continue
-            held.append(sock)
+        for address in (f"127.0.0.{i}" for i in range(2, 7)):
+            held += _half_open(toy_server.port, address, 250)
         time.sleep(0.5)
-        from_greedy = [c for c in toy_server._server.active_channels.values() if c.addr[0] == "127.0.0.2"]
-        assert len(from_greedy) <= CONNECTIONS_PER_ADDRESS  # the rest were closed as they came
-        assert requests.get(f"{toy_url}/health", timeout=10).status_code == 200
+        channels = list(toy_server._server.active_channels.values())
+        from_attacker = [c for c in channels if c.addr[0].startswith("127.")]
+        assert len(from_attacker) <= connections_per_host(CONNECTION_LIMIT)  # the rest: closed as they came
+        monitor = session_from(second_host_address)
+        assert monitor.get(f"{toy_server.url}/health", timeout=10).status_code == 200
     finally:
         for sock in held:
             sock.close()
@@ -445,6 +542,56 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits(monkeypatch):
         server.log.seek(0)
         log = server.log.read()
     assert "finishing the requests in flight" in log, log[-2000:]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_whole_process_group_drains_a_batch_in_flight(monkeypatch, sig):
+    """Ctrl-C, systemd's KillMode=control-group and ``kill -TERM -PGID`` signal the workers too: they keep
+    serving, the batch in flight is answered in full, no worker is restarted (before: the workers died at
+    once, 118 of 849 items came back ok, and the supervisor restarted workers during the drain)."""
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    )
+    server = CliServer(
+        "--import",
+        "hosting_slow_env",
+        "--env",
+        "progpo/SlowToy-v0",
+        "--env-kwargs",
+        'progpo/SlowToy-v0={"step_delay": 0.05, "max_steps": 1000}',
+        "--workers",
+        "2",
+        "--agentgym",
+        "none",
+    )
+    try:
+        instances = [
+            requests.post(
+                f"{server.url}/instances", json={"env_id": "progpo/SlowToy-v0", "seed": i}, timeout=60
+            ).json()["instance_id"]
+            for i in range(4)
+        ]
+        steps = [{"instance_id": instances[i % 4], "action": "look"} for i in range(48)]  # ~0.6 s per worker
+        answers: list = []
+        in_flight = threading.Thread(
+            target=lambda: answers.append(
+                requests.post(f"{server.url}/batch/step", json={"steps": steps}, timeout=60)
+            )
+        )
+        in_flight.start()
+        time.sleep(0.2)
+        os.killpg(server.process.pid, sig)
+        in_flight.join(60)
+        assert answers and answers[0].status_code == 200
+        results = answers[0].json()["results"]
+        assert sum(r["ok"] for r in results) == len(steps), [r for r in results if not r["ok"]][:3]
+        assert server.process.wait(30) == 0
+    finally:
+        server.stop()
+        server.log.seek(0)
+        log = server.log.read()
+    assert "finishing the requests in flight" in log, log[-2000:]
+    assert "restarting env worker" not in log, log[-2000:]
 
 
 def test_the_per_client_share_is_an_operator_setting():

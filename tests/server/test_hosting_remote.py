@@ -160,3 +160,18 @@ def test_server_process_killed_mid_episode():
     with pytest.raises(ServerUnavailableError, match=server.url):
         env.step("look")
     env.close()  # quiet when the server is gone
+
+
+@pytest.mark.parametrize("what", ["body", "headers"])
+def test_timeout_is_a_deadline_against_a_trickling_server(trickling_server, what):
+    """A server that answers a byte at a time resets any per-read timeout; ``timeout=`` bounds the whole call
+    (before: reset() was still blocked after 60 s with timeout=5)."""
+    import time
+
+    server = trickling_server(["/reset"], what=what, reply={"instance_id": "i", "num_tasks": 1})
+    env = gym.make(REMOTE_ENV_ID, url=server.url, env_id=TOY_ENV_ID, timeout=1.5, backoff=0.01)
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailableError, match=r"within timeout=1\.5 s"):
+        env.reset(seed=0)
+    assert time.monotonic() - started < 4.0
+    env.close()

@@ -29,6 +29,7 @@ from training.checkpoint import (
     MANIFEST,
     CheckpointError,
     CheckpointWarning,
+    check_training_state,
     latest_checkpoint,
     load_checkpoint,
     load_latest_checkpoint,
@@ -196,6 +197,60 @@ def test_resume_picks_the_newest_intact_checkpoint_and_deletes_nothing(tmp_path,
     with pytest.warns(CheckpointWarning, match=why):
         assert latest_checkpoint(tmp_path).name == expected
     assert _snapshot(tmp_path) == before
+
+
+def _rewrite(folder: Path, name: str, change) -> None:
+    """Load ``name``, change it, save it back and rewrite the manifest (a writer bug or tampering: the
+    checkpoint verifies)."""
+    if name.endswith(".json"):
+        data = json.loads((folder / name).read_text())
+        (folder / name).write_text(json.dumps(change(data)))
+    else:
+        torch.save(change(torch.load(folder / name, weights_only=True)), folder / name)
+    write_manifest(folder)
+
+
+def _nan_weight(state: dict) -> dict:
+    state["weight"][0, 0] = float("nan")
+    return state
+
+
+def _wrong_shape_moment(state: dict) -> dict:
+    state["state"][0]["exp_avg"] = torch.zeros(3)
+    return state
+
+
+#: name -> (a change that keeps the manifest consistent, why the checkpoint is refused)
+LOADABLE_BUT_BROKEN = {
+    "empty optimizer state": (("optimizer.pt", lambda state: {}), "no 'state' and 'param_groups'"),
+    "wrong-shape weight": (("model.pt", lambda state: {**state, "weight": torch.zeros(2, 2)}), "shape"),
+    "missing weight": (("model.pt", lambda state: {"bias": state["bias"]}), "this model's weights"),
+    "NaN weight": (("model.pt", _nan_weight), "non-finite"),
+    "wrong-shape Adam moment": (("optimizer.pt", _wrong_shape_moment), "exp_avg"),
+    "iteration 10**9": (("state.json", lambda state: {**state, "iteration": 10**9}), "iteration 1000000000"),
+    "iteration -7": (("state.json", lambda state: {**state, "iteration": -7}), "iteration -7"),
+}
+
+
+@pytest.mark.parametrize("case", list(LOADABLE_BUT_BROKEN))
+def test_a_checkpoint_that_loads_but_does_not_fit_falls_back_to_the_older_one(tmp_path, case):
+    (name, change), why = LOADABLE_BUT_BROKEN[case]
+    _save(tmp_path, 1)
+    _save(tmp_path, 2)
+    _rewrite(tmp_path / "iter_000002", name, change)
+    verify_checkpoint(tmp_path / "iter_000002")  # intact as far as the manifest can tell
+    model, optimizer = _model_and_optimizer(0)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+    def fits(checkpoint) -> None:
+        check_training_state(checkpoint, shapes, [tuple(p.shape) for p in model.parameters()], 5)
+
+    before = _snapshot(tmp_path)
+    with pytest.warns(CheckpointWarning, match=why):
+        checkpoint = load_latest_checkpoint(tmp_path, check=fits)
+    assert checkpoint.folder.name == "iter_000001"
+    assert _snapshot(tmp_path) == before  # nothing deleted
+    optimizer.load_state_dict(checkpoint.optimizer_state)  # what the older one holds does fit
 
 
 def test_no_checkpoint_at_all_is_a_fresh_run(tmp_path):
@@ -435,8 +490,22 @@ TRAINER_CORRUPTIONS = {
     },
     "planted rng.pt": (_in_newest(lambda f: _plant_payload(f / "rng.pt", f.parents[1] / "payload_ran")), 1),
     "planted rng.pt, manifest rewritten": (_planted_with_manifest("payload_ran"), 1),
+    "NaN weights, manifest rewritten": (
+        _in_newest(lambda f: _rewrite(f, "model.pt", lambda s: {k: v * float("nan") for k, v in s.items()})),
+        1,
+    ),
+    "iteration 10**9, manifest rewritten": (
+        _in_newest(lambda f: _rewrite(f, "state.json", lambda s: {**s, "iteration": 10**9})),
+        1,
+    ),
 }
-_FAST = {"no state.json", "truncated optimizer.pt", "planted rng.pt, manifest rewritten"}  # the rest: -m slow
+#: the rest: -m slow
+_FAST = {
+    "no state.json",
+    "truncated optimizer.pt",
+    "planted rng.pt, manifest rewritten",
+    "NaN weights, manifest rewritten",
+}
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,7 +60,49 @@ def straight_run(tmp_path_factory) -> Path:
         _train_cmd(run_dir, *RUN_ARGS), env=subprocess_env(), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir.parent / "stdout.txt").write_text(done.stdout)  # beside the run: the run dir stays a run's own
     return run_dir
+
+
+def test_cli_says_what_it_does_first_and_ends_with_a_short_result_block(straight_run):
+    lines = (straight_run.parent / "stdout.txt").read_text().splitlines()
+    assert lines[0].startswith("[progpo train] starting ProGPO on ") and "2 groups x 2" in lines[0]
+    assert any("CPU kernels" in line for line in lines[:3])
+    done = next(i for i, line in enumerate(lines) if line.startswith("[progpo train] done: 3 iterations"))
+    block = lines[done:]
+    assert len(block) <= 10
+    text = "\n".join(block)
+    assert "held-out success: " in text and " -> " in text
+    for name in ("summary.json", "metrics.jsonl", "learning_curve.png", "final"):
+        assert str(straight_run / name) in text, name
+    assert not any(line.startswith("{") for line in lines)  # no JSON dump of the summary
+
+
+def test_a_run_dir_that_holds_a_run_is_never_reused_silently(straight_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight_run, run_dir)
+    before = (run_dir / "metrics.jsonl").read_text()
+    again = subprocess.run(
+        _train_cmd(run_dir, *RUN_ARGS), env=subprocess_env(), capture_output=True, text=True
+    )
+    assert again.returncode == 2
+    assert again.stderr.count("\n") == 1 and "--overwrite" in again.stderr and "--resume" in again.stderr
+    assert (run_dir / "metrics.jsonl").read_text() == before  # nothing deleted
+
+
+def test_resume_without_a_checkpoint_says_so_unless_asked_to_start(tmp_path):
+    run_dir = tmp_path / "run"
+    refused = subprocess.run(
+        _train_cmd(run_dir, "iterations=0", "--resume"), env=subprocess_env(), capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "no checkpoint to resume from" in refused.stderr
+    assert not run_dir.exists()
+    started = subprocess.run(
+        _train_cmd(run_dir, "iterations=0", "warm_start.enabled=false", "--resume-or-start"),
+        env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert (run_dir / "summary.json").is_file()
 
 
 def test_cli_run_writes_every_artefact(straight_run):

@@ -65,3 +65,21 @@ def test_malformed_http_gets_4xx(http_server):
         sock.sendall(b"GARBAGE / HTTP/9.9\r\n\r\n")
         status = sock.recv(200).split(b" ")[1]
     assert status.startswith(b"4")
+
+
+def test_http_backend_has_a_deadline_against_a_trickling_server(trickling_server):
+    """Every call of the env's HTTP backend ends by its deadline, whatever the server sends (before: a server
+    answering a byte at a time held it for ever)."""
+    import time
+
+    import pytest
+
+    from progpo_envs.webshop.env import HttpBackend
+
+    server = trickling_server(["/api/sessions"], reply={"num_goals": 4, "fingerprint": "f"})
+    backend = HttpBackend(server.url, timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"POST /api/sessions failed: .*1 s deadline"):
+        backend.create(0)
+    assert time.monotonic() - started < 3.0
+    backend.close()

@@ -494,6 +494,15 @@ def default_catalog(
     """
     real = data_dir if data_dir is not None else os.environ.get(DATA_ENV_VAR) or None
     if real is not None:
-        return load_catalog(real, num_products, human_goals=human_goals, seed=seed)
+        try:
+            return load_catalog(real, num_products, human_goals=human_goals, seed=seed)
+        except CatalogFormatError as exc:
+            raise CatalogFormatError(f"the WebShop data in {real} is damaged: {exc}") from None
     n = 1000 if num_products is None else num_products
-    return load_catalog(generated_catalog_dir(n, seed, cache_dir), human_goals=human_goals, seed=seed)
+    folder = generated_catalog_dir(n, seed, cache_dir)
+    try:
+        return load_catalog(folder, human_goals=human_goals, seed=seed)
+    except CatalogFormatError as exc:
+        raise CatalogFormatError(
+            f"the cached catalog {folder} is damaged ({exc}): delete {folder} to have it generated again"
+        ) from None

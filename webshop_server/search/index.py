@@ -16,11 +16,14 @@ any string is a valid query.
 The index lives in ``<cache>/index/<catalog fingerprint>-v<INDEX_VERSION>/``. It is built once into a
 temporary directory with a single writer thread (a deterministic document order, hence deterministic tie
 order) and renamed into place atomically, so concurrent workers never see a half-built index; afterwards every
-worker only opens it for reading.
+worker only opens it for reading. A complete index in a folder this process cannot write (a read-only volume,
+another user's cache) is opened through a private folder of links to its files: tantivy takes a lock file
+beside the index even to read it, and the lock goes there instead (the index files are never written).
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
@@ -117,11 +120,26 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+def _linked_copy(path: Path) -> Path:
+    """A private writable folder of symbolic links to the files of the index at ``path`` (removed at exit):
+    tantivy can take its lock there while it reads the files where they are."""
+    view = Path(tempfile.mkdtemp(prefix="progpo-index-"))
+    atexit.register(shutil.rmtree, view, True)
+    for item in path.iterdir():
+        if item.is_file() and not item.name.endswith(".lock"):
+            (view / item.name).symlink_to(item.resolve())
+    return view
+
+
 def default_index_root() -> Path:
     """``<cache>/index`` under the catalog cache directory."""
     from webshop_server.catalog.loader import default_cache_dir
 
     return default_cache_dir() / "index"
+
+
+class SearchIndexError(RuntimeError):
+    """A cached search index that tantivy cannot read (a damaged file); the message says to delete it."""
 
 
 class SearchIndex:
@@ -147,10 +165,20 @@ class SearchIndex:
         self.path = Path(path)
         if not (self.path / _COMPLETE_MARKER).is_file():
             raise FileNotFoundError(f"{self.path}: no complete search index here")
-        self._index = tantivy.Index(_schema(), str(self.path), reuse=True)
-        self._index.register_tokenizer(ANALYZER_NAME, _analyzer())
+        where = self.path if os.access(self.path, os.W_OK) else _linked_copy(self.path)
+        try:
+            self._index = tantivy.Index(_schema(), str(where), reuse=True)
+            self._index.register_tokenizer(ANALYZER_NAME, _analyzer())
+            self._searcher = self._index.searcher()
+        except ValueError as exc:  # tantivy reports a damaged file as a ValueError
+            if "Lockfile" in str(exc) or "No space left" in str(exc):
+                raise  # not the index's fault: the folder (failure_line says what to do)
+            reason = " ".join(str(exc).split())[:200]
+            raise SearchIndexError(
+                f"the search index {self.path} is damaged ({reason}): delete {self.path} to have it built "
+                "again"
+            ) from None
         self._schema = self._index.schema
-        self._searcher = self._index.searcher()
 
     @property
     def num_docs(self) -> int:

@@ -1,0 +1,351 @@
+"""Cost of speaking OpenEnv: 32 concurrent OpenEnv sessions against 32 clients of our native protocol.
+
+For each env (ALFWorld on generated games, WebShop on a generated catalog), in one run, on the same machine:
+
+* native: ``progpo serve`` in its own process (waitress, ``--workers`` env workers); ``--clients`` threads,
+  each stepping its own ``progpo/Remote-v0`` env (one HTTP connection each), as ``bench_hosting.py`` does;
+* OpenEnv: ``progpo serve --protocol openenv`` in its own process (OpenEnv's FastAPI app on uvicorn, the same
+  env workers); ``--clients`` sessions of OpenEnv's own ``GenericEnvClient`` (one WebSocket each), all on one
+  asyncio loop in this process (the client's native, async form) or, with ``--openenv-client sync``, one
+  thread per ``.sync()`` client;
+* the same episodes: client ``i`` resets with seed ``i`` and draws admissible actions from
+  ``random.Random(i)`` (WebShop's search placeholder becomes a fixed query); an episode that ends is reset;
+* steps/s over the whole run (all clients started together) and p50/p99 of the step calls; the claim is the
+  ratio OpenEnv/native of the same run: ``throughput_ratio`` (goal: >= 0.8) and ``p99_ratio``.
+
+The two servers run one after the other: first one warm-up round each (not counted: the env workers load
+their games and catalogs), then ``--rounds`` rounds, the order swapped every round (native first, then OpenEnv
+first, ...) so that a drift in the machine's load falls on both; the numbers are the counted rounds pooled
+(steps/s: total steps over total time; latencies: all step calls). The machine is shared (load average
+recorded).
+
+Run: ``.venv/bin/python benchmarks/bench_openenv.py`` (a few minutes; ``--quick`` for a smoke run that writes
+nothing). Writes ``benchmarks/results/openenv.json`` and ``benchmarks/results/openenv.png``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import random  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import Progress  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import progpo_envs  # noqa: E402,F401
+from benchmarks.bench_hosting import ENVS, percentiles  # noqa: E402
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
+from progpo_envs.server.remote import RemoteEnv  # noqa: E402
+
+RESULT = RESULTS_DIR / "openenv.json"
+PLOT = RESULTS_DIR / "openenv.png"
+#: The throughput the OpenEnv protocol should keep, as a share of the native protocol's (issue 26).
+TARGET_RATIO = 0.8
+#: Steps per round (all clients): ALFWorld steps (and game loads on reset) are ~100x slower than WebShop's.
+DEFAULT_STEPS = {"progpo/ALFWorld-v0": 512, "progpo/WebShop-v0": 2560}
+
+
+def choose(actions: list[str], rng: random.Random) -> str:
+    """A random admissible action (a concrete query for WebShop's search placeholder)."""
+    action = rng.choice(actions)
+    return "search[cotton shirt for men]" if action.startswith("search[") else action
+
+
+def openenv_actions(observation: dict) -> list[str]:
+    """The admissible action strings of an OpenEnv observation (WebShop's from its available actions)."""
+    if "admissible_actions" in observation:
+        return observation["admissible_actions"]
+    available = observation["available_actions"]
+    return (["search[query]"] if available["has_search_bar"] else []) + [
+        f"click[{c}]" for c in available["clickables"]
+    ]
+
+
+def start_server(env_id: str, workers: int, protocol: str) -> ServerProcess:
+    """``progpo serve`` for one env in its own process, ready (``/ready`` native, ``/health`` OpenEnv)."""
+    port = free_port()
+    command = [sys.executable, "-m", "progpo_envs.server.cli", "--protocol", protocol, "--env", env_id]
+    command += ["--port", str(port), "--workers", str(workers), "--max-instances", "4096"]
+    command += ["--env-kwargs", f"{env_id}={json.dumps(ENVS[env_id])}"]
+    if protocol == "native":
+        command += ["--agentgym", "none"]
+    return ServerProcess(command, port, ready_path="/ready" if protocol == "native" else "/health")
+
+
+def run_native(url: str, env_id: str, clients: int, steps_each: int) -> dict:
+    """``clients`` threads, each stepping its own ``progpo/Remote-v0`` env."""
+    envs = [RemoteEnv(url, env_id) for _ in range(clients)]
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+    infos = [env.reset(seed=i)[1] for i, env in enumerate(envs)]
+    barrier = threading.Barrier(clients + 1)
+
+    def client(i: int) -> None:
+        rng, env, info = random.Random(i), envs[i], infos[i]
+        barrier.wait()
+        try:
+            for _ in range(steps_each):
+                t0 = time.perf_counter()
+                _, _, terminated, truncated, info = env.step(choose(info["admissible_actions"], rng))
+                if terminated or truncated:
+                    info = env.reset()[1]
+                latencies[i].append(time.perf_counter() - t0)
+        except Exception as exc:  # noqa: BLE001 - reported in the results
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    for env in envs:
+        env.close()
+    return {"latencies": [x for per in latencies for x in per], "elapsed_s": elapsed, "errors": errors}
+
+
+def run_openenv_async(url: str, clients: int, steps_each: int) -> dict:
+    """``clients`` async ``GenericEnvClient`` sessions on one event loop."""
+    from openenv import GenericEnvClient
+
+    async def run() -> dict:
+        sessions = [GenericEnvClient(base_url=url, message_timeout_s=600) for _ in range(clients)]
+        firsts = await asyncio.gather(*(s.reset(seed=i) for i, s in enumerate(sessions)))
+        latencies: list[list[float]] = [[] for _ in range(clients)]
+        errors: list[str] = []
+
+        async def client(i: int) -> None:
+            rng, session, observation = random.Random(i), sessions[i], firsts[i].observation
+            try:
+                for _ in range(steps_each):
+                    t0 = time.perf_counter()
+                    result = await session.step({"command": choose(openenv_actions(observation), rng)})
+                    observation = result.observation
+                    if result.done:
+                        observation = (await session.reset()).observation
+                    latencies[i].append(time.perf_counter() - t0)
+            except Exception as exc:  # noqa: BLE001 - reported in the results
+                errors.append(repr(exc))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client(i) for i in range(clients)))
+        elapsed = time.perf_counter() - start
+        await asyncio.gather(*(s.close() for s in sessions))
+        return {"latencies": [x for per in latencies for x in per], "elapsed_s": elapsed, "errors": errors}
+
+    return asyncio.run(run())
+
+
+def run_openenv_sync(url: str, clients: int, steps_each: int) -> dict:
+    """``clients`` threads, each with its own ``GenericEnvClient(...).sync()`` session."""
+    from openenv import GenericEnvClient
+
+    sessions = [GenericEnvClient(base_url=url, message_timeout_s=600).sync() for _ in range(clients)]
+    firsts = [s.reset(seed=i).observation for i, s in enumerate(sessions)]
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+    barrier = threading.Barrier(clients + 1)
+
+    def client(i: int) -> None:
+        rng, session, observation = random.Random(i), sessions[i], firsts[i]
+        barrier.wait()
+        try:
+            for _ in range(steps_each):
+                t0 = time.perf_counter()
+                result = session.step({"command": choose(openenv_actions(observation), rng)})
+                observation = result.observation
+                if result.done:
+                    observation = session.reset().observation
+                latencies[i].append(time.perf_counter() - t0)
+        except Exception as exc:  # noqa: BLE001 - reported in the results
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    for session in sessions:
+        session.close()
+    return {"latencies": [x for per in latencies for x in per], "elapsed_s": elapsed, "errors": errors}
+
+
+def pooled(runs: list[dict]) -> dict:
+    """The rounds of one protocol together: steps/s over the total time, latency percentiles of every call."""
+    latencies = [x for run in runs for x in run["latencies"]]
+    elapsed = sum(run["elapsed_s"] for run in runs)
+    return {
+        "steps": len(latencies),
+        "elapsed_s": elapsed,
+        "steps_per_s": len(latencies) / elapsed,
+        **percentiles(latencies),
+        "steps_per_s_by_round": [len(run["latencies"]) / run["elapsed_s"] for run in runs],
+        "errors": [e for run in runs for e in run["errors"]],
+    }
+
+
+def plot(results: dict, clients: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [env_id.split("/")[-1] for env_id in results]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, key, label in ((axes[0], "steps_per_s", "steps/s"), (axes[1], "p99_ms", "p99 step latency (ms)")):
+        for offset, protocol in ((-0.2, "native"), (0.2, "openenv")):
+            values = [results[env_id][protocol][key] for env_id in results]
+            ax.bar([i + offset for i in range(len(names))], values, width=0.4, label=protocol)
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylabel(label)
+        ax.set_yscale("log")
+    axes[0].legend()
+    fig.suptitle(f"{clients} concurrent sessions: OpenEnv protocol vs native (same machine, same run)")
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=32, help="concurrent sessions per protocol")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="steps per round, all clients (default: per env)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="counted rounds per protocol (after a warm-up)")
+    parser.add_argument("--workers", type=int, default=2, help="env worker processes of each server")
+    parser.add_argument("--env", action="append", dest="envs", help="only these env ids")
+    parser.add_argument(
+        "--openenv-client",
+        choices=["async", "sync"],
+        default="async",
+        help="OpenEnv sessions on one asyncio loop (async) or one thread per .sync() client",
+    )
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few steps, one round, no files")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.rounds, args.clients = 64, 1, 8
+    console = Console()
+    results: dict = {}
+    for env_id in args.envs or list(ENVS):
+        try:
+            gym.make(env_id, **ENVS[env_id]).close()
+        except Exception as exc:  # noqa: BLE001 - an env not available here is reported, not fatal
+            console.print(f"[yellow]skipping {env_id}: {exc!r}")
+            continue
+        steps_each = max(4, (args.steps or DEFAULT_STEPS[env_id]) // args.clients)
+        runs: dict[str, list[dict]] = {"native": [], "openenv": []}
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task(f"{env_id}: starting both servers", total=2 * (args.rounds + 1))
+            servers = {p: start_server(env_id, args.workers, p) for p in ("native", "openenv")}
+            try:
+                for round_index in range(-1, args.rounds):  # round -1: the warm-up
+                    order = ("native", "openenv") if round_index % 2 == 0 else ("openenv", "native")
+                    for protocol in order:
+                        label = "warm-up" if round_index < 0 else f"round {round_index + 1}"
+                        progress.update(task, description=f"{env_id}: {label}, {protocol}")
+                        url = servers[protocol].url
+                        if protocol == "native":
+                            run = run_native(url, env_id, args.clients, steps_each)
+                        elif args.openenv_client == "async":
+                            run = run_openenv_async(url, args.clients, steps_each)
+                        else:
+                            run = run_openenv_sync(url, args.clients, steps_each)
+                        if round_index >= 0:
+                            runs[protocol].append(run)
+                        progress.advance(task)
+            finally:
+                for server in servers.values():
+                    server.stop()
+        native, openenv = pooled(runs["native"]), pooled(runs["openenv"])
+        results[env_id] = {
+            "native": native,
+            "openenv": openenv,
+            "throughput_ratio": openenv["steps_per_s"] / native["steps_per_s"],
+            "p99_ratio": openenv["p99_ms"] / native["p99_ms"],
+            "p50_ratio": openenv["p50_ms"] / native["p50_ms"],
+        }
+    table = Table(title=f"OpenEnv vs native protocol, {args.clients} concurrent sessions")
+    for column in [
+        "env",
+        "native steps/s",
+        "OpenEnv steps/s",
+        "ratio",
+        "native p50/p99 ms",
+        "OpenEnv p50/p99 ms",
+    ]:
+        table.add_column(column, justify="left" if column == "env" else "right")
+    table.add_column("errors", justify="right")
+    for env_id, row in results.items():
+        n, o = row["native"], row["openenv"]
+        table.add_row(
+            env_id.split("/")[-1],
+            f"{n['steps_per_s']:.1f}",
+            f"{o['steps_per_s']:.1f}",
+            f"{row['throughput_ratio']:.2f}",
+            f"{n['p50_ms']:.1f} / {n['p99_ms']:.1f}",
+            f"{o['p50_ms']:.1f} / {o['p99_ms']:.1f}",
+            f"{len(n['errors'])} / {len(o['errors'])}",
+        )
+    console.print(table)
+    if args.quick or not results:
+        return 0
+    payload = {
+        "benchmark": "openenv",
+        "command": "python benchmarks/bench_openenv.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "settings": {
+            "clients": args.clients,
+            "steps_per_round": args.steps or {env_id: DEFAULT_STEPS[env_id] for env_id in results},
+            "rounds": args.rounds,
+            "workers": args.workers,
+            "openenv_client": args.openenv_client,
+            "env_kwargs": {env_id: ENVS[env_id] for env_id in results},
+        },
+        "target_throughput_ratio": TARGET_RATIO,
+        "notes": (
+            "Both servers are `progpo serve` in their own process on loopback with the same env workers; "
+            "native: waitress, one progpo/Remote-v0 client thread per session; OpenEnv: OpenEnv's app on "
+            "uvicorn, OpenEnv's GenericEnvClient per session (openenv_client: one asyncio loop, or threads). "
+            "The clients run in the benchmark's process on the same 2 cores as the servers. Rounds alternate "
+            "native/OpenEnv and are pooled. throughput_ratio = OpenEnv steps/s / native steps/s; p99_ratio "
+            "likewise for p99 latency (lower is better). The machine is shared (see load_average)."
+        ),
+        "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
+        "results": results,
+    }
+    save_result(payload, RESULT)
+    plot(results, args.clients)
+    lines = [f"wrote {RESULT.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}"]
+    for env_id, row in results.items():
+        verdict = "meets" if row["throughput_ratio"] >= TARGET_RATIO else "below"
+        lines.append(
+            f"  {env_id}: OpenEnv/native throughput x{row['throughput_ratio']:.2f} ({verdict} the "
+            f"{TARGET_RATIO} goal), p99 x{row['p99_ratio']:.2f}"
+        )
+    console.print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""``progpo eval`` under faults: failed requests, a damaged or shared output, a huge completion, Ctrl-C, an
+uncached hub id. Every case loses no finished episode and says what went wrong in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.cli import main
+from agents.evaluate import DAMAGED_FILE, MAX_STORED_OUTPUT_CHARS, EvalConfig, evaluate
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+TOY = "agents-test/ToyALFWorld-v0"
+
+
+def _lines(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+
+
+def _argv(endpoint_url: str, out: Path, *extra: str) -> list[str]:
+    return [
+        "--env",
+        TOY,
+        "--agent",
+        "openai",
+        "--model",
+        "scripted",
+        "--base-url",
+        endpoint_url,
+        "--out",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
+
+
+def test_a_refused_request_fails_its_episode_not_the_run(endpoint, tmp_path, capsys):
+    """One 400 in the first batch: that episode is recorded with the error, the batch's other episodes are
+    played to the end and scored; as 1 error is more than --max-errors allows on 6 episodes (5%), no further
+    batch starts and the exit status is 1; a rerun plays the errored episode and the rest (before: the run
+    stopped at the 400, dropped the batch's other episodes and wrote nothing about it)."""
+    endpoint.faults = [("ok", 0)] * 5 + [("status", 400)]
+    argv = _argv(endpoint.base_url, tmp_path, "--episodes", "6", "--num-envs", "3", "--concurrency", "3")
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "1 of 6 episodes ended with an agent error" in err[0]
+    assert endpoint.base_url in err[0]
+    records = _lines(tmp_path)
+    errored = [r for r in records if "error" in r]
+    assert len(records) == 3 and len(errored) == 1  # the first batch, its two other episodes finished
+    assert "HTTP 400" in errored[0]["error"] and endpoint.base_url in errored[0]["error"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["errors"] == 1 and summary["failed"]
+    assert summary["success_rate"] == 1.0  # the errored episode is not scored as a failure
+    assert "ended with an agent error" in (tmp_path / "report.md").read_text()
+    assert main(argv) == 0
+    records = _lines(tmp_path)
+    assert sorted(r["task_index"] for r in records) == list(range(6))
+    assert not any("error" in r for r in records)
+    assert json.loads((tmp_path / "summary.json").read_text())["errors"] == 0
+
+
+def test_max_errors_tolerates_a_few_errors(endpoint, tmp_path):
+    endpoint.faults = [("status", 401)]
+    argv = _argv(endpoint.base_url, tmp_path, "--episodes", "4", "--num-envs", "2", "--max-errors", "1")
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["errors"] == 1 and summary["episodes"] == 3 and not summary["failed"]
+
+
+def test_too_many_errors_stop_the_run_early(endpoint, tmp_path):
+    """A bad key fails every request: the run stops once it has failed, not after every episode."""
+    endpoint.faults = [("status", 401)] * 100
+    argv = _argv(endpoint.base_url, tmp_path, "--episodes", "12", "--num-envs", "2", "--concurrency", "2")
+    assert main(argv) == 1
+    assert len(_lines(tmp_path)) == 2  # one batch; no further batch once the run had failed
+    assert len(endpoint.requests) == 2
+
+
+def test_one_damaged_line_replays_only_its_episode(endpoint, tmp_path):
+    """A NUL byte in line 3 of 6: the rerun sets that line aside and plays its one task again (before: it cut
+    the file at line 3 and replayed every later episode)."""
+    argv = _argv(endpoint.base_url, tmp_path, "--episodes", "6", "--num-envs", "2")
+    assert main(argv) == 0
+    path = tmp_path / "trajectories.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    damaged_task = json.loads(lines[2])["task_index"]
+    lines[2] = lines[2][:40] + b"\x00" + lines[2][41:]
+    path.write_bytes(b"".join(lines))
+    before = len(endpoint.requests)
+    assert main(argv) == 0
+    records = _lines(tmp_path)
+    assert sorted(r["task_index"] for r in records) == list(range(6))
+    assert [r["task_index"] for r in records][-1] == damaged_task  # the others kept, in place
+    replayed = len(endpoint.requests) - before
+    assert replayed == records[-1]["steps"]  # one episode's requests
+    assert (tmp_path / DAMAGED_FILE).read_bytes() == lines[2]
+
+
+def test_two_runs_on_one_out_do_not_both_write(tmp_path):
+    """The second run is refused while the first holds the folder (before: both appended, 16 duplicates)."""
+    config = EvalConfig(
+        env_id=TOY, agent="expert", out_dir=str(tmp_path), episodes=6, env_kwargs={"step_delay": 0.2}
+    )
+    first = threading.Thread(target=evaluate, args=(config,), kwargs={"progress": False})
+    first.start()
+    while not (tmp_path / ".progpo-eval.lock").exists():
+        time.sleep(0.02)
+    time.sleep(0.3)
+    with pytest.raises(ValueError, match=r"being written by another progpo eval \(pid \d+\)"):
+        evaluate(config, progress=False)
+    first.join(120)
+    records = _lines(tmp_path)
+    assert sorted(r["task_index"] for r in records) == list(range(6))
+
+
+def test_a_huge_completion_is_cut_in_the_trajectory(endpoint, tmp_path):
+    """A 2 MB answer is stored up to MAX_STORED_OUTPUT_CHARS (before: in full, 126 MB for 12 steps)."""
+    from agents_toy_envs import hint_policy
+
+    endpoint.policy = lambda messages, body: hint_policy(messages, body) + "x" * 2_000_000
+    assert main(_argv(endpoint.base_url, tmp_path, "--episodes", "1", "--max-steps", "2")) == 0
+    steps = _lines(tmp_path)[0]["trajectory"]
+    assert all(len(s["raw_output"]) == MAX_STORED_OUTPUT_CHARS for s in steps)
+    assert all(s["raw_output_chars"] > 2_000_000 for s in steps)
+    assert (tmp_path / "trajectories.jsonl").stat().st_size < 4 * MAX_STORED_OUTPUT_CHARS * len(steps)
+
+
+COMPLETION = {
+    "id": "c",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "<action>look</action>"},
+        }
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+
+
+def test_ctrl_c_stops_eval_at_once_and_keeps_the_finished_episodes(trickling_server, tmp_path):
+    """SIGINT while a request trickles: the run ends within a second or so, with the finished episodes on disk
+    (before: SIGINT was ignored for 40 s, close() waited for the stuck request)."""
+    server = trickling_server(["/chat/completions"], after=2, reply=COMPLETION)
+    out = tmp_path / "run"
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import agents_toy_envs; "
+        "from agents.cli import main; raise SystemExit(main(sys.argv[1:]))"
+    )
+    argv = [sys.executable, "-c", code, *_argv(server.url + "/v1", out, "--episodes", "6", "--num-envs", "2")]
+    argv += ["--max-steps", "1", "--concurrency", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(server.requests) < 3:  # the third request is stuck
+        time.sleep(0.05)
+    assert len(server.requests) >= 3, process.communicate(timeout=10)
+    time.sleep(0.5)
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    elapsed = time.monotonic() - started
+    assert process.returncode == 130, err
+    assert elapsed < 2.0, f"took {elapsed:.2f} s to stop"  # within a second on an idle machine
+    assert "interrupted; 2 finished episodes are kept" in err
+    assert len(_lines(out)) == 2
+
+
+def test_an_uncached_hub_id_is_one_line_and_no_network(tmp_path):
+    """`--model org/name` not in the local cache: one line with the fix, and no request to the hub (before:
+    the transformers agent asked the hub for it)."""
+    hits: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def record() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:  # closed
+                return
+            hits.append(conn.recv(1024))
+            conn.close()
+
+    threading.Thread(target=record, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env |= {"HF_ENDPOINT": f"http://127.0.0.1:{listener.getsockname()[1]}", "HF_HOME": str(tmp_path / "hf")}
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import agents_toy_envs; "
+        "from agents.cli import main; raise SystemExit(main(sys.argv[1:]))"
+    )
+    argv = [sys.executable, "-c", code, "--env", TOY, "--agent", "transformers", "--model", "someorg/some"]
+    argv += ["--out", str(tmp_path / "run"), "--episodes", "1", "--no-progress"]
+    try:
+        result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        stop.set()
+        listener.close()
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not in the local Hugging Face cache" in lines[0] and "hf download" in lines[0]
+    assert hits == []

@@ -1,0 +1,336 @@
+"""The hosted envs as OpenEnv environments, driven by OpenEnv's own client (``openenv.GenericEnvClient``).
+
+* the expert's plan (ours, in process) replayed through the client wins, with the in-process env's rewards,
+  texts and content keys, on ALFWorld and WebShop;
+* the same reset arguments give the same first observation in every session;
+* 64 concurrent sessions step without errors; a killed env worker ends only the sessions on it, each with
+  OpenEnv's typed error, and they play again after a reset;
+* bad frames and bad actions: typed errors or invalid actions, the connection stays; HTTP routes answer 4xx;
+* a client's share of sessions and idle expiry; ``/metadata``, ``/schema``; ``openenv validate`` accepts the
+  manifests and the running servers.
+
+The ALFWorld and WebShop tests skip when the env cannot be built here (engine or data missing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import requests
+from openenv import GenericEnvClient
+from websockets.sync.client import connect
+
+import progpo_envs  # noqa: F401  (registers the ids)
+from progpo_envs.server.app import ServerConfig
+from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app
+from progpo_envs.server.pool import PoolConfig
+from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
+
+REPO = Path(__file__).resolve().parents[2]
+ALFWORLD = "progpo/ALFWorld-v0"
+WEBSHOP = "progpo/WebShop-v0"
+#: Small settings of each env, fixed by the operator on the server and passed in-process.
+ENV_KWARGS = {ALFWORLD: {"split": "train"}, WEBSHOP: {"num_products": 200, "split": "test"}}
+
+
+def serve(env_id: str, env_kwargs: dict | None = None, **pool: object) -> OpenEnvServer:
+    config = ServerConfig(
+        env_ids=(env_id,),
+        env_kwargs={env_id: env_kwargs or {}},
+        pool=PoolConfig(**{"num_workers": 2, "idle_timeout": 300.0, **pool}),
+    )
+    return OpenEnvServer(create_openenv_app(config)).start()
+
+
+def _real_server(env_id: str):
+    try:
+        gym.make(env_id, **ENV_KWARGS[env_id]).close()
+    except Exception as exc:  # noqa: BLE001 - any failure to build means "not available here"
+        pytest.skip(f"{env_id} cannot be built here: {exc!r}")
+    server = serve(env_id, ENV_KWARGS[env_id])
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def alfworld_server():
+    yield from _real_server(ALFWORLD)
+
+
+@pytest.fixture(scope="module")
+def webshop_server():
+    yield from _real_server(WEBSHOP)
+
+
+@pytest.fixture(scope="module")
+def toy_server():
+    server = serve(TOY_ENV_ID)
+    yield server
+    server.stop()
+
+
+#: The real envs' server fixtures.
+REAL_SERVERS = {ALFWORLD: "alfworld_server", WEBSHOP: "webshop_server"}
+
+
+@pytest.fixture
+def real_server(request):
+    return request.getfixturevalue(REAL_SERVERS[request.param])
+
+
+def expert_episode(env_id: str, task_index: int) -> tuple[list[str], list[tuple], dict]:
+    """The in-process env played by its expert: the actions and each step's (text, reward, done, obs_hash)."""
+    env = gym.make(env_id, **ENV_KWARGS[env_id], expert=True)
+    observation, info = env.reset(options={"task_index": task_index})
+    first = (observation, int(info["obs_hash"]), int(info["history_key"]))
+    actions, trace = [], []
+    done = False
+    while not done:
+        actions.append(info["expert_action"])
+        observation, reward, terminated, truncated, info = env.step(actions[-1])
+        done = terminated or truncated
+        trace.append((observation, reward, done, int(info["obs_hash"]), int(info["history_key"])))
+    env.close()
+    return actions, trace, {"first": first, "won": info["won"], "task_id": info["task_id"]}
+
+
+@pytest.mark.parametrize("real_server", [ALFWORLD, WEBSHOP], indirect=True)
+@pytest.mark.parametrize("task_index", [0, 3])
+def test_the_experts_plan_replayed_through_openenvs_client_wins_as_in_process(real_server, task_index):
+    (env_id,) = real_server.app.state.progpo_pool.policies
+    actions, trace, local = expert_episode(env_id, task_index)
+    assert local["won"], "the expert wins in process"
+    with GenericEnvClient(base_url=real_server.url).sync() as client:
+        result = client.reset(task_index=task_index, split=ENV_KWARGS[env_id]["split"])
+        first = result.observation
+        assert (first["text"], first["obs_hash"], first["history_key"]) == local["first"]
+        assert result.reward is None and result.done is False and first["task_id"] == local["task_id"]
+        total_remote, total_local = 0.0, 0.0
+        for action, (text, reward, done, obs_hash, history_key) in zip(actions, trace, strict=True):
+            result = client.step({"command": action})
+            obs = result.observation
+            assert (obs["text"], result.reward, result.done) == (text, reward, done)
+            assert (obs["obs_hash"], obs["history_key"]) == (obs_hash, history_key)
+            total_remote += result.reward
+            total_local += reward
+        assert result.done and obs["won"] is True and total_remote == total_local > 0
+        assert obs["task_score"] == 1.0
+        state = client.state()
+        assert state["step_count"] == len(actions) and state["done"] is True
+
+
+def test_the_same_reset_gives_the_same_first_observation_in_every_session(alfworld_server):
+    local = gym.make(ALFWORLD, **ENV_KWARGS[ALFWORLD])
+    observation, info = local.reset(seed=5)
+    local.close()
+    firsts = []
+    for _ in range(2):
+        with GenericEnvClient(base_url=alfworld_server.url).sync() as client:
+            firsts.append(client.reset(seed=5).observation)
+            client.step({"command": "look"})
+            again = client.reset(seed=5).observation  # a reused instance starts the same way
+            assert again == firsts[-1]
+    assert firsts[0] == firsts[1]
+    assert (firsts[0]["text"], firsts[0]["obs_hash"], firsts[0]["task_index"]) == (
+        observation,
+        int(info["obs_hash"]),
+        info["task_index"],
+    )
+    assert firsts[0]["admissible_actions"] == info["admissible_actions"]
+
+
+def test_64_concurrent_sessions_step_without_errors(alfworld_server):
+    num_tasks = 8
+
+    async def session(index: int) -> int:
+        rng = random.Random(index)
+        steps = 0
+        async with GenericEnvClient(base_url=alfworld_server.url, message_timeout_s=300) as client:
+            result = await client.reset(task_index=index % num_tasks)
+            for _ in range(4):
+                command = rng.choice(result.observation["admissible_actions"] + ["dance wildly", ""])
+                result = await client.step({"command": command})
+                steps += 1
+                if result.done:
+                    result = await client.reset(task_index=index % num_tasks)
+        return steps
+
+    async def run() -> list:
+        return await asyncio.gather(*(session(i) for i in range(64)), return_exceptions=True)
+
+    results = asyncio.run(run())
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors[:3]
+    assert sum(results) == 64 * 4
+    assert alfworld_server.app.state.progpo_pool.metrics()["worker_restarts"] == 0
+
+
+def test_a_killed_worker_ends_only_its_own_sessions_with_openenvs_error(toy_server):
+    pool = toy_server.app.state.progpo_pool
+    clients = [GenericEnvClient(base_url=toy_server.url).sync() for _ in range(6)]
+    try:
+        for i, client in enumerate(clients):
+            client.connect()
+            client.reset(task_index=i % 2)
+        live = [w["live_instances"] for w in pool.metrics()["workers"]]
+        assert sum(live) >= 6 and all(n > 0 for n in live), live
+        victim = pool.metrics()["workers"][0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        time.sleep(0.5)
+        lost, served = [], []
+        for client in clients:
+            try:
+                client.step({"command": "look"})
+                served.append(client)
+            except RuntimeError as exc:
+                lost.append(str(exc))
+        assert len(lost) == victim["live_instances"] and len(served) == len(clients) - len(lost)
+        assert all("instance lost" in message and "(code: EXECUTION_ERROR)" in message for message in lost)
+        for client in clients:  # the connection stayed: a reset starts a new episode on a live worker
+            result = client.reset(task_index=0)
+            assert not result.done
+            client.step({"command": "look"})
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _frame(ws, message) -> dict:
+    ws.send(message if isinstance(message, (bytes, str)) else json.dumps(message))
+    return json.loads(ws.recv(timeout=60))
+
+
+def test_bad_frames_and_actions_are_typed_errors_or_invalid_actions_and_the_connection_stays(toy_server):
+    with connect(toy_server.url.replace("http", "ws") + "/ws", open_timeout=30) as ws:
+        cases = [
+            ("not json at all", "INVALID_JSON"),
+            ("[1, 2, 3]", "VALIDATION_ERROR"),
+            ('"a string"', "VALIDATION_ERROR"),
+            (b"\x00\x01binary", "INVALID_JSON"),
+            ({"type": "teleport"}, "UNKNOWN_TYPE"),
+            ({"type": "step", "data": {"command": "look"}}, "EXECUTION_ERROR"),  # before any reset
+            ({"type": "reset", "data": {"task_index": -1}}, "EXECUTION_ERROR"),
+            ({"type": "reset", "data": {"split": "../../etc"}}, "EXECUTION_ERROR"),
+            ({"type": "reset", "data": {"no_such_kwarg": 1}}, "EXECUTION_ERROR"),
+            ({"type": "reset", "data": "not an object"}, "VALIDATION_ERROR"),
+        ]
+        for message, code in cases:
+            answer = _frame(ws, message)
+            assert answer["type"] == "error" and answer["data"]["code"] == code, (message, answer)
+        assert _frame(ws, {"type": "reset", "data": {"task_index": 1}})["type"] == "observation"
+        for command in ["", "x" * 100_000, "\x00\x07", "definitely not a command"]:
+            answer = _frame(ws, {"type": "step", "data": {"command": command}})
+            assert answer["type"] == "observation" and answer["data"]["reward"] == 0.0, answer
+        for data in [{"command": 5}, {}, {"command": "look", "extra": 1}]:
+            answer = _frame(ws, {"type": "step", "data": data})
+            assert answer["data"]["code"] == "VALIDATION_ERROR", (data, answer)
+        assert _frame(ws, {"type": "step", "data": {"command": "look"}})["type"] == "observation"
+
+
+def test_the_stateless_http_routes_answer_4xx_not_500(toy_server):
+    url = toy_server.url
+    assert requests.post(f"{url}/step", json={"action": {"command": "look"}}, timeout=60).status_code == 409
+    assert requests.post(f"{url}/reset", json={"task_index": 10**9}, timeout=60).status_code == 400
+    assert requests.post(f"{url}/reset", json={"bogus": 1}, timeout=60).status_code == 400
+    assert requests.post(f"{url}/reset", json={"seed": -1}, timeout=60).status_code == 422
+    answer = requests.post(f"{url}/reset", json={"task_index": 1}, timeout=60)
+    assert answer.status_code == 200 and answer.json()["observation"]["task_index"] == 1
+    assert requests.get(f"{url}/health", timeout=60).json()["status"] == "healthy"
+
+
+def test_a_client_holds_at_most_its_share_of_sessions_and_others_still_connect(second_host_address):
+    """A client is its host (webshop_server.clients): another loopback address is the same client, another
+    host still connects."""
+    server = serve(TOY_ENV_ID, max_instances=6, max_instances_per_client=2)
+    try:
+        ws_url = server.url.replace("http", "ws") + "/ws"
+        with contextlib.ExitStack() as held:
+            for _ in range(2):
+                held.enter_context(connect(ws_url, open_timeout=30))
+            with connect(ws_url, open_timeout=30) as third:
+                answer = json.loads(third.recv(timeout=30))
+                assert answer["data"]["code"] == "CAPACITY_REACHED" and "share" in answer["data"]["message"]
+            with connect(ws_url, open_timeout=30, source_address=("127.0.0.2", 0)) as same_host:
+                answer = json.loads(same_host.recv(timeout=30))
+                assert answer["data"]["code"] == "CAPACITY_REACHED"
+            with connect(ws_url, open_timeout=30, source_address=(second_host_address, 0)) as other:
+                assert _frame(other, {"type": "reset", "data": {}})["type"] == "observation"
+        time.sleep(0.3)
+        with connect(ws_url, open_timeout=30) as again:  # closing frees the share
+            assert _frame(again, {"type": "reset", "data": {}})["type"] == "observation"
+    finally:
+        server.stop()
+
+
+def test_an_idle_session_expires_with_an_error_and_a_reset_starts_again():
+    server = serve(TOY_ENV_ID, idle_timeout=1.0)
+    try:
+        with connect(server.url.replace("http", "ws") + "/ws", open_timeout=30) as ws:
+            assert _frame(ws, {"type": "reset", "data": {"task_index": 0}})["type"] == "observation"
+            time.sleep(3.0)
+            assert server.app.state.progpo_pool.live_instances == 0
+            answer = _frame(ws, {"type": "step", "data": {"command": "look"}})
+            assert answer["data"]["code"] == "EXECUTION_ERROR" and "expired" in answer["data"]["message"]
+            assert _frame(ws, {"type": "reset", "data": {"task_index": 0}})["type"] == "observation"
+    finally:
+        server.stop()
+
+
+def test_metadata_names_the_env_its_splits_and_task_types_and_the_schema_is_openenvs(alfworld_server):
+    metadata = requests.get(f"{alfworld_server.url}/metadata", timeout=60).json()
+    assert metadata["name"] == ALFWORLD
+    for name in ("train", "valid_seen", "valid_unseen", "pick_and_place_simple", "pick_two_obj_and_place"):
+        assert name in metadata["description"] and name in metadata["readme_content"]
+    schema = requests.get(f"{alfworld_server.url}/schema", timeout=60).json()
+    assert schema["action"]["required"] == ["command"]
+    assert schema["action"]["properties"]["command"]["type"] == "string"
+    fields = set(schema["observation"]["properties"])
+    assert {"text", "admissible_actions", "obs_hash", "history_key", "task_id", "task_type", "won"} <= fields
+    assert "task_score" in fields and "env_id" in schema["state"]["properties"]
+
+
+def test_webshop_declares_its_available_actions(webshop_server):
+    schema = requests.get(f"{webshop_server.url}/schema", timeout=60).json()
+    assert "available_actions" in schema["observation"]["properties"]
+    with GenericEnvClient(base_url=webshop_server.url).sync() as client:
+        obs = client.reset(task_index=0).observation
+        assert obs["available_actions"]["has_search_bar"] is True and obs["action_valid"] is True
+        obs = client.step({"command": "click[nothing here]"}).observation
+        assert obs["action_valid"] is False  # an invalid action, not an error
+
+
+def openenv_validate(*args: str) -> tuple[int, str]:
+    """``openenv validate ARGS`` (OpenEnv's own command line, run in this process: its imports are costly)."""
+    from openenv.cli.__main__ import app
+    from typer.testing import CliRunner
+
+    done = CliRunner().invoke(app, ["validate", *args])
+    return done.exit_code, done.output
+
+
+@pytest.mark.parametrize("name", ["alfworld", "webshop"])
+def test_openenv_validate_accepts_the_manifests(name):
+    code, output = openenv_validate(str(REPO / "openenv-envs" / name), "--level", "static", "--skip-build")
+    assert code == 0 and "Verdict: PASS" in output, output
+
+
+def test_openenv_validate_refuses_a_manifest_without_a_validation_block(tmp_path):
+    manifest = (REPO / "openenv-envs" / "alfworld" / "openenv.yaml").read_text()
+    (tmp_path / "openenv.yaml").write_text(manifest.split("validation:")[0])
+    code, output = openenv_validate(str(tmp_path), "--level", "static", "--skip-build")
+    assert code != 0 and "PASS" not in output.split("Verdict")[-1]
+
+
+@pytest.mark.parametrize("real_server", [ALFWORLD, WEBSHOP], indirect=True)
+def test_openenv_validate_accepts_the_running_servers(real_server):
+    code, output = openenv_validate("--url", real_server.url, "--timeout", "60")
+    assert code == 0 and "Verdict: PASS" in output, output

@@ -1,0 +1,34 @@
+"""The README's code, run as a user would run it: pasted into a script."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_block(section: str) -> str:
+    """The first ``python`` code block after the README heading ``section``."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n## {section}\n")
+    return re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+
+
+@pytest.mark.slow  # minutes on 2 cores (it generates ALFWorld's default game sets); .ci/run runs it
+def test_the_usage_example_runs_as_a_script(tmp_path):
+    """Before: the async ``make_vec`` line, pasted into a script, failed in its subprocesses (no ``__main__``
+    guard: each one imported the script again and started its own)."""
+    script = tmp_path / "usage.py"
+    script.write_text(readme_block("Usage"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("ALFWORLD_DATA", None)  # generated games, as on a fresh machine
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

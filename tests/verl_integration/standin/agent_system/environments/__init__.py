@@ -1,0 +1,1 @@
+from agent_system.environments.env_manager import make_envs  # noqa: F401

@@ -1,0 +1,291 @@
+"""``progpo webshop serve`` as a service: one client's many idle connections, and stop signals to the whole
+process group, with waitress and with gunicorn (each server in a subprocess of its own process group)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from webshop_server.clients import ClientTokens
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Site:
+    """``progpo webshop serve`` on a free loopback port, in a process group of its own, ready."""
+
+    def __init__(self, tmp_path: Path, server: str, workers: int, *extra: str):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = (tmp_path / f"site-{self.port}.log").open("w+")
+        command = [sys.executable, "-m", "webshop_server.cli", "serve", "--port", str(self.port)]
+        command += ["--num-products", "200", "--server", server, "--workers", str(workers), *extra]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        self.process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(self.url + "/api/health", timeout=1).ok:
+                    return
+            except requests.ConnectionError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the site did not start:\n{self.output()}")
+            time.sleep(0.2)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def site(tmp_path):
+    started: list[Site] = []
+
+    def start(server: str, workers: int = 2, *extra: str) -> Site:
+        started.append(Site(tmp_path, server, workers, *extra))
+        return started[-1]
+
+    yield start
+    for one in started:
+        one.stop()
+
+
+def _half_open(port: int, addresses: list[str], per_address: int) -> list[socket.socket]:
+    held = []
+    for address in addresses:
+        for _ in range(per_address):
+            sock = socket.socket()
+            sock.bind((address, 0))
+            sock.settimeout(5)
+            try:
+                sock.connect(("127.0.0.1", port))
+                sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+    return held
+
+
+def _from(address: str) -> requests.Session:
+    from requests.adapters import HTTPAdapter
+
+    class SourceAddressAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs):
+            kwargs["source_address"] = (address, 0)
+            super().init_poolmanager(*args, **kwargs)
+
+    session = requests.Session()
+    session.mount("http://", SourceAddressAdapter())
+    return session
+
+
+@pytest.mark.parametrize(
+    "server, addresses, per_address",
+    [
+        ("waitress", [f"127.0.0.{i}" for i in range(2, 7)], 250),  # past the whole connection limit
+        ("gunicorn", ["127.0.0.2"], 120),  # past every thread of both workers
+    ],
+)
+def test_one_hosts_half_open_connections_do_not_take_the_site_offline(
+    site, second_host_address, server, addresses, per_address
+):
+    """Before: 99 half-open connections from one client gave every client a timeout, in both modes (waitress:
+    one global limit of 100 connections; gunicorn: every thread stuck reading a request)."""
+    shop = site(server)
+    held = _half_open(shop.port, addresses, per_address)
+    try:
+        time.sleep(1.0)
+        other_host = _from(second_host_address)
+        started = time.monotonic()
+        assert other_host.get(shop.url + "/api/health", timeout=10).status_code == 200
+        created = other_host.post(shop.url + "/api/sessions", json={"goal_index": 0}, timeout=10)
+        assert created.status_code == 201
+        assert time.monotonic() - started < 5.0
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _pipelined_searches(port: int, session_id: str, count: int) -> socket.socket:
+    """``count`` requests for a 48 KB page sent at once on one connection and not read: the server has their
+    answers to write, so they are in flight until the client reads."""
+    query = "+".join(["blue"] * 819)
+    request = f"GET /search_results/{session_id}?q={query} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(request * count)
+    return sock
+
+
+def _read_responses(sock: socket.socket, count: int) -> list[bytes]:
+    """The bodies of ``count`` HTTP responses read from ``sock`` (each must be whole)."""
+    sock.settimeout(20)
+    buffer, bodies = b"", []
+    while len(bodies) < count:
+        while b"\r\n\r\n" not in buffer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return bodies
+            buffer += chunk
+        head, buffer = buffer.split(b"\r\n\r\n", 1)
+        sizes = [h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")]
+        length = int(sizes[0].split(b":")[1])
+        while len(buffer) < length:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return bodies  # cut midway
+            buffer += chunk
+        bodies.append(buffer[:length])
+        buffer = buffer[length:]
+    return bodies
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_waitress_site_drains_on_a_signal_to_the_whole_group(site, sig):
+    """Answers still to be written when the group gets SIGTERM or SIGINT are all delivered in full, then the
+    site exits 0 (before: SIGTERM killed it at once and cut the answers midway)."""
+    shop = site("waitress", 4)
+    session_id = requests.post(shop.url + "/api/sessions", json={"goal_index": 0}, timeout=10).json()
+    sock = _pipelined_searches(shop.port, session_id["session_id"], 20)
+    time.sleep(1.0)
+    os.killpg(shop.process.pid, sig)
+    time.sleep(0.5)
+    bodies = _read_responses(sock, 20)
+    sock.close()
+    assert len(bodies) == 20 and all(b"</html>" in body for body in bodies)
+    assert shop.process.wait(20) == 0, shop.output()[-2000:]
+    assert "finishing the requests in flight" in shop.output()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_gunicorn_site_drains_on_a_signal_to_the_whole_group(site, sig):
+    """A request half-sent when the group gets the signal is read, answered and closed; then the site exits
+    (before: SIGINT, Ctrl-C, was gunicorn's quick stop, which dropped it)."""
+    shop = site("gunicorn", 2)
+    body = b'{"goal_index": 0, "split": "all"}'
+    sock = socket.create_connection(("127.0.0.1", shop.port))
+    head = "POST /api/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    sock.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[:10])
+    time.sleep(1.0)
+    os.killpg(shop.process.pid, sig)
+    time.sleep(1.0)
+    sock.sendall(body[10:])
+    sock.settimeout(20)
+    answer = b""
+    while b"session_id" not in answer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 201") and b"session_id" in answer, answer[:300]
+    assert shop.process.wait(30) == 0, shop.output()[-2000:]
+
+
+def test_client_tokens_give_clients_of_one_host_their_own_share(site, tmp_path):
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("# one per client\nalice-0123456789\nbob-0123456789\n")
+    assert len(ClientTokens.from_file(tokens)) == 2
+    shop = site(
+        "waitress",
+        2,
+        "--max-sessions",
+        "10",
+        "--max-sessions-per-client",
+        "2",
+        "--client-tokens",
+        str(tokens),
+    )
+    alice, bob = requests.Session(), requests.Session()
+    alice.headers["Authorization"] = "Bearer alice-0123456789"
+    bob.headers["Authorization"] = "Bearer bob-0123456789"
+    create = {"goal_index": 0, "split": "all"}
+    statuses = [alice.post(shop.url + "/api/sessions", json=create, timeout=10).status_code for _ in range(3)]
+    assert statuses == [201, 201, 429]  # its share
+    assert bob.post(shop.url + "/api/sessions", json=create, timeout=10).status_code == 201
+    forged = requests.post(
+        shop.url + "/api/sessions", json=create, headers={"Authorization": "Bearer nope"}, timeout=10
+    )
+    assert forged.status_code == 401 and "unknown client token" in forged.json()["error"]
+
+    from progpo_envs.webshop.env import HttpBackend
+
+    os.environ["PROGPO_CLIENT_TOKEN"] = "bob-0123456789"  # the env's HTTP backend sends it
+    try:
+        backend = HttpBackend(shop.url)
+        backend.create(0)  # bob's second session: its share is 2
+        with pytest.raises(RuntimeError, match="429"):
+            backend.create(0)
+        backend.close()
+    finally:
+        del os.environ["PROGPO_CLIENT_TOKEN"]
+
+
+@pytest.mark.parametrize("server", ["waitress", "gunicorn"])
+def test_a_malformed_chunked_body_is_a_400(site, server):
+    """Before: the gunicorn site answered 500 (gunicorn's InvalidChunkSize escaped the JSON parsing)."""
+    shop = site(server)
+    for path in ("/api/sessions", "/buy/abc"):
+        sock = socket.create_connection(("127.0.0.1", shop.port))
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode()
+            + b"Transfer-Encoding: chunked\r\n\r\nZZ\r\n"
+        )
+        sock.settimeout(10)
+        answer = sock.recv(65536)
+        sock.close()
+        assert answer.startswith(b"HTTP/1.1 400"), (path, answer[:200])
+
+
+def test_a_read_only_cache_with_a_complete_catalog_and_index_serves(site, tmp_path, read_only, monkeypatch):
+    """Both WebShop servers start on a complete cache mounted read-only, and search (before: neither started:
+    tantivy's lock file could not be created beside the index)."""
+    cache = tmp_path / "cache"
+    build = "from webshop_server.engine import WebShopEngine; WebShopEngine.shared(200, 0)"
+    env = dict(os.environ, PROGPO_CACHE=str(cache))
+    subprocess.run([sys.executable, "-c", build], cwd=REPO, env=env, check=True, timeout=300)
+    read_only(cache)
+    monkeypatch.setenv("PROGPO_CACHE", str(cache))
+    shop = site("waitress", 2)
+    session = requests.post(shop.url + "/api/sessions", json={"goal_index": 0}, timeout=10).json()
+    step = requests.post(
+        f"{shop.url}/api/sessions/{session['session_id']}/step", json={"action": "search[blue]"}, timeout=10
+    ).json()
+    assert step["valid"] and len(step["available_actions"]["clickables"]) > 3
+
+    sys.path.insert(0, str(REPO / "tests" / "server"))
+    from hosting_helpers import CliServer
+
+    kwargs = 'progpo/WebShop-v0={"num_products": 200}'
+    server = CliServer("--env", "progpo/WebShop-v0", "--env-kwargs", kwargs)
+    try:
+        from progpo_envs.server.remote import RemoteEnv
+
+        remote = RemoteEnv(server.url, "progpo/WebShop-v0")
+        remote.reset(options={"task_index": 0})
+        _, _, _, _, info = remote.step("search[blue]")
+        assert info["action_valid"]
+        remote.close()
+    finally:
+        server.stop()

@@ -1,0 +1,93 @@
+"""What ``progpo train`` tells its user: a banner before anything is built, and a short result block.
+
+The banner says what runs (estimator, env and its data, sizes, the model, the sampler, the processes) and on
+which CPU kernels: torch dispatches its CPU kernels by the instruction set (``AVX2``, ``AVX512``, the
+generic ``DEFAULT``), which changes the last bits of every result, so a run repeats another bit for bit only
+on the same path (``ATEN_CPU_CAPABILITY`` chooses it; the README says which path its numbers were measured
+on). The result block, at most ten lines, gives success before → after RL and where the files went.
+
+Example:
+    >>> from training.config import TrainConfig
+    >>> "ProGPO" in describe_run(TrainConfig(), resume=False, world_size=1)[0]
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.config import TrainConfig
+from training.preflight import data_dir_value
+
+PREFIX = "[progpo train]"
+
+
+def cpu_kernels() -> str:
+    """The CPU kernel path torch dispatches to here (``AVX2``, ``AVX512``, ``DEFAULT``...)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def describe_run(config: TrainConfig, resume: bool, world_size: int) -> list[str]:
+    """The banner's lines."""
+    rollout, env = config.rollout, config.env
+    data = f"data {data_dir_value(env.data_dir)}" if env.data_dir else ""
+    model = config.model.path or (
+        f"a tiny Qwen2 ({config.model.tiny.num_hidden_layers} layers, width {config.model.tiny.hidden_size}, "
+        f"built in {Path(config.run_dir) / 'tiny_policy'})"
+    )
+    algo = {"progpo": "ProGPO", "progpo_coverage": "ProGPO-coverage"}.get(config.algo.name, config.algo.name)
+    what = "resuming" if resume else "starting"
+    return [
+        f"{what} {algo} on {env.id}{f' ({data})' if data else ''}: {config.iterations} iterations of "
+        f"{rollout.num_groups} groups x {rollout.group_size}, {env.max_steps} steps at most"
+        + (
+            ", after a warm start on expert demonstrations"
+            if config.warm_start.enabled and not resume
+            else ""
+        ),
+        f"policy {model}; sampler {rollout.engine}; {world_size} process{'es' if world_size > 1 else ''}",
+        f"run dir {config.run_dir}; CPU kernels {cpu_kernels()} (ATEN_CPU_CAPABILITY picks them: results "
+        "repeat bit for bit only on the same path)",
+    ]
+
+
+def print_banner(config: TrainConfig, resume: bool, world_size: int) -> None:
+    """Print the banner (before the model is loaded: the first thing a run says)."""
+    for line in describe_run(config, resume, world_size):
+        print(f"{PREFIX} {line}", flush=True)
+
+
+def _success(record: dict[str, Any] | None) -> str:
+    if not record or "success" not in record:
+        return "-"
+    spread = record.get("success_std")
+    return f"{record['success']:.1%}" + (f" ± {spread:.1%}" if spread is not None else "")
+
+
+def result_lines(summary: dict[str, Any], config: TrainConfig, seconds: float) -> list[str]:
+    """The result block's lines (at most ten)."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    lines = [f"done: {summary['iterations']} iterations of {summary['algo']} in {minutes} min {secs} s"]
+    for prefix, name in (("", "held-out success"), ("rl_tasks_", "success on RL's own tasks")):
+        before, after = summary.get(prefix + "before_rl"), summary.get(prefix + "after_rl")
+        if before or after:
+            lines.append(f"  {name}: {_success(before)} -> {_success(after)} (before -> after RL)")
+    run_dir = Path(config.run_dir)
+    lines += [
+        f"  summary   {run_dir / 'summary.json'}",
+        f"  metrics   {run_dir / 'metrics.jsonl'}"
+        + (f" (TensorBoard: {run_dir / 'tensorboard'})" if config.tensorboard else ""),
+        f"  plot      {run_dir / 'learning_curve.png'}",
+        f"  model     {run_dir / 'final'} (from_pretrained, progpo eval, vLLM)",
+        f"  CPU kernels {cpu_kernels()}",
+    ]
+    return lines
+
+
+def print_result(summary: dict[str, Any], config: TrainConfig, seconds: float) -> None:
+    """Print the result block."""
+    for line in result_lines(summary, config, seconds):
+        print(f"{PREFIX} {line}" if not line.startswith("  ") else line, flush=True)
