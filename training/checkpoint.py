@@ -526,3 +526,17 @@ def check_training_state(
         for part, tensor in moments.items():
             if torch.is_tensor(tensor) and tensor.dim() and tuple(tensor.shape) != tuple(shape):
                 raise CheckpointError(f"optimizer.pt: {part} of {key!r} is not of shape {tuple(shape)}")
+
+
+def load_fitting_checkpoint(
+    root: Path, model: torch.nn.Module, parameters: Sequence[torch.Tensor], last_iteration: int
+) -> Checkpoint | None:
+    """The newest checkpoint under ``root`` that is intact and could continue a run of ``model`` trained by
+    an optimizer over ``parameters`` for ``last_iteration`` iterations (:func:`load_latest_checkpoint` with
+    :func:`check_training_state`); ``None`` when there is none."""
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}  # full shapes, DTensors too
+    parameter_shapes = [tuple(p.shape) for p in parameters]
+    return load_latest_checkpoint(
+        root,
+        check=lambda checkpoint: check_training_state(checkpoint, shapes, parameter_shapes, last_iteration),
+    )

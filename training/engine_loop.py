@@ -76,6 +76,11 @@ class EngineLoop:
         self._thread.start()
 
     @property
+    def counters(self) -> tuple[float, int, int]:
+        """``(busy seconds, decode steps, tokens)`` so far."""
+        return self.busy_seconds, self.steps, self.tokens_done
+
+    @property
     def in_flight(self) -> int:
         """Requests in the engine now (admitted, not yet done)."""
         with self._cond:

@@ -60,6 +60,22 @@ def evaluations(config: TrainConfig) -> list[Evaluation]:
     return out
 
 
+def evaluation_summary(evaluations: list[Evaluation], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """``summary.json``'s evaluation entries: each evaluation's success, invalid rate and scores before and
+    after RL, under its ``summary_prefix`` + ``before_rl`` / ``after_rl``."""
+    summary: dict[str, Any] = {}
+    for evaluation in evaluations:
+        done = {r["label"]: r for r in records if r["kind"] == evaluation.kind}
+        for label in ("before_rl", "after_rl"):
+            if label in done:
+                summary[evaluation.summary_prefix + label] = {
+                    k: v
+                    for k, v in done[label].items()
+                    if k.startswith("success") or k in ("invalid_rate", "episodes", "score", "task_score")
+                }
+    return summary
+
+
 class Evaluator:
     """Plays :class:`Evaluation`\\ s with a generation engine; owns their envs (one copy per task).
 

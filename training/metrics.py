@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from training.rollout import Episode, StepRows
+    from training.distributed import DistContext
+    from training.rollout import Episode, RolloutResult, StepRows
 
 #: ``kind`` of the records of the held-out evaluation and of the evaluation on RL's own task pool.
 HELD_OUT_EVAL_KIND = "eval"
@@ -105,6 +106,71 @@ def staleness_metrics(counts: Sequence[float]) -> dict[str, float]:
     out["staleness_mean"] = sum(k * c for k, c in enumerate(counts)) / total if total else 0.0
     out["staleness_max"] = float(max((k for k, c in enumerate(counts) if c), default=0))
     return out
+
+
+def train_metrics(
+    iteration: int,
+    result: RolloutResult,
+    advantages: np.ndarray,
+    update_stats: dict[str, float],
+    staleness: np.ndarray,
+    marks: dict[str, float],
+    dist: DistContext,
+    *,
+    max_staleness: int,
+    asynchronous: bool,
+) -> dict[str, float]:
+    """The ``kind: train`` record of iteration ``iteration`` (0-based; recorded as ``iteration + 1``): its
+    episodes (gathered from every rank: a collective), update statistics, advantages, rows, phase times from
+    ``marks`` (``time.perf_counter()`` at ``start``, ``rollout``, ``advantages``, ``update``, ``sync``),
+    throughputs and the staleness histogram (``staleness``: per row, policy versions behind)."""
+    rows = result.rows
+    episodes = [e for part in dist.gather_objects(result.episodes) for e in part]
+    # wall-clock throughput of the batch's rollout, comparable across modes: lock step's is the rollout
+    # phase, an asynchronous batch's runs from its first group's start to its last one's end
+    span = result.sample_seconds if asynchronous else marks["rollout"] - marks["start"]
+    histogram = np.bincount(staleness.clip(min=0), minlength=max_staleness + 1)
+    update_seconds = marks["update"] - marks["advantages"]
+    return {
+        "kind": "train",
+        "iteration": iteration + 1,
+        **episode_metrics(episodes),
+        **update_stats,
+        **value_stats("advantage", advantages),
+        "rows": float(dist.all_reduce_sum(rows.num_rows)),
+        "valid_rate": float(np.mean(rows.valid)) if rows.num_rows else 0.0,
+        "admissible_rate": float(np.mean(rows.admissible)) if rows.num_rows else 0.0,
+        "exact_prefix_peer_fraction": exact_prefix_peer_fraction(rows),
+        "time_rollout": marks["rollout"] - marks["start"],
+        "time_advantage": marks["advantages"] - marks["rollout"],
+        "time_update": update_seconds,
+        "time_sync": marks["sync"] - marks["update"],
+        "time_iteration": marks["sync"] - marks["start"],
+        "rollout_tokens_per_s": result.generated_tokens / max(result.sample_seconds, 1e-9),
+        "env_steps_per_s": result.env_steps / max(result.env_seconds, 1e-9),
+        "time_rollout_span": span,
+        "rollout_wall_tokens_per_s": result.generated_tokens / max(span, 1e-9),
+        "rollout_wall_env_steps_per_s": result.env_steps / max(span, 1e-9),
+        "rollout_groups_dropped": float(dist.all_reduce_sum(result.groups_dropped)),
+        **staleness_metrics([float(dist.all_reduce_sum(int(c))) for c in histogram]),
+        "update_tokens_per_s": update_stats.get("update_tokens", 0.0) / max(update_seconds, 1e-9),
+    }
+
+
+def engine_loop_metrics(
+    counters: dict[str, tuple[float, int, int]], marks: dict[str, float]
+) -> dict[str, float]:
+    """The engine loop's share of an iteration (``rollout.mode=async``), from its ``(busy seconds, steps,
+    tokens)`` counters at ``start``, ``update`` (the update's start), ``updated`` and ``end``, and the
+    iteration's ``marks`` (:func:`train_metrics`)."""
+    busy, steps, tokens = (a - b for a, b in zip(counters["end"], counters["start"], strict=True))
+    # the engine's decoding during the update: the next batches' rollouts overlapping it
+    overlap = counters["updated"][0] - counters["update"][0]
+    return {
+        "engine_busy_frac": busy / max(marks["sync"] - marks["start"], 1e-9),
+        "engine_tokens_per_step": tokens / max(steps, 1),
+        "rollout_update_overlap": overlap / max(marks["update"] - marks["advantages"], 1e-9),
+    }
 
 
 def _clean(value: Any) -> Any:

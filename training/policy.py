@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from transformers import (
 
 from training.config import ModelConfig, TinyModelConfig
 from training.tokenizer import QWEN25_CHAT_TEMPLATE, qwen25_tokenizer_truncated
+from training.weight_sync import stream_weights
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
@@ -143,6 +145,26 @@ def build_tiny_policy(folder: str | Path, shape: TinyModelConfig | None = None) 
     return folder
 
 
+def policy_folder(config: ModelConfig, run_dir: Path, build: bool = True) -> Path:
+    """The folder the run's policy loads from: ``model.path``, or else the tiny random-initialised policy of
+    ``model.tiny``'s shape in ``<run_dir>/tiny_policy``, built when ``build`` (rank 0 builds, the others wait)
+    and the folder holds another shape (deterministic in the shape, its seed included)."""
+    if config.path:
+        return Path(config.path)
+    folder = Path(run_dir) / "tiny_policy"
+    shape = json.dumps(dataclasses.asdict(config.tiny), sort_keys=True)
+    marker = folder / "tiny_shape.json"
+    if build and not (marker.is_file() and marker.read_text() == shape):
+        build_tiny_policy(folder, config.tiny)
+        marker.write_text(shape)
+    return folder
+
+
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a LoRA wrapper (the model itself without one)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The token ids that end a response: the tokenizer's EOS and Qwen's end-of-turn tokens it knows."""
     ids = {tokenizer.eos_token_id}
@@ -214,18 +236,34 @@ def load_reference(
     return model
 
 
-def export_policy(policy: Policy, folder: str | Path, dtype: torch.dtype | None = None) -> Path:
+def export_policy(
+    policy: Policy,
+    folder: str | Path,
+    dtype: torch.dtype | None = None,
+    *,
+    sharded: bool = False,
+    writer: bool = True,
+) -> Path:
     """Save a plain transformers folder (LoRA merged) for ``from_pretrained``, ``progpo eval``, vLLM.
 
     Args:
-        policy: The trained policy (not FSDP-sharded: export a plain copy on a multi-process run).
+        policy: The trained policy.
         folder: Output folder.
         dtype: The saved weights' dtype (``model.export_dtype`` resolved, e.g. bfloat16 for the 1.5B presets
             from fp32 masters); None keeps the parameters' dtype. The policy itself is not modified.
+        sharded: The model is FSDP2-sharded: its weights are gathered one tensor at a time
+            (:func:`training.weight_sync.stream_weights`, a collective: every rank calls this) and only the
+            ``writer`` keeps them, in host memory (no second copy of the model on a GPU).
+        writer: This process writes the folder (rank 0).
     """
     import copy
 
     folder = Path(folder)
+    if sharded:
+        weights = {name: t.to("cpu", copy=True) for name, t in stream_weights(policy.model, dtype) if writer}
+        if writer:
+            save_weights(folder, weights, base_model(policy.model).config, policy.tokenizer)
+        return folder
     model = policy.model
     if hasattr(model, "merge_and_unload"):
         model = copy.deepcopy(model).merge_and_unload()

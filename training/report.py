@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,33 @@ def print_result(summary: dict[str, Any], config: TrainConfig, seconds: float) -
     """Print the result block."""
     for line in result_lines(summary, config, seconds):
         print(f"{PREFIX} {line}" if not line.startswith("  ") else line, flush=True)
+
+
+def progress_display(enabled: bool):
+    """The RL iterations' progress bar (rich), or one that shows nothing (``progress=false``, rank > 0)."""
+    if not enabled:
+        return _NoProgress()
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    return Progress(TextColumn("{task.description}"), *columns)
+
+
+class _NoProgress(contextlib.nullcontext):
+    """The progress display's interface, showing nothing."""
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def add_task(self, *args, **kwargs) -> int:
+        return 0
+
+    def update(self, *args, **kwargs) -> None:
+        pass

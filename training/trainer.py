@@ -34,7 +34,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import shutil
 import time
@@ -50,9 +49,8 @@ from training.advantages import compute_advantages
 from training.async_rollout import AsyncRollout
 from training.checkpoint import (
     apply_training_state,
-    check_training_state,
     gather_training_state,
-    load_latest_checkpoint,
+    load_fitting_checkpoint,
     save_checkpoint,
     set_rng_state,
 )
@@ -60,33 +58,31 @@ from training.config import ConfigError, TrainConfig, config_to_dict
 from training.costs import ModelShape, measured_memory, update_flops
 from training.distributed import DistContext, shard_model
 from training.engine_loop import EngineLoop
-from training.engines import GenerationEngine, TransformersEngine
 from training.envs import make_split_envs
-from training.evaluation import Evaluator, evaluations
+from training.evaluation import Evaluation, Evaluator, evaluation_summary, evaluations
 from training.metrics import (
     HELD_OUT_EVAL_KIND,
     MetricsLog,
-    episode_metrics,
-    exact_prefix_peer_fraction,
+    engine_loop_metrics,
     plot_learning_curve,
-    staleness_metrics,
-    value_stats,
+    train_metrics,
 )
 from training.policy import (
-    build_tiny_policy,
+    base_model,
     export_policy,
     load_policy,
     load_reference,
+    policy_folder,
     resolve_device,
     resolve_dtype,
     resolve_export_dtype,
-    save_weights,
 )
 from training.provenance import environment
+from training.report import progress_display
 from training.rollout import RolloutWorker, StepRows, collect_groups, mixed_outcome_groups
+from training.sampler import make_sampler
 from training.seeds import derive_seed
 from training.update import Numerics, UpdateSettings, plan_update, ppo_update
-from training.weight_sync import stream_weights
 
 transformers_logging.disable_progress_bar()  # checkpoint writes are not worth a progress bar each
 
@@ -119,7 +115,7 @@ class Trainer:
                 f"rollout.num_groups ({config.rollout.num_groups}) must be >= the number of "
                 f"processes ({self.dist.world_size}): groups are never split across ranks"
             )
-        self.policy_path = self._policy_path()
+        self.policy_path = policy_folder(config.model, self.run_dir, build=self.dist.is_main)
         self.dist.barrier()
         # fp32 masters; under torchrun loaded on the CPU, FSDP2 moves each rank's shards to its device
         self.policy = load_policy(
@@ -130,81 +126,34 @@ class Trainer:
         compute_dtype = resolve_dtype(config.model.compute_dtype, self.device)
         self.numerics = Numerics(self.device, compute_dtype, config.optim.logit_chunk_tokens)
         if self.dist.enabled:
-            shard_model(self.model, compute_dtype=self.numerics.compute_dtype)
-        # the sampler: the trained model itself on one process with the transformers engine, else a copy
-        # in the compute dtype that every update syncs: a vLLM engine, or the rollout copy under torchrun or
-        # when rollouts overlap the update (they must not sample from weights the optimizer is changing)
+            shard_model(self.model, compute_dtype=compute_dtype)
+        # the sampler is the trained model itself on one process with the transformers engine, else a copy
+        # that every update syncs: a vLLM engine, or the rollout copy under torchrun or when rollouts overlap
+        # the update; asynchronous rollouts share it through an engine loop with the evaluations
         overlapped = config.rollout.mode == "async" and config.rollout.max_staleness > 0
         self.sampler_is_copy = self.dist.enabled or config.rollout.engine == "vllm" or overlapped
-        self.engine = self._make_engine()
+        self.engine = make_sampler(
+            config,
+            self.policy,
+            self.policy_path,
+            self.device,
+            compute_dtype,
+            copy=self.sampler_is_copy,
+            torchrun=self.dist.enabled,
+        )
         if self.sampler_is_copy:
-            self.sync_sampler()
+            self.engine.sync_weights(self.model)
         self.optimizer = self._make_optimizer()
         self.reference: torch.nn.Module | None = None
-        self.update_settings = UpdateSettings(
-            loss=config.loss,
-            temperature=config.rollout.temperature,
-            grad_clip=config.optim.grad_clip,
-            recompute_old_logprobs=config.algo.recompute_old_logprobs,
-            max_sampler_logprob_gap=config.rollout.max_sampler_logprob_gap,
-            behaviour_weight_cap=config.loss.behaviour_weight_cap,
-        )
+        self.update_settings = UpdateSettings.from_config(config)
         self.metrics = MetricsLog(self.run_dir, tensorboard=config.tensorboard, enabled=self.dist.is_main)
         self.evaluations = evaluations(config)
         self.evaluator = Evaluator(config, self.tokenizer, self.dist)
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        self.shape = ModelShape.from_hf_config(base.config.to_dict())  # for the update's model FLOPs
+        self.shape = ModelShape.from_hf_config(base_model(self.model).config.to_dict())  # update FLOPs
         self.iteration = 0
         self.state: dict[str, Any] = {"stage": "start", "evaluations": []}
         self._rollout_worker: RolloutWorker | None = None
         self._async_rollout: AsyncRollout | None = None
-
-    def _policy_path(self) -> Path:
-        if self.config.model.path:
-            return Path(self.config.model.path)
-        folder = self.run_dir / "tiny_policy"
-        shape = json.dumps(dataclasses.asdict(self.config.model.tiny), sort_keys=True)
-        marker = folder / "tiny_shape.json"
-        if self.dist.is_main and not (marker.is_file() and marker.read_text() == shape):
-            build_tiny_policy(folder, self.config.model.tiny)  # deterministic in the shape (seed included)
-            marker.write_text(shape)
-        return folder
-
-    def _make_engine(self) -> GenerationEngine:
-        """The sampler; with ``rollout.mode=async`` inside an :class:`~training.engine_loop.EngineLoop`, which
-        every caller (per-episode rollouts, evaluations) shares."""
-        engine = self._make_sampler()
-        if self.config.rollout.mode == "async":
-            return EngineLoop(engine, device=self.device)
-        return engine
-
-    def _make_sampler(self) -> GenerationEngine:
-        cfg = self.config.rollout
-        if cfg.engine == "vllm":
-            from training.vllm_engine import VLLMEngine
-
-            return VLLMEngine(
-                str(self.policy_path),
-                self.tokenizer,
-                top_p=cfg.top_p,
-                seed=self.config.seed,
-                dtype=self.config.model.compute_dtype,
-                max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
-                gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                enforce_eager=cfg.vllm_enforce_eager,
-                torchrun=self.dist.enabled,
-            )
-        sampler = self.model
-        if self.sampler_is_copy:  # a plain copy in the compute dtype: FSDP2's shards cannot decode alone
-            sampler = load_reference(self.policy_path, self.device, self.config.model.compute_dtype)
-        return TransformersEngine(
-            sampler,
-            self.policy.stop_token_ids,
-            self.tokenizer.pad_token_id,
-            top_p=cfg.top_p,
-            batch_size=cfg.sample_batch_size,
-            compute_dtype=self.numerics.compute_dtype,
-        )
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -254,26 +203,23 @@ class Trainer:
         ``iteration``: the staleness histogram and the engine's share of the iteration are logged with the
         rest (``staleness/k``, ``rollout_update_overlap``, ``engine_busy_frac``, ``engine_tokens_per_step``).
         """
-        started = time.perf_counter()
         asynchronous = self.config.rollout.mode == "async"
-        engine_before = self._engine_counters()
+        marks, counters = {"start": time.perf_counter()}, {"start": self._engine_counters()}
         if asynchronous:
             result = self.async_rollout(iteration).collect(iteration)
         else:
             result = collect_groups(self.rollout_worker, self.engine, self.config, iteration, self.dist)
-        t_rollout = time.perf_counter()
+        marks["rollout"] = time.perf_counter()
         advantages = self.advantages(result.rows)
-        t_advantages = time.perf_counter()
+        marks["advantages"] = time.perf_counter()
         kept = np.ones(result.rows.num_rows, dtype=bool)
         if self.config.loss.exclude_uniform_groups:  # DAPO: groups that all scored the same teach nothing
             kept[:] = False
             kept[mixed_outcome_groups(result)[0]] = True
-        rows = result.rows
-        staleness = iteration - np.asarray(rows.policy_version, dtype=np.int64)
-        engine_at_update = self._engine_counters()
-        stats = self.update(rows, advantages, iteration, kept, staleness > 0)
-        t_update = time.perf_counter()
-        engine_after_update = self._engine_counters()
+        staleness = iteration - np.asarray(result.rows.policy_version, dtype=np.int64)
+        counters["update"] = self._engine_counters()
+        stats = self.update(result.rows, advantages, iteration, kept, staleness > 0)
+        marks["update"], counters["updated"] = time.perf_counter(), self._engine_counters()
         if asynchronous:  # the new weights, then the batches they admit
             if self.sampler_is_copy:
                 self.engine.sync_weights(self.model, version=iteration + 1)
@@ -281,53 +227,26 @@ class Trainer:
                 self.engine.set_version(iteration + 1)
             self.async_rollout(iteration).advance(iteration + 1)
         elif self.sampler_is_copy:
-            self.sync_sampler()
-        t_sync = time.perf_counter()
-        episodes = [e for part in self.dist.gather_objects(result.episodes) for e in part]
-        span = result.sample_seconds if asynchronous else t_rollout - started
-        histogram = np.bincount(staleness.clip(min=0), minlength=self.config.rollout.max_staleness + 1)
-        metrics = {
-            "kind": "train",
-            "iteration": iteration + 1,
-            **episode_metrics(episodes),
-            **stats,
-            **value_stats("advantage", advantages),
-            "rows": float(self.dist.all_reduce_sum(rows.num_rows)),
-            "valid_rate": float(np.mean(rows.valid)) if rows.num_rows else 0.0,
-            "admissible_rate": float(np.mean(rows.admissible)) if rows.num_rows else 0.0,
-            "exact_prefix_peer_fraction": exact_prefix_peer_fraction(rows),
-            "time_rollout": t_rollout - started,
-            "time_advantage": t_advantages - t_rollout,
-            "time_update": t_update - t_advantages,
-            "time_sync": t_sync - t_update,
-            "time_iteration": t_sync - started,
-            "rollout_tokens_per_s": result.generated_tokens / max(result.sample_seconds, 1e-9),
-            "env_steps_per_s": result.env_steps / max(result.env_seconds, 1e-9),
-            # wall-clock throughput of the batch's rollout, comparable across modes: lock step's is the
-            # rollout phase, an asynchronous batch's runs from its first group's start to its last one's end
-            "time_rollout_span": span,
-            "rollout_wall_tokens_per_s": result.generated_tokens / max(span, 1e-9),
-            "rollout_wall_env_steps_per_s": result.env_steps / max(span, 1e-9),
-            "rollout_groups_dropped": float(self.dist.all_reduce_sum(result.groups_dropped)),
-            **staleness_metrics([float(self.dist.all_reduce_sum(int(c))) for c in histogram]),
-            "update_tokens_per_s": stats.get("update_tokens", 0.0) / max(t_update - t_advantages, 1e-9),
-            "update_model_flops": update_flops(self.shape, stats, self.config),
-        }
+            self.engine.sync_weights(self.model)  # a collective under FSDP2: every rank calls it
+        marks["sync"], counters["end"] = time.perf_counter(), self._engine_counters()
+        metrics = train_metrics(
+            iteration,
+            result,
+            advantages,
+            stats,
+            staleness,
+            marks,
+            self.dist,
+            max_staleness=self.config.rollout.max_staleness,
+            asynchronous=asynchronous,
+        )
+        metrics["update_model_flops"] = update_flops(self.shape, stats, self.config)
         if asynchronous:
-            busy, steps, tokens = (a - b for a, b in zip(self._engine_counters(), engine_before, strict=True))
-            metrics["engine_busy_frac"] = busy / max(t_sync - started, 1e-9)
-            metrics["engine_tokens_per_step"] = tokens / max(steps, 1)
-            # the engine's decoding during the update (the next batches' rollouts overlapping it)
-            overlap = engine_after_update[0] - engine_at_update[0]
-            metrics["rollout_update_overlap"] = overlap / max(t_update - t_advantages, 1e-9)
+            metrics.update(engine_loop_metrics(counters, marks))
         return metrics
 
     def _engine_counters(self) -> tuple[float, int, int]:
-        """``(busy seconds, steps, tokens)`` of the engine loop so far (zeros in lock step)."""
-        loop = self.engine
-        if not isinstance(loop, EngineLoop):
-            return 0.0, 0, 0
-        return loop.busy_seconds, loop.steps, loop.tokens_done
+        return self.engine.counters if isinstance(self.engine, EngineLoop) else (0.0, 0, 0)
 
     def advantages(self, rows: StepRows) -> np.ndarray:
         """Per-row advantages from the configured estimator."""
@@ -379,10 +298,6 @@ class Trainer:
             stale=stale,
         )
 
-    def sync_sampler(self) -> None:
-        """Stream the trained weights into the sampler (a collective under FSDP2: every rank calls it)."""
-        self.engine.sync_weights(self.model)
-
     # ------------------------------------------------------------------ the run
     def run(self, resume: bool = False) -> dict[str, Any]:
         """Warm start (optional), evaluate, train, evaluate, export; returns the summary."""
@@ -393,7 +308,7 @@ class Trainer:
             self._start_fresh()
         if self.reference is None:
             self._setup_reference()
-        with self._progress() as progress:
+        with progress_display(cfg.progress and self.dist.is_main) as progress:
             bar = progress.add_task("RL iterations", total=cfg.iterations, completed=self.iteration)
             while self.iteration < cfg.iterations:
                 metrics = self.train_iteration(self.iteration)
@@ -408,11 +323,14 @@ class Trainer:
                     completed=self.iteration,
                     description=f"RL it {self.iteration} success {metrics.get('success', 0):.2f}",
                 )
-                periodic = cfg.eval.every and self.iteration % cfg.eval.every == 0
-                if periodic and self.iteration < cfg.iterations:
-                    held_out = [e for e in self.evaluations if e.kind == HELD_OUT_EVAL_KIND]
-                    for evaluation in held_out:
-                        self._record(self.evaluator.run(evaluation, self.engine, self.iteration, "periodic"))
+                if (
+                    cfg.eval.every
+                    and self.iteration % cfg.eval.every == 0
+                    and self.iteration < cfg.iterations
+                ):
+                    for evaluation in self.evaluations:
+                        if evaluation.kind == HELD_OUT_EVAL_KIND:
+                            self._evaluate(evaluation, "periodic", quiet=True)
                 every = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
                 if every or self.iteration == cfg.iterations:
                     self.save(self.iteration)
@@ -422,12 +340,9 @@ class Trainer:
                 continue
             # without RL iterations the policy is the one just measured: reuse, do not re-run, that evaluation
             if "before_rl" in done and self.iteration == 0:
-                record = self._record({**done["before_rl"], "label": "after_rl"})
+                self._record({**done["before_rl"], "label": "after_rl"})
             else:
-                self.dist.log(f"{evaluation.name} success after RL: {self._evaluation_size(evaluation)}")
-                record = self._record(self.evaluator.run(evaluation, self.engine, self.iteration, "after_rl"))
-            success, spread = record["success"], record["success_std"]
-            self.dist.log(f"{evaluation.name} success after RL: {success:.3f} ± {spread:.3f}")
+                self._evaluate(evaluation, "after_rl")
             self.save(self.iteration)
         return self._finish()
 
@@ -447,20 +362,26 @@ class Trainer:
             self.state["warm_started"] = True
             self.optimizer = self._make_optimizer()
             if self.sampler_is_copy:
-                self.sync_sampler()
+                self.engine.sync_weights(self.model)
         self._setup_reference()  # before the first checkpoint, so a resumed run finds the same reference
         if cfg.eval.before_rl:
             for evaluation in self.evaluations:
-                self.dist.log(f"{evaluation.name} success before RL: {self._evaluation_size(evaluation)}")
-                record = self._record(self.evaluator.run(evaluation, self.engine, 0, "before_rl"))
-                success, spread = record["success"], record["success_std"]
-                self.dist.log(f"{evaluation.name} success before RL: {success:.3f} ± {spread:.3f}")
+                self._evaluate(evaluation, "before_rl")
         self.state["stage"] = "rl"
         self.save(0)
 
-    def _evaluation_size(self, evaluation) -> str:
-        seeds = self.config.eval.seeds
-        return f"playing {evaluation.num_tasks} tasks of {evaluation.split} x {seeds} seed{'s' * (seeds > 1)}"
+    def _evaluate(self, evaluation: Evaluation, label: str, quiet: bool = False) -> None:
+        """Play ``evaluation`` with the sampler now; record it (``label``: before_rl, periodic, after_rl)."""
+        when = label.replace("_rl", " RL").replace("_", " ")
+        if not quiet:
+            seeds = self.config.eval.seeds
+            size = f"{evaluation.num_tasks} tasks of {evaluation.split} x {seeds} seed{'s' * (seeds > 1)}"
+            self.dist.log(f"{evaluation.name} success {when}: playing {size}")
+        record = self._record(self.evaluator.run(evaluation, self.engine, self.iteration, label))
+        if not quiet:
+            self.dist.log(
+                f"{evaluation.name} success {when}: {record['success']:.3f} ± {record['success_std']:.3f}"
+            )
 
     def _record(self, record: dict[str, Any]) -> dict[str, Any]:
         """Log an evaluation record and keep it in the run's state (checkpointed)."""
@@ -470,15 +391,7 @@ class Trainer:
 
     def _finish(self) -> dict[str, Any]:
         summary: dict[str, Any] = {"iterations": self.iteration, "algo": self.config.algo.name}
-        for evaluation in self.evaluations:
-            done = {e["label"]: e for e in self.state["evaluations"] if e["kind"] == evaluation.kind}
-            for label in ("before_rl", "after_rl"):
-                if label in done:
-                    summary[evaluation.summary_prefix + label] = {
-                        k: done[label][k]
-                        for k in done[label]
-                        if k.startswith("success") or k in ("invalid_rate", "episodes", "score", "task_score")
-                    }
+        summary.update(evaluation_summary(self.evaluations, self.state["evaluations"]))
         self.dist.log(f"exporting the trained policy to {self.run_dir / 'final'}")
         self.export(self.run_dir / "final", resolve_export_dtype(self.config.model, self.device))
         if self.dist.is_main:
@@ -488,21 +401,6 @@ class Trainer:
         self.metrics.close()
         self.dist.barrier()
         return summary
-
-    def _progress(self):
-        if not (self.config.progress and self.dist.is_main):
-            return _NoProgress()
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-        return Progress(TextColumn("{task.description}"), *columns)
 
     # ------------------------------------------------------------------ save, restore, export
     def save(self, iteration: int) -> None:
@@ -526,15 +424,10 @@ class Trainer:
 
         Raises :class:`training.checkpoint.CheckpointError` when checkpoints exist but none can be used
         (nothing is deleted)."""
-        params = [p for group in self._make_optimizer().param_groups for p in group["params"]]
-        shapes = {
-            name: tuple(t.shape) for name, t in self.model.state_dict().items()
-        }  # full (DTensor) shapes
-
-        def fits(checkpoint) -> None:
-            check_training_state(checkpoint, shapes, [tuple(p.shape) for p in params], self.config.iterations)
-
-        checkpoint = load_latest_checkpoint(self.run_dir / "checkpoints", check=fits)
+        parameters = [p for group in self._make_optimizer().param_groups for p in group["params"]]
+        checkpoint = load_fitting_checkpoint(
+            self.run_dir / "checkpoints", self.model, parameters, self.config.iterations
+        )
         if checkpoint is None:
             return False
         self.optimizer = self._make_optimizer()
@@ -543,25 +436,13 @@ class Trainer:
         self.state = {k: v for k, v in checkpoint.state.items() if k != "iteration"}
         self.iteration = checkpoint.iteration
         if self.sampler_is_copy:
-            self.sync_sampler()
+            self.engine.sync_weights(self.model)
         self.metrics.truncate_after(self.iteration)
         return True
 
     def export(self, folder: Path, dtype: torch.dtype) -> None:
-        """Save the trained policy as a plain transformers folder in ``dtype`` (LoRA merged); rank 0 writes.
-
-        Under FSDP2 the weights are gathered one tensor at a time
-        (:func:`training.weight_sync.stream_weights`) and only rank 0 keeps them, in host memory."""
-        if not self.dist.enabled:
-            export_policy(self.policy, folder, dtype=dtype)
-            return
-        weights = {}
-        for name, tensor in stream_weights(self.model, dtype):
-            if self.dist.is_main:
-                weights[name] = tensor.to("cpu", copy=True)
-        if self.dist.is_main:
-            base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-            save_weights(folder, weights, base.config, self.tokenizer)
+        """The trained policy as a plain transformers folder in ``dtype`` (LoRA merged; rank 0 writes)."""
+        export_policy(self.policy, folder, dtype, sharded=self.dist.enabled, writer=self.dist.is_main)
 
     # ------------------------------------------------------------------ close
     def close(self) -> None:
@@ -574,16 +455,3 @@ class Trainer:
             self.engine.close()
         if self._async_rollout is not None:
             self._async_rollout.close()
-
-
-class _NoProgress(contextlib.nullcontext):
-    """The progress display's interface, showing nothing (non-zero ranks, ``progress=false``)."""
-
-    def __enter__(self) -> _NoProgress:
-        return self
-
-    def add_task(self, *args, **kwargs) -> int:
-        return 0
-
-    def update(self, *args, **kwargs) -> None:
-        pass

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from training.config import LossConfig
+from training.config import LossConfig, TrainConfig
 from training.distributed import DistContext
 from training.loss import PolicyLossTerms, kl_k3, masked_sum, policy_loss_terms
 from training.policy import compute_context
@@ -510,6 +510,18 @@ class UpdateSettings:
     recompute_old_logprobs: bool
     max_sampler_logprob_gap: float = 0.0
     behaviour_weight_cap: float = 2.0
+
+    @classmethod
+    def from_config(cls, config: TrainConfig) -> UpdateSettings:
+        """The settings of ``config``."""
+        return cls(
+            loss=config.loss,
+            temperature=config.rollout.temperature,
+            grad_clip=config.optim.grad_clip,
+            recompute_old_logprobs=config.algo.recompute_old_logprobs,
+            max_sampler_logprob_gap=config.rollout.max_sampler_logprob_gap,
+            behaviour_weight_cap=config.loss.behaviour_weight_cap,
+        )
 
 
 def ppo_update(
