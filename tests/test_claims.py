@@ -1,5 +1,6 @@
-"""Every figure the project states is a measured value: each figure in ``README.md``, in the leading comment
-header of each ``configs/*.yaml`` and on the results page ``benchmarks/README.md`` equals a value in a
+"""Every figure the project states is a measured value: each figure in ``README.md``, in the docs pages it
+links for details (:data:`CLAIM_DOCS`), in the leading comment header of each ``configs/*.yaml`` and on the
+results page ``benchmarks/README.md`` equals a value in a
 committed result file ``benchmarks/results/*.json`` (issue 20: no hand-typed figures).
 
 **What counts as a figure** (a measured quantity someone could mistype or leave stale):
@@ -266,6 +267,10 @@ def config_header(path: Path) -> str:
     return "\n".join(lines)
 
 
+#: docs pages that state measured figures.
+CLAIM_DOCS = ("quickstart.md", "results.md", "training.md", "async_rollouts.md")
+
+
 def claim_sources() -> list[tuple[str, str]]:
     """``(path relative to the repository, text)`` of every place whose figures must be measured."""
     sources = [("README.md", (ROOT / "README.md").read_text())]
@@ -273,6 +278,8 @@ def claim_sources() -> list[tuple[str, str]]:
         (str(p.relative_to(ROOT)), config_header(p)) for p in sorted((ROOT / "configs").glob("*.yaml"))
     ]
     sources.append(("benchmarks/README.md", (ROOT / "benchmarks" / "README.md").read_text()))
+    # the README's details moved to these pages; their figures are claims like the README's
+    sources += [(f"docs/{name}", (ROOT / "docs" / name).read_text()) for name in CLAIM_DOCS]
     return sources
 
 
