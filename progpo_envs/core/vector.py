@@ -84,30 +84,42 @@ def _make_env(entry_point: str, env_kwargs: dict[str, Any]) -> gym.Env:
     return load_env_creator(entry_point)(**env_kwargs)
 
 
-def _resets(seeds: Sequence[int | None], options: Sequence[dict[str, Any] | None]) -> list[Reset]:
-    if len(seeds) != len(options):
-        raise ValueError(f"a reset needs one options entry per seed, got {len(seeds)} and {len(options)}")
-    return [Reset(seed, opts) for seed, opts in zip(seeds, options, strict=True)]
+class _CommandBackend:
+    """A :class:`~progpo_envs.core.worker_protocol.VectorBackend` whose copies run commands: a reset, step
+    or call is one :class:`~progpo_envs.core.worker_protocol.Reset`/``Step``/``Call`` per copy for
+    :meth:`_run`."""
+
+    num_envs: int
+
+    def _run(self, commands: Sequence[EnvCommand], copies: Sequence[int] | None) -> list[Any]:
+        """``commands[k]`` on copy ``copies[k]`` (``None``: one command per copy, in order); the results."""
+        raise NotImplementedError
+
+    def reset(
+        self,
+        seeds: Sequence[int | None],
+        options: Sequence[dict[str, Any] | None],
+        copies: Sequence[int] | None = None,
+    ) -> list[ResetResult]:
+        return self._run([Reset(seed, opts) for seed, opts in zip(seeds, options, strict=True)], copies)
+
+    def step(self, actions: Sequence[Any], copies: Sequence[int] | None = None) -> list[StepResult]:
+        return self._run([Step(action) for action in actions], copies)
+
+    def call(self, name: str, args: tuple = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        return self._run([Call(name, args, kwargs or {})] * self.num_envs, None)
 
 
-class _SyncBackend:
-    """All copies in this process (a :class:`~progpo_envs.core.worker_protocol.VectorBackend`)."""
+class _SyncBackend(_CommandBackend):
+    """All copies in this process."""
 
     def __init__(self, entry_point: str, env_kwargs: dict[str, Any], num_envs: int):
+        self.num_envs = num_envs
         self.envs = [_make_env(entry_point, env_kwargs) for _ in range(num_envs)]
 
     def _run(self, commands: Sequence[EnvCommand], copies: Sequence[int] | None) -> list[Any]:
         envs = self.envs if copies is None else [self.envs[i] for i in copies]
         return [apply_command(env, command) for env, command in zip(envs, commands, strict=True)]
-
-    def reset(self, seeds, options, copies=None) -> list[ResetResult]:
-        return self._run(_resets(seeds, options), copies)
-
-    def step(self, actions, copies=None) -> list[StepResult]:
-        return self._run([Step(action) for action in actions], copies)
-
-    def call(self, name: str, args: tuple = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
-        return self._run([Call(name, args, kwargs or {})] * len(self.envs), None)
 
     def close(self) -> None:
         for env in self.envs:
@@ -159,9 +171,8 @@ def _worker(
     conn.close()
 
 
-class _AsyncBackend:
-    """Copies split into contiguous shards, one subprocess per shard (a
-    :class:`~progpo_envs.core.worker_protocol.VectorBackend`)."""
+class _AsyncBackend(_CommandBackend):
+    """Copies split into contiguous shards, one subprocess per shard."""
 
     def __init__(
         self,
@@ -174,6 +185,7 @@ class _AsyncBackend:
         ctx = mp.get_context(
             mp_context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
         )
+        self.num_envs = num_envs
         bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
         self.shards = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
         self.conns, self.processes = [], []
@@ -206,11 +218,10 @@ class _AsyncBackend:
         return results
 
     def _run(self, commands: Sequence[EnvCommand], copies: Sequence[int] | None) -> list[Any]:
-        """``commands[k]`` on copy ``copies[k]`` (``None``: every copy): one message to each shard that holds
-        some of them, the shards stepping in parallel; results in the order of ``commands``."""
+        """One message to each shard that holds some of the copies, the shards stepping in parallel."""
         if copies is None:
-            if len(commands) != self.shards[-1][1]:
-                raise ValueError(f"expected one command per copy ({self.shards[-1][1]}), got {len(commands)}")
+            if len(commands) != self.num_envs:
+                raise ValueError(f"expected one command per copy ({self.num_envs}), got {len(commands)}")
             for (start, stop), conn in zip(self.shards, self.conns, strict=True):
                 conn.send(_ShardRun(list(commands[start:stop])))
             return [item for shard in self._gather() for item in shard]
@@ -230,15 +241,6 @@ class _AsyncBackend:
             for position, result in zip(by_shard[shard][0], payload, strict=True):
                 results[position] = result
         return results
-
-    def reset(self, seeds, options, copies=None) -> list[ResetResult]:
-        return self._run(_resets(seeds, options), copies)
-
-    def step(self, actions, copies=None) -> list[StepResult]:
-        return self._run([Step(action) for action in actions], copies)
-
-    def call(self, name: str, args: tuple = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
-        return self._run([Call(name, args, kwargs or {})] * self.shards[-1][1], None)
 
     def close(self) -> None:
         for conn in self.conns:
