@@ -30,6 +30,9 @@ backend as ``vector_mode``:
 * ``"async"``: copies split into contiguous shards across ``num_workers`` subprocesses (default: one per CPU
   core, at most one per copy), so several cores step at once. Each worker steps its whole shard per message.
 
+Either is a :class:`~progpo_envs.core.worker_protocol.VectorBackend` (reset, step, call, close); a subclass
+plugs in its own by overriding :meth:`GroupVectorEnv.make_backend` (``progpo/Remote-v0``'s batched requests).
+
 Example:
     >>> import gymnasium as gym, progpo_envs
     >>> envs = gym.make_vec("progpo/ALFWorld-v0", num_envs=4, group_size=2)  # doctest: +SKIP
@@ -40,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import multiprocessing as mp
 import os
@@ -54,6 +58,19 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from progpo_envs.core.vector_info import unbatch_copy_infos, unbatch_info
+from progpo_envs.core.worker_protocol import (
+    Call,
+    EnvCommand,
+    Reply,
+    Reset,
+    ResetResult,
+    Shutdown,
+    Step,
+    StepResult,
+    VectorBackend,
+    apply_command,
+    serve_requests,
+)
 
 
 class VectorMode(str, enum.Enum):
@@ -67,82 +84,94 @@ def _make_env(entry_point: str, env_kwargs: dict[str, Any]) -> gym.Env:
     return load_env_creator(entry_point)(**env_kwargs)
 
 
-def _call(env: gym.Env, method: str, args: tuple) -> Any:
-    if method == "reset":
-        seed, options = args
-        return env.reset(seed=seed, options=options)
-    if method == "step":
-        return env.step(args[0])
-    if method == "call":
-        name, call_args, call_kwargs = args
-        attr = getattr(env.unwrapped, name)
-        return attr(*call_args, **call_kwargs) if callable(attr) else attr
-    raise ValueError(f"unknown method {method!r}")
+class _CommandBackend:
+    """A :class:`~progpo_envs.core.worker_protocol.VectorBackend` whose copies run commands: a reset, step
+    or call is one :class:`~progpo_envs.core.worker_protocol.Reset`/``Step``/``Call`` per copy for
+    :meth:`_run`."""
+
+    num_envs: int
+
+    def _run(self, commands: Sequence[EnvCommand], copies: Sequence[int] | None) -> list[Any]:
+        """``commands[k]`` on copy ``copies[k]`` (``None``: one command per copy, in order); the results."""
+        raise NotImplementedError
+
+    def reset(
+        self,
+        seeds: Sequence[int | None],
+        options: Sequence[dict[str, Any] | None],
+        copies: Sequence[int] | None = None,
+    ) -> list[ResetResult]:
+        return self._run([Reset(seed, opts) for seed, opts in zip(seeds, options, strict=True)], copies)
+
+    def step(self, actions: Sequence[Any], copies: Sequence[int] | None = None) -> list[StepResult]:
+        return self._run([Step(action) for action in actions], copies)
+
+    def call(self, name: str, args: tuple = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        return self._run([Call(name, args, kwargs or {})] * self.num_envs, None)
 
 
-class _SyncBackend:
+class _SyncBackend(_CommandBackend):
     """All copies in this process."""
 
     def __init__(self, entry_point: str, env_kwargs: dict[str, Any], num_envs: int):
+        self.num_envs = num_envs
         self.envs = [_make_env(entry_point, env_kwargs) for _ in range(num_envs)]
 
-    def run(self, method: str, per_env_args: Sequence[tuple]) -> list[Any]:
-        return [_call(env, method, args) for env, args in zip(self.envs, per_env_args, strict=False)]
-
-    def run_some(self, method: str, indices: Sequence[int], per_env_args: Sequence[tuple]) -> list[Any]:
-        return [_call(self.envs[i], method, args) for i, args in zip(indices, per_env_args, strict=True)]
-
-    def getattr(self, name: str) -> list[Any]:
-        return self.run("call", [(name, (), {})] * len(self.envs))
+    def _run(self, commands: Sequence[EnvCommand], copies: Sequence[int] | None) -> list[Any]:
+        envs = self.envs if copies is None else [self.envs[i] for i in copies]
+        return [apply_command(env, command) for env, command in zip(envs, commands, strict=True)]
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
 
 
-#: The worker message that runs a method on some copies of a shard only.
-_SOME_COPIES = "some"
+@dataclasses.dataclass(frozen=True)
+class _ShardRun:
+    """A message to a shard's worker: ``commands[k]`` for its copy ``copies[k]`` (local indices; ``None``:
+    one command per copy of the shard, in order)."""
+
+    commands: list[EnvCommand]
+    copies: list[int] | None = None
 
 
 def _worker(
     conn, entry_point: str, env_kwargs: dict[str, Any], num_envs: int, environ: dict[str, str]
 ) -> None:
-    """Subprocess loop: build a shard of copies, then answer (method, per-env args) messages until
-    ``close``."""
+    """Subprocess loop: build a shard of copies, then answer :class:`_ShardRun` messages with a
+    :class:`~progpo_envs.core.worker_protocol.Reply` (the results, or the traceback) until
+    :class:`~progpo_envs.core.worker_protocol.Shutdown`."""
     # A forkserver child inherits the environment of the moment the forkserver started; use the parent's
     # current one instead, so variables set later (ALFWORLD_DATA, PROGPO_CACHE, ...) reach every worker.
     os.environ.clear()
     os.environ.update(environ)
     try:
         envs = [_make_env(entry_point, env_kwargs) for _ in range(num_envs)]
-        conn.send(("ok", None))
+        conn.send(Reply.success())
     except Exception:  # report construction errors to the parent instead of dying silently
-        conn.send(("error", traceback.format_exc()))
+        conn.send(Reply.failure(traceback.format_exc()))
         conn.close()
         return
-    while True:
+
+    def handle(message: Any) -> Reply:
+        if not isinstance(message, _ShardRun):
+            return Reply.failure(f"unknown worker message {message!r}: a vector env worker runs a _ShardRun")
         try:
-            method, per_env_args = conn.recv()
-        except (EOFError, KeyboardInterrupt):
-            break
-        if method == "close":
-            for env in envs:
-                env.close()
-            conn.send(("ok", None))
-            break
-        try:
-            if method == _SOME_COPIES:  # (method, local indices, their args): only those copies
-                inner, indices, args = per_env_args
-                results = [_call(envs[i], inner, a) for i, a in zip(indices, args, strict=True)]
-            else:
-                results = [_call(env, method, args) for env, args in zip(envs, per_env_args, strict=False)]
-            conn.send(("ok", results))
+            targets = envs if message.copies is None else [envs[i] for i in message.copies]
+            return Reply.success(
+                [apply_command(env, command) for env, command in zip(targets, message.commands, strict=True)]
+            )
         except Exception:
-            conn.send(("error", traceback.format_exc()))
+            return Reply.failure(traceback.format_exc())
+
+    if serve_requests(conn, handle):
+        for env in envs:
+            env.close()
+        conn.send(Reply.success())
     conn.close()
 
 
-class _AsyncBackend:
+class _AsyncBackend(_CommandBackend):
     """Copies split into contiguous shards, one subprocess per shard."""
 
     def __init__(
@@ -156,6 +185,7 @@ class _AsyncBackend:
         ctx = mp.get_context(
             mp_context or ("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
         )
+        self.num_envs = num_envs
         bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
         self.shards = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
         self.conns, self.processes = [], []
@@ -174,51 +204,48 @@ class _AsyncBackend:
         for shard in range(len(self.conns)) if shards is None else shards:
             conn = self.conns[shard]
             try:
-                status, payload = conn.recv()
+                reply: Reply = conn.recv()
             except (EOFError, ConnectionError, OSError) as exc:
                 raise RuntimeError(
                     f"vector env worker {shard} died ({exc!r}); close and rebuild the vector env"
                 ) from exc
-            if status == "error":
-                errors.append(f"worker {shard}:\n{payload}")
+            if reply.ok:
+                results.append(reply.value)
             else:
-                results.append(payload)
+                errors.append(f"worker {shard}:\n{reply.error}")
         if errors:
             raise RuntimeError("error in vector env worker(s):\n" + "\n".join(errors))
         return results
 
-    def run(self, method: str, per_env_args: Sequence[tuple]) -> list[Any]:
-        for (start, stop), conn in zip(self.shards, self.conns, strict=True):
-            conn.send((method, list(per_env_args[start:stop])))
-        return [item for shard in self._gather() for item in shard]
-
-    def run_some(self, method: str, indices: Sequence[int], per_env_args: Sequence[tuple]) -> list[Any]:
-        """``method`` on the copies ``indices`` only: one message to each shard that holds some of them, the
-        shards stepping in parallel; results in the order of ``indices``."""
-        by_shard: dict[int, tuple[list[int], list[int], list[tuple]]] = {}
-        for position, (i, args) in enumerate(zip(indices, per_env_args, strict=True)):
+    def _run(self, commands: Sequence[EnvCommand], copies: Sequence[int] | None) -> list[Any]:
+        """One message to each shard that holds some of the copies, the shards stepping in parallel."""
+        if copies is None:
+            if len(commands) != self.num_envs:
+                raise ValueError(f"expected one command per copy ({self.num_envs}), got {len(commands)}")
+            for (start, stop), conn in zip(self.shards, self.conns, strict=True):
+                conn.send(_ShardRun(list(commands[start:stop])))
+            return [item for shard in self._gather() for item in shard]
+        by_shard: dict[int, tuple[list[int], list[int], list[EnvCommand]]] = {}
+        for position, (i, command) in enumerate(zip(copies, commands, strict=True)):
             shard = next(k for k, (start, stop) in enumerate(self.shards) if start <= i < stop)
-            where, local, shard_args = by_shard.setdefault(shard, ([], [], []))
+            where, local, shard_commands = by_shard.setdefault(shard, ([], [], []))
             where.append(position)
             local.append(i - self.shards[shard][0])
-            shard_args.append(args)
+            shard_commands.append(command)
         order = sorted(by_shard)
         for shard in order:
-            _, local, shard_args = by_shard[shard]
-            self.conns[shard].send((_SOME_COPIES, (method, local, shard_args)))
-        results: list[Any] = [None] * len(indices)
+            _, local, shard_commands = by_shard[shard]
+            self.conns[shard].send(_ShardRun(shard_commands, local))
+        results: list[Any] = [None] * len(commands)
         for shard, payload in zip(order, self._gather(order), strict=True):
             for position, result in zip(by_shard[shard][0], payload, strict=True):
                 results[position] = result
         return results
 
-    def getattr(self, name: str) -> list[Any]:
-        return self.run("call", [(name, (), {})] * self.shards[-1][1])
-
     def close(self) -> None:
         for conn in self.conns:
             try:
-                conn.send(("close", None))
+                conn.send(Shutdown())
                 conn.recv()
             except (EOFError, BrokenPipeError, ConnectionError, OSError):
                 pass
@@ -239,6 +266,9 @@ class GroupVectorEnv(VectorEnv):
         num_workers: Subprocesses for ``"async"`` (default: CPU cores, at most ``num_envs``).
         mp_context: Multiprocessing start method for ``"async"`` (default forkserver where available).
         **env_kwargs: Passed to every copy.
+
+    Attributes:
+        backend: Where the copies run (:meth:`make_backend`).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.DISABLED}
@@ -261,13 +291,9 @@ class GroupVectorEnv(VectorEnv):
         self.group_size = int(group_size)
         self.num_groups = self.num_envs // self.group_size
         self.vector_mode = VectorMode(vector_mode)
-        if self.vector_mode is VectorMode.SYNC:
-            self._backend: _SyncBackend | _AsyncBackend = _SyncBackend(entry_point, env_kwargs, self.num_envs)
-        else:
-            workers = min(self.num_envs, num_workers or os.cpu_count() or 1)
-            self._backend = _AsyncBackend(entry_point, env_kwargs, self.num_envs, workers, mp_context)
-        self.single_observation_space = self._backend.getattr("observation_space")[0]
-        self.single_action_space = self._backend.getattr("action_space")[0]
+        self.backend = self.make_backend(entry_point, env_kwargs, num_workers, mp_context)
+        self.single_observation_space = self.backend.call("observation_space")[0]
+        self.single_action_space = self.backend.call("action_space")[0]
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.group_ids = np.arange(self.num_envs) // self.group_size
@@ -277,6 +303,17 @@ class GroupVectorEnv(VectorEnv):
         self._group_seeds: np.random.Generator | None = None
         self._group_seeds_seed: int | None = None
         self.closed = False
+
+    def make_backend(
+        self, entry_point: str, env_kwargs: dict[str, Any], num_workers: int | None, mp_context: str | None
+    ) -> VectorBackend:
+        """Where the ``num_envs`` copies run, for :attr:`vector_mode`: all in this process (``"sync"``) or in
+        shards over ``num_workers`` subprocesses (``"async"``). A subclass returns its own backend here (the
+        remote env's batched requests)."""
+        if self.vector_mode is VectorMode.SYNC:
+            return _SyncBackend(entry_point, env_kwargs, self.num_envs)
+        workers = min(self.num_envs, num_workers or os.cpu_count() or 1)
+        return _AsyncBackend(entry_point, env_kwargs, self.num_envs, workers, mp_context)
 
     def reset(
         self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None
@@ -318,14 +355,15 @@ class GroupVectorEnv(VectorEnv):
             if self._group_seeds is None:
                 self._group_seeds = np.random.default_rng(self._group_seeds_seed)
             group_seeds = [int(s) for s in self._group_seeds.integers(0, 2**31 - 1, self.num_groups)]
-        per_env = []
+        seeds, per_env_options = [], []
         for i in range(self.num_envs):
             b = i // self.group_size
             env_options = dict(options)
             if task_indices is not None:
                 env_options["task_index"] = int(task_indices[b])
-            per_env.append((group_seeds[b], env_options))
-        results = self._backend.run("reset", per_env)
+            seeds.append(group_seeds[b])
+            per_env_options.append(env_options)
+        results = self.backend.reset(seeds, per_env_options)
         observations = tuple(obs for obs, _ in results)
         return observations, self._tag_groups([info for _, info in results])
 
@@ -358,8 +396,8 @@ class GroupVectorEnv(VectorEnv):
         if not 0 <= group < self.num_groups:
             raise ValueError(f"group must be in 0..{self.num_groups - 1}, got {group}")
         copies = range(group * self.group_size, (group + 1) * self.group_size)
-        results = self._backend.run_some(
-            "reset", list(copies), [(int(seed), dict(options or {}))] * len(copies)
+        results = self.backend.reset(
+            [int(seed)] * len(copies), [dict(options or {})] * len(copies), copies=list(copies)
         )
         infos = [{**info, "group_id": group} for _, info in results]
         return tuple(obs for obs, _ in results), infos
@@ -374,7 +412,7 @@ class GroupVectorEnv(VectorEnv):
             raise ValueError(f"{len(copies)} copies need as many actions, got {len(actions)}")
         if len(set(copies)) != len(copies) or not all(0 <= i < self.num_envs for i in copies):
             raise ValueError(f"copies must be distinct indices in 0..{self.num_envs - 1}, got {list(copies)}")
-        results = self._backend.run_some("step", list(copies), [(action,) for action in actions])
+        results = self.backend.step(list(actions), copies=list(copies))
         return (
             tuple(r[0] for r in results),
             np.array([r[1] for r in results], dtype=np.float64),
@@ -389,7 +427,7 @@ class GroupVectorEnv(VectorEnv):
         """Step every copy; the copies' own infos, each with its ``group_id``."""
         if len(actions) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
-        results = self._backend.run("step", [(action,) for action in actions])
+        results = self.backend.step(list(actions))
         observations = tuple(r[0] for r in results)
         rewards = np.array([r[1] for r in results], dtype=np.float64)
         terminations = np.array([r[2] for r in results], dtype=bool)
@@ -398,7 +436,7 @@ class GroupVectorEnv(VectorEnv):
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` of every copy (or read attribute ``name``); one result per copy."""
-        return tuple(self._backend.run("call", [(name, args, kwargs)] * self.num_envs))
+        return tuple(self.backend.call(name, args, kwargs))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Attribute ``name`` of every copy."""
@@ -407,13 +445,13 @@ class GroupVectorEnv(VectorEnv):
     @property
     def worker_pids(self) -> tuple[int, ...]:
         """Process ids of the ``"async"`` workers, one per shard (none in ``"sync"`` mode)."""
-        if isinstance(self._backend, _AsyncBackend):
-            return tuple(int(process.pid) for process in self._backend.processes)
+        if isinstance(self.backend, _AsyncBackend):
+            return tuple(int(process.pid) for process in self.backend.processes)
         return ()
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close every copy and stop the workers."""
-        self._backend.close()
+        self.backend.close()
 
     def batch_infos(self, copy_infos: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Gymnasium's vector ``info`` (dict of arrays with ``_key`` masks) from the copies' own infos.

@@ -2,6 +2,8 @@
 
 * :mod:`~progpo_envs.server.app` — the Flask app (``create_app``) and its routes;
 * :mod:`~progpo_envs.server.pool` — instances in worker subprocesses (ids, expiry, limits, fault isolation);
+* :mod:`~progpo_envs.server.pool_worker` — one worker subprocess: its instances, each message's reply, ``seq``
+  replays;
 * :mod:`~progpo_envs.server.policy` — which envs and constructor kwargs a client may ask for;
 * :mod:`~progpo_envs.server.codec` — exact JSON for infos (numpy keys, int-keyed dicts, tuples);
 * :mod:`~progpo_envs.server.request_args` — the JSON body and validated reset/step arguments of a request;

@@ -47,6 +47,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from progpo_envs.core.worker_protocol import Reply
 from progpo_envs.server.agentgym import AgentGymGames, agentgym_blueprint
 from progpo_envs.server.codec import decode, encode
 from progpo_envs.server.policy import EnvPolicy, PolicyError
@@ -117,10 +118,10 @@ def _batch_items(body: Mapping[str, Any], key: str) -> list[Any]:
     return items
 
 
-def _batch_result(reply: tuple) -> dict[str, Any]:
-    if reply[0] == "ok":
-        return {"ok": True, **reply[1]}
-    return {"ok": False, "status": reply[1], "error": reply[2]}
+def _batch_result(reply: Reply) -> dict[str, Any]:
+    if reply.ok:
+        return {"ok": True, **reply.value}
+    return {"ok": False, "status": reply.status, "error": reply.error}
 
 
 def _text_chars(value: Any, depth: int = 0) -> int:
@@ -280,7 +281,7 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
                 break
             for reply in pool.batch(op, parsed[start : start + BATCH_CHUNK]):
                 results.append(_batch_result(reply))
-                chars += _text_chars(reply[1]) if reply[0] == "ok" else 0
+                chars += _text_chars(reply.value) if reply.ok else 0
         return jsonify(results=results)
 
     @app.post("/batch/step")

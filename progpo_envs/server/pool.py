@@ -1,9 +1,10 @@
 """Env instances live in worker subprocesses; the pool routes requests to them and survives their death.
 
 The HTTP front (:mod:`progpo_envs.server.app`) is threaded; the envs are CPU-bound Python, so they run in
-``num_workers`` subprocesses (one message at a time each), which also isolates faults: if an env crashes or a
-worker is killed, only the instances on that worker are lost (their next request is a 410 with a message), the
-worker is restarted, and every other instance keeps serving.
+``num_workers`` subprocesses (:mod:`progpo_envs.server.pool_worker`: one message at a time each, each
+answered with a :class:`~progpo_envs.core.worker_protocol.Reply`), which also isolates faults: if an env
+crashes or a worker is killed, only the instances on that worker are lost (their next request is a 410 with a
+message), the worker is restarted, and every other instance keeps serving.
 
 Each instance has an unguessable id (``secrets.token_urlsafe``), is placed on the least-loaded live worker,
 and expires after ``idle_timeout`` seconds without a request. Mutating calls (reset, step) may carry a ``seq``
@@ -34,9 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
-import os
 import secrets
-import signal
 import sys
 import threading
 import time
@@ -47,10 +46,9 @@ from typing import Any
 
 import psutil
 
-from progpo_envs.core.errors import EnvDataError
-from progpo_envs.server.codec import dumps, encode
+from progpo_envs.core.worker_protocol import Reply, Shutdown
 from progpo_envs.server.policy import EnvPolicy
-from webshop_server.usage import failure_line
+from progpo_envs.server.pool_worker import Batch, InstanceCall, Op, worker_main
 
 
 class ServerError(Exception):
@@ -112,178 +110,6 @@ class FairLock:
     def __exit__(self, *exc) -> None:
         self.release()
 
-
-# --- worker side --------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class _Instance:
-    env: Any
-    observation: str | None = None
-    info: dict | None = None
-    last_seq: int = 0
-    last_call: str | None = None
-    last_reply: Any = None
-
-
-def _call_key(op: str, args: dict) -> str:
-    """What makes two calls the same call (the instance and ``seq`` aside), as canonical JSON."""
-    return dumps([op, {k: v for k, v in sorted(args.items()) if k not in ("instance_id", "seq")}])
-
-
-def _error(status: int, message: str) -> tuple:
-    return ("error", status, message)
-
-
-def _env_meta(env: Any) -> dict[str, Any]:
-    unwrapped = env.unwrapped
-    meta: dict[str, Any] = {}
-    for name in ("num_tasks", "max_steps", "max_action_length"):
-        try:
-            value = getattr(unwrapped, name)
-        except Exception:  # noqa: BLE001 - a property may need a reset first; the meta is best-effort
-            continue
-        if isinstance(value, int) and not isinstance(value, bool):
-            meta[name] = value
-    space = getattr(unwrapped, "observation_space", None)
-    if hasattr(space, "max_length"):
-        meta["max_observation_length"] = int(space.max_length)
-    return meta
-
-
-def _run_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: str, args: dict) -> tuple:
-    """Run one operation in the worker; returns ``("ok", payload)`` or ``("error", status, message)``."""
-    if op == "create":
-        env = creators[args["env_id"]](**args["kwargs"])
-        instances[args["instance_id"]] = _Instance(env)
-        return ("ok", _env_meta(env))
-    instance = instances.get(args["instance_id"])
-    if instance is None:
-        return _error(404, "unknown instance (closed, expired or never created)")
-    if op == "close":
-        del instances[args["instance_id"]]
-        instance.env.close()
-        return ("ok", None)
-    if op == "get":
-        if instance.info is None:
-            return _error(409, "the instance has not been reset yet")
-        return ("ok", {"observation": instance.observation, "info": encode(instance.info)})
-    if op in ("reset", "step"):
-        seq = args.get("seq")
-        call = _call_key(op, args) if seq is not None else None
-        if seq is not None:
-            if seq == instance.last_seq and instance.last_reply is not None:
-                if call == instance.last_call:
-                    return instance.last_reply  # a retried call: same answer, no second step
-                expected = instance.last_seq + 1
-                return _error(409, f"seq {seq} was already used by a different call; the next is {expected}")
-            if seq != instance.last_seq + 1:
-                return _error(409, f"out-of-order call: seq {seq}, expected {instance.last_seq + 1}")
-        if op == "reset":
-            observation, info = instance.env.reset(seed=args.get("seed"), options=args.get("options"))
-            payload = {"observation": observation, "info": encode(info)}
-        else:
-            if instance.info is None:
-                return _error(409, "call reset before step")
-            observation, reward, terminated, truncated, info = instance.env.step(args["action"])
-            payload = {
-                "observation": observation,
-                "reward": encode(float(reward)),
-                "terminated": bool(terminated),
-                "truncated": bool(truncated),
-                "info": encode(info),
-            }
-        instance.observation, instance.info = observation, info
-        reply = ("ok", payload)
-        if seq is not None:
-            instance.last_seq, instance.last_call, instance.last_reply = seq, call, reply
-        return reply
-    return _error(400, f"unknown operation {op!r}")
-
-
-#: Messages of the env data errors this worker has logged (each is logged once, answered every time).
-_REPORTED_DATA_ERRORS: set[str] = set()
-
-
-def _safe_op(instances: dict[str, _Instance], creators: Mapping[str, Any], op: str, args: dict) -> tuple:
-    try:
-        return _run_op(instances, creators, op, args)
-    except EnvDataError as exc:  # a damaged file on the server's side: a server fault that names the file
-        if str(exc) not in _REPORTED_DATA_ERRORS:
-            _REPORTED_DATA_ERRORS.add(str(exc))
-            print(f"[env-server] env data error: {exc}", file=sys.stderr, flush=True)
-        return _error(500, f"the server's env data is damaged: {exc}")
-    except (ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
-        # Bad input reaching the env (task_index out of range, a kwarg of the wrong type): the caller's fault.
-        return _error(400, f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # noqa: BLE001 - any env failure becomes an answer, never a dead worker
-        name = type(exc).__name__
-        if name == "ResetNeeded":
-            return _error(409, str(exc))
-        traceback.print_exc()  # the details go to the server log, the client gets the exception's message
-        return _error(500, f"the env raised {name}: {exc}")
-
-
-def _run_slice(
-    instances: dict[str, _Instance], creators: Mapping[str, Any], calls: list, budget: float
-) -> list:
-    """Run ``calls`` in order until ``budget`` seconds are spent (one call at least); a reply per call run."""
-    deadline = time.monotonic() + budget
-    replies = []
-    for op, args in calls:
-        replies.append(_safe_op(instances, creators, op, args))
-        if time.monotonic() >= deadline:
-            break
-    return replies
-
-
-def _worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dict]) -> None:
-    """Worker loop: answer ``(op, args)`` messages; ``("batch", (calls, budget_s))`` answers the replies of
-    the calls it ran within the budget (a prefix of ``calls``: the pool sends the rest again)."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    for sig in (signal.SIGINT, signal.SIGTERM):  # the parent drains and then stops this worker
-        signal.signal(sig, signal.SIG_IGN)
-    try:
-        from gymnasium.envs.registration import load_env_creator
-
-        import progpo_envs  # noqa: F401  (registers the ids, as the parent did)
-
-        creators = {env_id: load_env_creator(ep) for env_id, ep in entry_points.items()}
-        for (
-            env_id,
-            creator,
-        ) in creators.items():  # warm-up: first construction loads shared data (catalog, index)
-            creator(**fixed_kwargs[env_id]).close()
-        conn.send(("ok", os.getpid()))
-    except Exception as exc:  # noqa: BLE001 - report start-up failures to the parent instead of dying silently
-        conn.send(("error", 500, failure_line(exc)))
-        return
-    instances: dict[str, _Instance] = {}
-    while True:
-        try:
-            op, args = conn.recv()
-        except (EOFError, OSError):
-            break
-        if op == "shutdown":
-            break
-        if op == "batch":
-            reply: Any = ("ok", _run_slice(instances, creators, *args))
-        elif op == "count":
-            reply = ("ok", len(instances))
-        else:
-            reply = _safe_op(instances, creators, op, args)
-        try:
-            conn.send(reply)
-        except (BrokenPipeError, OSError):
-            break
-    for instance in instances.values():
-        try:
-            instance.env.close()
-        except Exception:  # noqa: BLE001,S110 - shutting down; nothing to report to
-            pass
-
-
-# --- parent side --------------------------------------------------------------------------------------------
 
 #: Most batch items sent to a worker in one message (it runs fewer if they take longer than a slice).
 _MAX_SLICE_ITEMS = 512
@@ -351,6 +177,14 @@ class PoolConfig:
         return max(1, self.max_instances // 2)
 
 
+def _operation(op: str) -> Op:
+    """The :class:`~progpo_envs.server.pool_worker.Op` named ``op`` (400 for any other name)."""
+    try:
+        return Op(op)
+    except ValueError:
+        raise ServerError(400, f"unknown operation {op!r}") from None
+
+
 class EnvPool:
     """Instances of the hosted envs in worker subprocesses (see the module docstring).
 
@@ -400,7 +234,7 @@ class EnvPool:
         entry_points = {env_id: p.entry_point for env_id, p in self.policies.items()}
         fixed = {env_id: dict(p.fixed_kwargs) for env_id, p in self.policies.items()}
         process = self._ctx.Process(
-            target=_worker_main,
+            target=worker_main,
             args=(child, entry_points, fixed),
             name=f"env-worker-{worker.index}",
             daemon=True,
@@ -414,15 +248,15 @@ class EnvPool:
                 f"env worker {worker.index} did not start within {self.config.startup_timeout}s"
             )
         try:
-            status, *payload = parent.recv()
+            reply: Reply = parent.recv()
         except (EOFError, OSError):
             process.join(5)
             raise WorkerStartError(
                 f"env worker {worker.index} exited while starting (exit code {process.exitcode})"
             ) from None
-        if status != "ok":
+        if not reply.ok:
             process.join(5)
-            raise WorkerStartError(f"env worker {worker.index} failed to start: {payload[-1]}")
+            raise WorkerStartError(f"env worker {worker.index} failed to start: {reply.error}")
         worker.generation += 1
         worker.ready = True
 
@@ -447,14 +281,14 @@ class EnvPool:
             self.counters["worker_restarts"] += 1
         self._start(worker)
 
-    def _send(self, worker: _Worker, message: tuple) -> None:
+    def _send(self, worker: _Worker, message: InstanceCall | Batch) -> None:
         try:
             worker.conn.send(message)
         except (BrokenPipeError, EOFError, OSError, ValueError):
             self._restart(worker, "worker pipe broken")
             raise ServerError(410, "instance lost: its env worker died; create a new instance") from None
 
-    def _receive(self, worker: _Worker) -> Any:
+    def _receive(self, worker: _Worker) -> Reply:
         try:
             if not worker.conn.poll(self.config.request_timeout):
                 self._restart(worker, "timeout")
@@ -473,7 +307,7 @@ class EnvPool:
                 "create a new instance",
             ) from None
 
-    def _request(self, worker: _Worker, message: tuple, generation: int | None = None) -> Any:
+    def _request(self, worker: _Worker, message: InstanceCall, generation: int | None = None) -> Reply:
         with worker.lock:
             if generation is not None and generation != worker.generation:
                 raise ServerError(410, "instance lost: its env worker was restarted; create a new instance")
@@ -481,10 +315,10 @@ class EnvPool:
             return self._receive(worker)
 
     @staticmethod
-    def _unwrap(reply: tuple) -> Any:
-        if reply[0] == "ok":
-            return reply[1]
-        raise ServerError(reply[1], reply[2])
+    def _unwrap(reply: Reply) -> Any:
+        if reply.ok:
+            return reply.value
+        raise ServerError(reply.status, reply.error)
 
     # --- instances ---
     def _lookup(self, instance_id: Any) -> _Record:
@@ -525,7 +359,7 @@ class EnvPool:
             )
         kwargs = {**self.policies[env_id].resolve_kwargs(client_kwargs), **(server_kwargs or {})}
         instance_id = secrets.token_urlsafe(24)
-        message = ("create", {"instance_id": instance_id, "env_id": env_id, "kwargs": kwargs})
+        message = InstanceCall(Op.CREATE, {"instance_id": instance_id, "env_id": env_id, "kwargs": kwargs})
         attempts = len(self._workers) + 1
         for attempt in range(attempts):
             worker, record = self._reserve(instance_id, env_id, client)
@@ -577,44 +411,43 @@ class EnvPool:
     def call(self, instance_id: Any, op: str, args: dict[str, Any]) -> Any:
         """Run ``op`` (``reset``, ``step``, ``get``) on an instance."""
         record = self._lookup(instance_id)
-        reply = self._request(
-            self._workers[record.worker], (op, {**args, "instance_id": instance_id}), record.generation
-        )
-        result = self._unwrap(reply)
-        self._count(op, 1)
+        message = InstanceCall(_operation(op), {**args, "instance_id": instance_id})
+        result = self._unwrap(self._request(self._workers[record.worker], message, record.generation))
+        self._count(message.op, 1)
         return result
 
-    def batch(self, op: str, items: list[dict[str, Any]]) -> list[tuple]:
-        """Run ``op`` on many instances; returns one raw reply per item, in order.
+    def batch(self, op: str, items: list[dict[str, Any]]) -> list[Reply]:
+        """Run ``op`` on many instances; returns one worker reply per item, in order.
 
         Each round sends every worker the items still to run on it and reads back what it ran within
         ``batch_slice`` seconds; workers are locked in index order (no deadlock) and all messages are sent
         before any reply is read, so the workers run their parts at the same time. Between rounds the locks
         are let go, so requests waiting for a worker are served in between.
         """
-        replies: list[tuple | None] = [None] * len(items)
+        operation = _operation(op)
+        replies: list[Reply | None] = [None] * len(items)
         by_worker: dict[int, list[int]] = {}
         generations: dict[int, int] = {}
         for position, item in enumerate(items):
             try:
                 record = self._lookup(item.get("instance_id"))
             except ServerError as exc:
-                replies[position] = _error(exc.status, exc.message)
+                replies[position] = Reply.failure(exc.message, exc.status)
                 continue
             by_worker.setdefault(record.worker, []).append(position)
             generations[position] = record.generation
         while by_worker:  # one slice per worker per round; the locks are let go between rounds
-            self._batch_round(op, items, by_worker, generations, replies)
-        self._count(op, sum(1 for r in replies if r is not None and r[0] == "ok"))
+            self._batch_round(operation, items, by_worker, generations, replies)
+        self._count(operation, sum(1 for r in replies if r is not None and r.ok))
         return replies  # type: ignore[return-value]
 
     def _batch_round(
         self,
-        op: str,
+        op: Op,
         items: list[dict[str, Any]],
         by_worker: dict[int, list[int]],
         generations: dict[int, int],
-        replies: list[tuple | None],
+        replies: list[Reply | None],
     ) -> None:
         """One round of :meth:`batch`: fills ``replies`` and leaves in ``by_worker`` what is still to run."""
         workers = [self._workers[index] for index in sorted(by_worker)]
@@ -626,22 +459,22 @@ class EnvPool:
                 positions = by_worker.pop(worker.index)
                 for p in positions:
                     if generations[p] != worker.generation:
-                        replies[p] = _error(410, "instance lost: its env worker was restarted")
+                        replies[p] = Reply.failure("instance lost: its env worker was restarted", 410)
                 positions = [p for p in positions if generations[p] == worker.generation]
                 if not positions:
                     continue
-                calls = [(op, items[p]) for p in positions[:_MAX_SLICE_ITEMS]]
+                calls = [InstanceCall(op, items[p]) for p in positions[:_MAX_SLICE_ITEMS]]
                 try:
-                    self._send(worker, ("batch", (calls, self.config.batch_slice)))
+                    self._send(worker, Batch(calls, self.config.batch_slice))
                     sent.append((worker, positions))
                 except ServerError as exc:
                     for p in positions:
-                        replies[p] = _error(exc.status, exc.message)
+                        replies[p] = Reply.failure(exc.message, exc.status)
             for worker, positions in sent:
                 try:
                     results = self._unwrap(self._receive(worker))
                 except ServerError as exc:
-                    results = [_error(exc.status, exc.message)] * len(positions)
+                    results = [Reply.failure(exc.message, exc.status)] * len(positions)
                 for p, result in zip(positions, results, strict=False):
                     replies[p] = result
                 if len(results) < len(positions):
@@ -650,8 +483,8 @@ class EnvPool:
             for worker in workers:
                 worker.lock.release()
 
-    def _count(self, op: str, n: int) -> None:
-        key = {"step": "steps", "reset": "resets"}.get(op)
+    def _count(self, op: Op, n: int) -> None:
+        key = {Op.STEP: "steps", Op.RESET: "resets"}.get(op)
         if key and n:
             with self._records_lock:
                 self.counters[key] += n
@@ -668,11 +501,10 @@ class EnvPool:
             if self._records.pop(instance_id, None) is None:
                 raise ServerError(404, "unknown instance (closed, expired or never created)")
             self.counters["closed"] += 1
-        reply = self._request(
-            self._workers[record.worker], ("close", {"instance_id": instance_id}), record.generation
-        )
-        if reply[0] != "ok" and reply[1] != 404:
-            raise ServerError(reply[1], reply[2])
+        message = InstanceCall(Op.CLOSE, {"instance_id": instance_id})
+        reply = self._request(self._workers[record.worker], message, record.generation)
+        if not reply.ok and reply.status != 404:
+            raise ServerError(reply.status, reply.error)
 
     # --- expiry ---
     def _expire_locked(self) -> list[tuple[str, _Record]]:
@@ -693,7 +525,7 @@ class EnvPool:
         for instance_id, record in pending:
             worker = self._workers[record.worker]
             try:
-                self._request(worker, ("close", {"instance_id": instance_id}), record.generation)
+                self._request(worker, InstanceCall(Op.CLOSE, {"instance_id": instance_id}), record.generation)
             except ServerError:
                 pass  # the worker died meanwhile: the instance is gone either way
         return expired
@@ -785,7 +617,7 @@ class EnvPool:
         for worker in self._workers:
             with worker.lock:
                 try:
-                    worker.conn.send(("shutdown", None))
+                    worker.conn.send(Shutdown())
                 except (BrokenPipeError, OSError, AttributeError):
                     pass
                 if worker.process is not None:

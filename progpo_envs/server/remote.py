@@ -42,6 +42,7 @@ from progpo_envs.core.http_client import DeadlineSession
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.core.spaces import MAX_ACTION_LENGTH, MAX_OBSERVATION_LENGTH, Unicode
 from progpo_envs.core.vector import GroupVectorEnv, VectorMode
+from progpo_envs.core.worker_protocol import Call, VectorBackend, apply_command
 from progpo_envs.server.codec import decode, encode
 from webshop_server.clients import CLIENT_TOKEN_VAR
 
@@ -367,28 +368,31 @@ def reset_batch(
 
 
 class _BatchedRemoteBackend:
-    """The in-process backend of :class:`RemoteGroupVectorEnv`: every copy's reset/step in one request."""
+    """The ``"sync"`` backend of :class:`RemoteGroupVectorEnv` (a
+    :class:`~progpo_envs.core.worker_protocol.VectorBackend`): a reset or step of many copies is one request
+    per server."""
 
-    def __init__(self, envs: list[gym.Env]):
+    def __init__(self, envs: list[RemoteEnv]):
         self.envs = envs
 
-    def run(self, method: str, per_env_args: Sequence[tuple]) -> list[Any]:
-        if method == "step":
-            return step_batch(self.envs, [args[0] for args in per_env_args])
-        if method == "reset":
-            return reset_batch(
-                self.envs, [args[0] for args in per_env_args], [args[1] for args in per_env_args]
-            )
-        if method == "call":
-            out = []
-            for env, (name, args, kwargs) in zip(self.envs, per_env_args, strict=True):
-                attr = getattr(env.unwrapped, name)
-                out.append(attr(*args, **kwargs) if callable(attr) else attr)
-            return out
-        raise ValueError(f"unknown method {method!r}")
+    def _some(self, copies: Sequence[int] | None) -> list[RemoteEnv]:
+        return self.envs if copies is None else [self.envs[i] for i in copies]
 
-    def getattr(self, name: str) -> list[Any]:
-        return [getattr(env.unwrapped, name) for env in self.envs]
+    def reset(
+        self,
+        seeds: Sequence[int | None],
+        options: Sequence[dict[str, Any] | None],
+        copies: Sequence[int] | None = None,
+    ) -> list[tuple[str, dict]]:
+        return reset_batch(self._some(copies), seeds, options)
+
+    def step(
+        self, actions: Sequence[Any], copies: Sequence[int] | None = None
+    ) -> list[tuple[str, float, bool, bool, dict]]:
+        return step_batch(self._some(copies), actions)
+
+    def call(self, name: str, args: tuple = (), kwargs: dict[str, Any] | None = None) -> list[Any]:
+        return [apply_command(env, Call(name, args, kwargs or {})) for env in self.envs]
 
     def close(self) -> None:
         for env in self.envs:
@@ -398,8 +402,8 @@ class _BatchedRemoteBackend:
 class RemoteGroupVectorEnv(GroupVectorEnv):
     """``make_vec``'s group vector env for ``progpo/Remote-v0``: one request per server for each vector step.
 
-    It is the group vector env of any text env, except that stepping or resetting all copies is one batch
-    request per server instead of one request per copy.
+    It is the group vector env of any text env, except that stepping or resetting all copies (or a group of
+    them) is one batch request per server instead of one request per copy.
 
     Args:
         num_envs: Total copies (``B·G``).
@@ -428,5 +432,12 @@ class RemoteGroupVectorEnv(GroupVectorEnv):
             vector_mode=vector_mode,
             **kwargs,
         )
-        if self.vector_mode is VectorMode.SYNC:
-            self._backend = _BatchedRemoteBackend(self._backend.envs)
+
+    def make_backend(
+        self, entry_point: str, env_kwargs: dict[str, Any], num_workers: int | None, mp_context: str | None
+    ) -> VectorBackend:
+        """``"sync"``: the copies as :class:`RemoteEnv` s in this process, stepped with batch requests;
+        ``"async"``: the group vector env's own subprocesses."""
+        if self.vector_mode is not VectorMode.SYNC:
+            return super().make_backend(entry_point, env_kwargs, num_workers, mp_context)
+        return _BatchedRemoteBackend([RemoteEnv(**env_kwargs) for _ in range(self.num_envs)])

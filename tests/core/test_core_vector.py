@@ -295,7 +295,7 @@ def test_merged_infos_equal_gymnasium_add_info_on_rollouts(vector_mode):
     try:
         envs.reset(seed=3)
         for _ in range(4):  # past the step limit: ended copies latch
-            results = envs._backend.run("step", [("inc",)] * 4)
+            results = envs.backend.step(["inc"] * 4)
             infos = [r[4] for r in results]
             _assert_same_batched(_merge(envs, infos), _fold_add_info(envs, infos))
     finally:
@@ -353,7 +353,7 @@ def test_latched_copies_return_independent_copies_of_the_final_info():
         envs.reset(seed=0)
         *_, final = envs.step(["inc", "inc"])
         for _ in range(2):  # callers that change the (nested) infos of ended copies change nothing in the env
-            for _, _, _, _, info in envs._backend.run("step", [("inc",)] * 2):
+            for _, _, _, _, info in envs.backend.step(["inc"] * 2):
                 info["history_keys"].clear()
                 info["task_id"] = "changed"
         *_, latched = envs.step(["inc", "inc"])
