@@ -47,10 +47,10 @@ from typing import Any
 
 import psutil
 
+from progpo_base.usage import failure_line
 from progpo_envs.core.errors import EnvDataError
 from progpo_envs.server.codec import dumps, encode
 from progpo_envs.server.policy import EnvPolicy
-from webshop_server.usage import failure_line
 
 
 class ServerError(Exception):
@@ -64,7 +64,7 @@ class ServerError(Exception):
 
 class WorkerStartError(RuntimeError):
     """An env worker could not start (its envs could not be built): the message is one line with the cause
-    and, for a full disk or an unwritable cache, the fix (:func:`webshop_server.usage.failure_line`)."""
+    and, for a full disk or an unwritable cache, the fix (:func:`progpo_base.usage.failure_line`)."""
 
 
 class FairLock:

@@ -1,0 +1,8 @@
+"""What every layer may import: how a command line reads its config and reports its mistakes.
+
+* :mod:`progpo_base.usage`: one-line usage and start-up errors (exit status 2), help with defaults;
+* :mod:`progpo_base.config`: dataclass configs with documented fields, YAML files, dotted overrides, generated
+  ``--help-config`` and short flags (``progpo train`` and ``progpo eval``).
+
+It sits below every layer of ``docs/architecture.md`` and imports nothing else from the project.
+"""
