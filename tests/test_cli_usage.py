@@ -1,5 +1,5 @@
 """Every ``progpo`` command answers a user error with one line naming the valid choices and exit status 2,
-and its ``--help`` helps every flag and shows the defaults (:mod:`webshop_server.usage`)."""
+and its ``--help`` helps every flag and shows the defaults (:mod:`progpo_base.usage`)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_user_error_is_one_line_and_exit_2(args, expected, tmp_path):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     env = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}  # generated games: known splits
     done = subprocess.run(
-        [sys.executable, "-m", "progpo_envs.cli", *args],
+        [sys.executable, "-m", "progpo.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -102,14 +102,14 @@ def test_help_helps_every_flag_and_shows_defaults(name, parser):
 @pytest.mark.parametrize("command", [["alfworld", "generate"], ["webshop", "generate"]])
 def test_forwarded_subcommands_help_and_one_line_errors(command):
     shown = subprocess.run(
-        [sys.executable, "-m", "progpo_envs.cli", *command, "--help"],
+        [sys.executable, "-m", "progpo.cli", *command, "--help"],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert shown.returncode == 0 and "(default: 0)" in shown.stdout and "(default: None)" not in shown.stdout
     wrong = subprocess.run(
-        [sys.executable, "-m", "progpo_envs.cli", *command, "--n", "many"],
+        [sys.executable, "-m", "progpo.cli", *command, "--n", "many"],
         capture_output=True,
         text=True,
         timeout=300,
