@@ -21,7 +21,7 @@ import sys
 import time
 
 from progpo_base.config import field_table
-from progpo_base.usage import CommandParser
+from progpo_base.usage import CommandParser, report
 from training.config import DAPO_RECIPE, ConfigError, TrainConfig, algo_choices, algo_parameters, load_config
 from training.preflight import preflight, resume_mode
 
@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         preflight(config)
         resume = resume_mode(config.run_dir, args.resume, args.resume_or_start, args.overwrite)
     except (ConfigError, FileNotFoundError) as exc:
-        print(f"progpo train: {exc}", file=sys.stderr)
-        return 2
+        return report("progpo train", exc)
     from training.checkpoint import CheckpointError
     from training.distributed import DistContext
     from training.report import print_banner, print_result
