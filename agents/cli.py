@@ -187,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         config = load_eval_config(args)
-    except (ConfigError, FileNotFoundError) as error:
-        return report(PROG, UsageError(_spelled(error)) if isinstance(error, ConfigError) else error)
+    except ConfigError as error:
+        return report(PROG, UsageError(_spelled(error)))
+    except FileNotFoundError as error:  # --config names no file
+        return report(PROG, error)
     try:
         check_config(config)
     except UsageError as error:
