@@ -34,6 +34,7 @@ from agents.prompts import (
     admissible_actions_from_info,
     build_prompt,
 )
+from progpo_base.config import documented_field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,19 +127,20 @@ class Generation:
 
 @dataclasses.dataclass
 class PromptConfig:
-    """How an LLM agent prompts and parses.
+    """How an LLM agent prompts and parses (the ``prompt`` section of ``progpo eval``'s config)."""
 
-    Attributes:
-        history_length: Latest (observation, action) pairs shown in the prompt.
-        template: ``"default"`` (RL papers) or ``"react"``.
-        max_prompt_chars: Bound on the prompt size in characters (``None``: unbounded).
-        require_think: Whether outputs without ``<think>..</think>`` are invalid.
-    """
-
-    history_length: int = DEFAULT_HISTORY_LENGTH
-    template: str = PromptTemplate.DEFAULT.value
-    max_prompt_chars: int | None = DEFAULT_MAX_PROMPT_CHARS
-    require_think: bool = True
+    history_length: int = documented_field(
+        DEFAULT_HISTORY_LENGTH, "latest (observation, action) pairs shown in the prompt"
+    )
+    template: str = documented_field(
+        PromptTemplate.DEFAULT.value,
+        "prompt layout: default (the RL papers' single message), react (multi-turn chat) or compact",
+        choices=[t.value for t in PromptTemplate],
+    )
+    max_prompt_chars: int | None = documented_field(
+        DEFAULT_MAX_PROMPT_CHARS, "longest prompt in characters (null: unbounded)"
+    )
+    require_think: bool = documented_field(True, "outputs without <think>..</think> are invalid actions")
 
 
 class PromptedAgent:

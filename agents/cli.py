@@ -1,9 +1,15 @@
 """``progpo eval``: score an agent on a text env and write trajectories, summary and report.
 
+Its config is :class:`agents.evaluate.EvalConfig`, read as ``progpo train`` reads its own
+(:mod:`progpo_base.config`): defaults, then a ``--config`` YAML file, then ``key=value`` and
+``section.key=value`` overrides (``openai.max_retries=2``; ``--help-config`` lists every key), then the
+short flags of the common keys (``--env``, ``--agent``, ``--out``, ``--episodes``, ``--model``, ...:
+:data:`ALIASES`).
+
 Example:
     progpo eval --env progpo/ALFWorld-v0 --agent expert --split valid_seen --episodes 20 --out runs/expert
     OPENAI_API_KEY=... progpo eval --env progpo/WebShop-v0 --agent openai --model gpt-4o-mini \\
-        --base-url https://api.openai.com/v1 --episodes 50 --concurrency 8 --out runs/gpt
+        --base-url https://api.openai.com/v1 --episodes 50 --concurrency 8 --out runs/gpt openai.max_retries=2
 """
 
 from __future__ import annotations
@@ -14,121 +20,82 @@ import os
 import sys
 from pathlib import Path
 
-from agents.evaluate import DEFAULT_MAX_ERRORS, TRAJECTORIES_FILE, AgentKind, EvalConfig, TaskOrder, evaluate
-from agents.prompts import EnvKind, PromptTemplate, env_kind_from_id
+from agents.evaluate import TRAJECTORIES_FILE, AgentKind, EvalConfig, evaluate
+from agents.prompts import EnvKind, env_kind_from_id
+from progpo_base.config import (
+    ALIASED,
+    ConfigError,
+    add_aliases,
+    alias_flags,
+    field_table,
+    from_mapping,
+    parse_override,
+    read_yaml_mapping,
+    set_dotted,
+)
+from progpo_base.usage import CommandParser, UsageError, existing_dir, one_of, report
 from progpo_envs.alfworld.data import resolve_data_dir, split_names
 from webshop_server.engine import Split as WebShopSplit
-from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
 
+PROG = "progpo eval"
 
-def _key_value(text: str) -> tuple[str, object]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    key, value = text.split("=", 1)
-    try:
-        parsed: object = json.loads(value)
-    except json.JSONDecodeError:
-        parsed = value
-    return key, parsed
+#: Short flags -> the config keys they set (several keys: the same value for each agent's section).
+ALIASES = {
+    "--env": "env_id",
+    "--agent": "agent",
+    "--out": "out_dir",
+    "--split": "split",
+    "--episodes": "episodes",
+    "--task-order": "task_order",
+    "--data-dir": "data_dir",
+    "--env-url": "env_url",
+    "--env-kind": "env_kind",
+    "--env-arg": "env_kwargs.*",
+    "--seed": "seed",
+    ("--num-envs", "--batch"): "num_envs",
+    "--vector-mode": "vector_mode",
+    "--max-steps": "max_steps",
+    "--max-errors": "max_errors",
+    "--history-length": "prompt.history_length",
+    "--template": "prompt.template",
+    "--max-prompt-chars": "prompt.max_prompt_chars",
+    "--model": ("openai.model", "transformers.model_path"),
+    "--base-url": "openai.base_url",
+    "--api-key-env": "openai.api_key_env",
+    "--concurrency": "openai.concurrency",
+    "--timeout": "openai.timeout_s",
+    "--temperature": ("openai.temperature", "transformers.temperature"),
+    "--max-tokens": ("openai.max_tokens", "transformers.max_new_tokens"),
+    "--device": "transformers.device",
+    "--batch-size": "transformers.batch_size",
+}
 
 
 def build_parser() -> CommandParser:
     """The ``progpo eval`` argument parser."""
     parser = CommandParser(
-        prog="progpo eval",
+        prog=PROG,
         description="Score an agent on a text env and write trajectories, summary and report; rerun with the "
-        "same --out to resume.",
+        "same --out to resume. Every key of the config can be set as key=value (--help-config lists them); "
+        "the flags set the common ones.",
     )
-    parser.add_argument("--env", required=True, help="env id, e.g. progpo/ALFWorld-v0 or progpo/WebShop-v0")
-    parser.add_argument(
-        "--agent", required=True, choices=[k.value for k in AgentKind], help="the agent to evaluate"
-    )
-    parser.add_argument("--out", required=True, help="output folder (rerun with the same one to resume)")
-    parser.add_argument(
-        "--split",
-        help="env split: ALFWorld a folder of json_2.1.1 (train, valid_seen, valid_unseen, ...), WebShop "
-        "test, train or all (default: the env's, train for both)",
-    )
-    parser.add_argument(
-        "--episodes", type=int, help="play this many tasks in --task-order (default: every task of the split)"
-    )
-    parser.add_argument(
-        "--task-order",
-        choices=[o.value for o in TaskOrder],
-        default=TaskOrder.STRATIFIED.value,
-        help="which tasks --episodes plays: stratified takes each task type in turn (in-process ALFWorld; "
-        "other envs keep the split's order), sequential plays tasks 0..N-1",
-    )
-    parser.add_argument("--data-dir", help="env data folder (ALFWorld: the folder containing json_2.1.1/)")
-    parser.add_argument("--env-url", help="remote env server URL (passed to the env as url=)")
-    parser.add_argument(
-        "--env-kind", choices=[k.value for k in EnvKind], help="prompt style (default: from --env)"
-    )
-    parser.add_argument(
-        "--env-arg",
-        action="append",
-        type=_key_value,
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra env keyword argument (VALUE parsed as JSON when it can be); repeatable",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="base seed: task t is reset with seed + t")
-    parser.add_argument(
-        "--num-envs",
-        "--batch",
-        dest="num_envs",
-        type=int,
-        help="episodes played at once (default: --concurrency for openai, --batch-size for transformers, "
-        "1 for the scripted agents; at most --episodes); the episodes do not depend on it",
-    )
-    parser.add_argument(
-        "--vector-mode",
-        choices=["sync", "async"],
-        default="sync",
-        help="env copies in this process (sync) or in subprocesses (async)",
-    )
-    parser.add_argument("--max-steps", type=int, help="steps per episode (default: the env's)")
-    parser.add_argument("--history-length", type=int, default=2, help="past steps shown in LLM prompts")
-    parser.add_argument(
-        "--template",
-        choices=[t.value for t in PromptTemplate],
-        default="default",
-        help="prompt template of the LLM agents",
-    )
-    parser.add_argument(
-        "--max-prompt-chars", type=int, default=13_000, help="longest prompt (characters) of the LLM agents"
-    )
-    parser.add_argument("--model", help="model name (openai) or model folder / hub id (transformers)")
-    parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument(
-        "--api-key-env", default="OPENAI_API_KEY", help="environment variable with the API key"
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=32,
-        help="requests in flight (openai; 32 suits a local vLLM server)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=60.0,
-        help="seconds one request may take in all, a wall-clock deadline; then it is retried (openai)",
-    )
-    parser.add_argument(
-        "--max-errors",
-        type=float,
-        default=DEFAULT_MAX_ERRORS,
-        help="episodes that may end with an agent error (a request that failed for good) before the run "
-        "fails (exit status 1): a share of the episodes below 1, a number from 1 up; errored episodes are "
-        "recorded, not scored, and played again by a rerun",
-    )
-    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
-    parser.add_argument("--max-tokens", type=int, default=512, help="completion tokens per step")
-    parser.add_argument("--device", help="torch device (transformers; default: cuda if available, else cpu)")
-    parser.add_argument("--batch-size", type=int, default=8, help="rows per forward pass (transformers)")
+    parser.add_argument("--config", help="YAML file of config keys (read before the overrides and flags)")
+    parser.add_argument("--help-config", action="store_true", help="list every config key and exit")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. openai.max_retries=2"
+    )
+    add_aliases(parser, EvalConfig, ALIASES)
     return parser
+
+
+def load_eval_config(args: argparse.Namespace) -> EvalConfig:
+    """The run's :class:`EvalConfig`: the ``--config`` file, then the ``key=value`` overrides, then the flags
+    (each in command-line order)."""
+    data = read_yaml_mapping(args.config) if args.config else {}
+    for key, value in [parse_override(text) for text in args.overrides] + list(getattr(args, ALIASED) or []):
+        set_dotted(data, key, value)
+    return from_mapping(EvalConfig, data)
 
 
 def _check_env(env_id: str) -> None:
@@ -185,67 +152,53 @@ def _check_model(agent: str, model: str | None) -> None:
         )
 
 
-def check_args(args: argparse.Namespace) -> None:
+def check_config(config: EvalConfig) -> None:
     """What can be checked before any env or model is built (:class:`UsageError` otherwise)."""
-    _check_env(args.env)
-    env_kwargs = dict(args.env_arg)
-    data_dir = args.data_dir or env_kwargs.get("data_dir")
-    existing_dir("--data-dir", args.data_dir)
-    if args.split is not None and args.env_url is None:  # a remote env's server knows its own splits
+    _check_env(config.env_id)
+    data_dir = config.data_dir or config.env_kwargs.get("data_dir")
+    existing_dir("--data-dir", config.data_dir)
+    if config.split is not None and config.env_url is None:  # a remote env's server knows its own splits
         try:
-            kind = EnvKind(args.env_kind) if args.env_kind else env_kind_from_id(args.env)
+            kind = EnvKind(config.env_kind) if config.env_kind else env_kind_from_id(config.env_id)
         except ValueError:
             kind = None  # another env: it checks its own split
-        if kind is not None and args.split not in (splits := _valid_splits(kind, data_dir)):
-            raise one_of(f"{kind.value} split", args.split, splits)
-    if args.episodes is not None and args.episodes < 1:
-        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
-    if not args.max_errors >= 0:
-        raise UsageError(f"--max-errors must be >= 0, got {args.max_errors}")
-    _check_out(args.out)
-    _check_model(args.agent, args.model)
+        if kind is not None and config.split not in (splits := _valid_splits(kind, data_dir)):
+            raise one_of(f"{kind.value} split", config.split, splits)
+    if config.episodes is not None and config.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {config.episodes}")
+    if not config.max_errors >= 0:
+        raise UsageError(f"--max-errors must be >= 0, got {config.max_errors}")
+    _check_out(config.out_dir)
+    _check_model(config.agent, config.model)
+
+
+def _spelled(error: ConfigError) -> str:
+    """The error with the flag of its key, for a user who sets it with the flag."""
+    flag = alias_flags(ALIASES).get(error.key or "")
+    return f"{error} (flag {flag})" if flag else str(error)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``progpo eval``; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)
+    if args.help_config:
+        print("\n".join(field_table(EvalConfig)))
+        return 0
     try:
-        check_args(args)
+        config = load_eval_config(args)
+    except ConfigError as error:
+        return report(PROG, UsageError(_spelled(error)))
+    except FileNotFoundError as error:  # --config names no file
+        return report(PROG, error)
+    try:
+        check_config(config)
     except UsageError as error:
-        return report("progpo eval", error)
-    config = EvalConfig(
-        env_id=args.env,
-        agent=args.agent,
-        out_dir=args.out,
-        split=args.split,
-        episodes=args.episodes,
-        task_order=args.task_order,
-        data_dir=args.data_dir,
-        env_url=args.env_url,
-        env_kind=args.env_kind,
-        seed=args.seed,
-        num_envs=args.num_envs,
-        vector_mode=args.vector_mode,
-        max_steps=args.max_steps,
-        history_length=args.history_length,
-        template=args.template,
-        max_prompt_chars=args.max_prompt_chars,
-        model=args.model,
-        base_url=args.base_url,
-        api_key_env=args.api_key_env,
-        concurrency=args.concurrency,
-        timeout_s=args.timeout,
-        temperature=args.temperature,
-        max_tokens=args.max_tokens,
-        device=args.device,
-        batch_size=args.batch_size,
-        env_kwargs=dict(args.env_arg),
-        max_errors=args.max_errors,
-    )
+        return report(PROG, error)
     try:
         summary = evaluate(config, progress=not args.no_progress)
     except KeyboardInterrupt:
-        trajectories = Path(args.out) / TRAJECTORIES_FILE
+        trajectories = Path(config.out_dir) / TRAJECTORIES_FILE
         kept = sum(1 for _ in trajectories.open("rb")) if trajectories.exists() else 0
         print(
             f"progpo eval: interrupted; {kept} finished episodes are kept in {trajectories}: "
@@ -254,16 +207,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 130
     except (ValueError, RuntimeError, OSError) as error:  # bad settings, an unreachable server or model
-        return report("progpo eval", error)
+        return report(PROG, error)
     keys = ("episodes", "errors", "success_rate", "mean_score", "mean_steps", "invalid_action_rate", "tokens")
     print(json.dumps({k: summary[k] for k in keys} | {"per_task_type": summary["per_task_type"]}, indent=2))
-    print(f"wrote {args.out}/summary.json, report.md, success.png, trajectories.jsonl")
+    print(f"wrote {config.out_dir}/summary.json, report.md, success.png, trajectories.jsonl")
     if summary["failed"]:
         print(
             f"progpo eval: error: {summary['errors']} of {summary['episodes_planned']} episodes ended with "
             f"an agent error, more than --max-errors allows ({summary['allowed_errors']}); the first: "
-            f"{summary['first_error']} (they are in {args.out}/{TRAJECTORIES_FILE}; rerun the same command "
-            "to play them again)",
+            f"{summary['first_error']} (they are in {config.out_dir}/{TRAJECTORIES_FILE}; rerun the same "
+            "command to play them again)",
             file=sys.stderr,
         )
         return 1

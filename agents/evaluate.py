@@ -46,6 +46,7 @@ import contextlib
 import dataclasses
 import enum
 import fcntl
+import functools
 import json
 import math
 import os
@@ -60,9 +61,11 @@ from tqdm.auto import tqdm
 
 from agents.base import Agent, AgentAction, PromptConfig, Task
 from agents.envs import make_group_envs, num_tasks, split_name, task_types
+from agents.llm_config import OpenAIConfig, TransformersConfig
 from agents.prompts import EnvKind, env_kind_from_id
 from agents.report import write_reports
 from agents.rollout import play_episodes
+from progpo_base.config import documented_field, required_field, section
 from progpo_envs.core.registration import REMOTE_ENV_ID
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
@@ -76,19 +79,20 @@ LOCK_FILE = ".progpo-eval.lock"
 MAX_STORED_OUTPUT_CHARS = 32_768
 #: Default of ``--max-errors``: the share of the episodes that may end with an agent error.
 DEFAULT_MAX_ERRORS = 0.05
-#: Settings that must match for a run to be resumed (others, like ``num_envs``, may change).
-RESUME_KEYS = (
-    "env_id",
-    "agent",
-    "split",
-    "seed",
-    "history_length",
-    "template",
-    "model",
-    "env_kind",
-    "max_steps",
-    "task_order",
-)
+#: Settings that must match for a run to be resumed (others, like ``num_envs``, may change): their names in
+#: ``run.json`` and where :class:`EvalConfig` holds them.
+RESUME_KEYS = {
+    "env_id": "env_id",
+    "agent": "agent",
+    "split": "split",
+    "seed": "seed",
+    "history_length": "prompt.history_length",
+    "template": "prompt.template",
+    "model": "model",
+    "env_kind": "env_kind",
+    "max_steps": "max_steps",
+    "task_order": "task_order",
+}
 
 
 class TaskOrder(str, enum.Enum):
@@ -128,69 +132,69 @@ class AgentKind(str, enum.Enum):
 
 @dataclasses.dataclass
 class EvalConfig:
-    """One evaluation run.
+    """One evaluation run: the run's settings, then the sections of the agents that use them (``prompt`` for
+    the LLM agents, ``openai`` or ``transformers`` for the one ``agent`` names). ``progpo eval`` builds it
+    from ``key=value`` and ``section.key=value`` overrides, a ``--config`` YAML file and short flags;
+    ``progpo eval --help-config`` lists every key."""
 
-    Attributes:
-        env_id: Registered env id (``progpo/ALFWorld-v0``, ``progpo/WebShop-v0``, ...).
-        agent: Which agent (:class:`AgentKind` value).
-        out_dir: Where trajectories, summary and report go (also the resume state).
-        split: Split passed to the env as ``split=`` (``None``: the env's default).
-        episodes: Play the first ``episodes`` tasks of ``task_order`` (``None``: every task of the split).
-        task_order: ``stratified`` (default: each task type in turn, when the env lists its tasks' types,
-            as in-process ALFWorld does; the split's order otherwise) or ``sequential`` (tasks
-            ``0..episodes-1``).
-        data_dir: Passed to the env as ``data_dir=``.
-        env_url: A remote env server, passed to the env as ``url=``.
-        env_kind: ``alfworld``/``webshop`` prompt style (``None``: from the env id).
-        seed: Base seed: task ``t`` is reset with ``seed + t``; agents sample from seeds derived from it.
-        num_envs: Env copies stepped together (``None``: :meth:`copies` picks from the agent).
-        vector_mode: ``sync`` (in-process) or ``async`` (subprocesses).
-        max_steps: Passed to the env as ``max_steps=`` (``None``: the env's default).
-        history_length: Steps of history in LLM prompts.
-        template: ``default``, ``react`` or ``compact`` (:class:`agents.prompts.PromptTemplate`).
-        max_prompt_chars: Prompt length bound (characters).
-        model: Model name (openai) or path (transformers).
-        base_url: OpenAI-compatible endpoint.
-        api_key_env: Environment variable with the API key.
-        concurrency: Requests in flight (openai); 32 suits a local vLLM server.
-        timeout_s: Per-request timeout (openai).
-        temperature: Sampling temperature (0: greedy).
-        max_tokens: Completion tokens per step.
-        device: torch device (transformers).
-        batch_size: Rows per forward pass (transformers).
-        env_kwargs: Further env keyword arguments.
-        max_errors: How many episodes may end with an agent error before the run counts as failed: a share
-            of the episodes when below 1 (default 0.05), a number of episodes from 1 up
-            (:meth:`allowed_errors`).
-    """
+    env_id: str = required_field("registered env id, e.g. progpo/ALFWorld-v0 or progpo/WebShop-v0")
+    agent: str = required_field("the agent to evaluate", choices=[k.value for k in AgentKind])
+    out_dir: str = required_field("output folder: trajectories, summary, report (rerun with it to resume)")
+    split: str | None = documented_field(
+        None,
+        "env split: ALFWorld a folder of json_2.1.1 (train, valid_seen, valid_unseen, ...), WebShop test, "
+        "train or all (unset: the env's, train for both)",
+    )
+    episodes: int | None = documented_field(
+        None, "play this many tasks in task_order (unset: every task of the split)"
+    )
+    task_order: str = documented_field(
+        TaskOrder.STRATIFIED.value,
+        "which tasks episodes plays: stratified takes each task type in turn (in-process ALFWorld; other "
+        "envs keep the split's order), sequential plays tasks 0..N-1",
+        choices=[o.value for o in TaskOrder],
+    )
+    data_dir: str | None = documented_field(
+        None, "env data folder, passed as data_dir= (ALFWorld: the folder containing json_2.1.1/)"
+    )
+    env_url: str | None = documented_field(None, "remote env server URL (passed to the env as url=)")
+    env_kind: str | None = documented_field(
+        None, "prompt style (unset: from the env id)", choices=[k.value for k in EnvKind]
+    )
+    seed: int = documented_field(
+        0, "base seed: task t is reset with seed + t; agents sample from seeds of it"
+    )
+    num_envs: int | None = documented_field(
+        None,
+        "episodes played at once (unset: openai.concurrency for openai, transformers.batch_size for "
+        "transformers, 1 for the scripted agents; at most episodes); the episodes do not depend on it",
+    )
+    vector_mode: str = documented_field(
+        "sync", "env copies in this process (sync) or in subprocesses (async)", choices=["sync", "async"]
+    )
+    max_steps: int | None = documented_field(
+        None, "steps per episode, passed as max_steps= (unset: the env's)"
+    )
+    env_kwargs: dict[str, Any] = documented_field({}, "extra env keyword arguments")
+    max_errors: float = documented_field(
+        DEFAULT_MAX_ERRORS,
+        "episodes that may end with an agent error (a request that failed for good) before the run "
+        "fails (exit status 1): a share of the episodes below 1, a number from 1 up; errored episodes are "
+        "recorded, not scored, and played again by a rerun",
+    )
+    prompt: PromptConfig = section(PromptConfig, "prompts of the LLM agents")
+    openai: OpenAIConfig = section(OpenAIConfig, "the openai agent: endpoint and sampling")
+    transformers: TransformersConfig = section(
+        TransformersConfig, "the transformers agent: model and sampling"
+    )
 
-    env_id: str
-    agent: str
-    out_dir: str
-    split: str | None = None
-    episodes: int | None = None
-    task_order: str = TaskOrder.STRATIFIED.value
-    data_dir: str | None = None
-    env_url: str | None = None
-    env_kind: str | None = None
-    seed: int = 0
-    num_envs: int | None = None
-    vector_mode: str = "sync"
-    max_steps: int | None = None
-    history_length: int = 2
-    template: str = "default"
-    max_prompt_chars: int | None = 13_000
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = 32
-    timeout_s: float = 60.0
-    temperature: float = 0.0
-    max_tokens: int = 512
-    device: str | None = None
-    batch_size: int = 8
-    env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    max_errors: float = DEFAULT_MAX_ERRORS
+    @property
+    def model(self) -> str | None:
+        """The model the agent runs (``openai.model`` or ``transformers.model_path``; ``None`` for the
+        scripted agents, or when unset)."""
+        kind = AgentKind(self.agent)
+        chosen = {AgentKind.OPENAI: self.openai.model, AgentKind.TRANSFORMERS: self.transformers.model_path}
+        return chosen.get(kind) or None
 
     def allowed_errors(self, episodes: int) -> int:
         """Episodes of ``episodes`` that may end with an agent error (more fail the run).
@@ -230,7 +234,11 @@ class EvalConfig:
         if self.num_envs is not None:
             return self.num_envs
         kind = AgentKind(self.agent)
-        wanted = {AgentKind.OPENAI: self.concurrency, AgentKind.TRANSFORMERS: self.batch_size}.get(kind, 1)
+        wanted = {
+            AgentKind.OPENAI: self.openai.concurrency,
+            AgentKind.TRANSFORMERS: self.transformers.batch_size,
+        }
+        wanted = wanted.get(kind, 1)
         return max(1, min(wanted, self.episodes)) if self.episodes else max(1, wanted)
 
     def env_arguments(self) -> dict[str, Any]:
@@ -250,13 +258,8 @@ class EvalConfig:
 
 
 def build_agent(config: EvalConfig) -> Agent:
-    """The agent ``config.agent`` names, configured from ``config``."""
+    """The agent ``config.agent`` names, configured from its section of ``config``."""
     kind = AgentKind(config.agent)
-    prompt_config = PromptConfig(
-        history_length=config.history_length,
-        template=config.template,
-        max_prompt_chars=config.max_prompt_chars,
-    )
     if kind is AgentKind.EXPERT:
         from agents.scripted import ExpertAgent
 
@@ -270,34 +273,15 @@ def build_agent(config: EvalConfig) -> Agent:
 
         return HumanAgent()
     if not config.model:
-        raise ValueError(f"--agent {kind.value} needs --model")
+        key = "openai.model" if kind is AgentKind.OPENAI else "transformers.model_path"
+        raise ValueError(f"--agent {kind.value} needs --model ({key})")
     if kind is AgentKind.OPENAI:
-        from agents.openai_agent import OpenAIChatAgent, OpenAIConfig
+        from agents.openai_agent import OpenAIChatAgent
 
-        return OpenAIChatAgent(
-            OpenAIConfig(
-                model=config.model,
-                base_url=config.base_url,
-                api_key_env=config.api_key_env,
-                concurrency=config.concurrency,
-                timeout_s=config.timeout_s,
-                temperature=config.temperature,
-                max_tokens=config.max_tokens,
-            ),
-            prompt_config,
-        )
-    from agents.transformers_agent import TransformersAgent, TransformersConfig
+        return OpenAIChatAgent(config.openai, config.prompt)
+    from agents.transformers_agent import TransformersAgent
 
-    return TransformersAgent(
-        TransformersConfig(
-            model_path=config.model,
-            device=config.device,
-            batch_size=config.batch_size,
-            temperature=config.temperature,
-            max_new_tokens=config.max_tokens,
-        ),
-        prompt_config,
-    )
+    return TransformersAgent(config.transformers, config.prompt)
 
 
 def _hex(key: Any) -> str | None:
@@ -456,7 +440,9 @@ class _Episode:
 
 
 def _resume_settings(config: EvalConfig) -> dict[str, Any]:
-    settings = {k: getattr(config, k) for k in RESUME_KEYS}
+    settings = {
+        name: functools.reduce(getattr, where.split("."), config) for name, where in RESUME_KEYS.items()
+    }
     settings["env_kind"] = config.kind().value
     return settings
 
@@ -511,8 +497,8 @@ def evaluate(
     """
     if config.num_envs is not None and config.num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {config.num_envs}")
-    if config.concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {config.concurrency}")
+    if config.openai.concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {config.openai.concurrency}")
     if not config.max_errors >= 0:
         raise ValueError(f"max_errors must be >= 0, got {config.max_errors}")
     kind = config.kind()

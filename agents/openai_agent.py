@@ -26,7 +26,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import random
 import threading
@@ -37,48 +36,11 @@ from typing import Any
 import openai
 
 from agents.base import Generation, PromptConfig, PromptedAgent
+from agents.llm_config import OpenAIConfig
 
 
 class AgentRequestError(RuntimeError):
     """A request the endpoint refused (4xx other than 429) or that still failed after every retry."""
-
-
-@dataclasses.dataclass
-class OpenAIConfig:
-    """How to reach and sample from the endpoint.
-
-    Attributes:
-        model: Model name as the server knows it.
-        base_url: Endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (``None``: api.openai.com).
-        api_key_env: Environment variable holding the API key.
-        concurrency: Requests in flight at once (32 keeps a local vLLM server's batch full; ``progpo eval``
-            plays as many episodes at once by default).
-        timeout_s: Seconds one attempt may take in all (a wall-clock deadline, not a per-read timeout); then
-            it is abandoned and retried.
-        max_retries: Retries after the first attempt, for 429/5xx/timeouts/connection errors.
-        backoff_s: First backoff; doubles each retry (plus up to 25% jitter), capped at ``max_backoff_s``.
-        max_backoff_s: Longest single wait.
-        temperature: Sampling temperature (0: greedy).
-        top_p: Nucleus sampling mass.
-        max_tokens: Completion tokens per request.
-        send_seed: Send a per-request ``seed`` (fixed by task and step) for reproducible sampling where the
-            server supports it.
-        extra_body: Extra JSON fields (vLLM's ``top_k``, ``repetition_penalty``, ...).
-    """
-
-    model: str
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    concurrency: int = 32
-    timeout_s: float = 60.0
-    max_retries: int = 5
-    backoff_s: float = 0.5
-    max_backoff_s: float = 30.0
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_tokens: int = 512
-    send_seed: bool = True
-    extra_body: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _is_retryable(error: Exception) -> bool:

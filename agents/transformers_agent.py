@@ -12,35 +12,10 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from agents.base import Generation, PromptConfig, PromptedAgent
-
-
-@dataclasses.dataclass
-class TransformersConfig:
-    """Which model to load and how to sample.
-
-    Attributes:
-        model_path: A directory written by ``save_pretrained`` (model + tokenizer with a chat template).
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ... (``None``: CUDA when available).
-        dtype: ``"auto"``, ``"float32"``, ``"bfloat16"``, ``"float16"``.
-        batch_size: Rows generated together.
-        temperature: Sampling temperature (0: greedy).
-        top_p: Nucleus sampling mass.
-        max_new_tokens: Completion tokens per prompt.
-        max_prompt_tokens: Prompts longer than this are cut from the left (keeps the latest text).
-    """
-
-    model_path: str
-    device: str | None = None
-    dtype: str = "auto"
-    batch_size: int = 8
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_new_tokens: int = 512
-    max_prompt_tokens: int = 4096
+from agents.llm_config import TransformersConfig
 
 
 class TransformersAgent(PromptedAgent):

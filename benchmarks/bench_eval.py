@@ -43,6 +43,7 @@ from rich.table import Table  # noqa: E402
 import agents.evaluate as evaluate_module  # noqa: E402
 import progpo_envs  # noqa: E402,F401
 from agents.evaluate import EvalConfig, evaluate  # noqa: E402
+from agents.llm_config import OpenAIConfig  # noqa: E402
 from agents.report import write_reports  # noqa: E402
 from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
 
@@ -204,14 +205,12 @@ def bench_openai(
                 config = EvalConfig(
                     env_id="progpo/WebShop-v0",
                     agent="openai",
-                    model="bench",
-                    base_url=base_url,
                     out_dir=str(out),
                     episodes=num_envs,
                     num_envs=num_envs,
                     max_steps=max_steps,
-                    concurrency=concurrency,
                     env_kwargs=env_kwargs,
+                    openai=OpenAIConfig(model="bench", base_url=base_url, concurrency=concurrency),
                 )
                 start = time.perf_counter()
                 summary = evaluate(config, envs=vector, progress=False)

@@ -42,7 +42,9 @@ import requests  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from agents.base import PromptConfig  # noqa: E402
 from agents.evaluate import EvalConfig, evaluate  # noqa: E402
+from agents.llm_config import OpenAIConfig  # noqa: E402
 from agents.vllm_server import requests_finished, serve_command, server_environment  # noqa: E402
 from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
 
@@ -114,18 +116,20 @@ def run_level(base_url: str, in_flight: int, episodes: int, args: argparse.Names
     config = EvalConfig(
         env_id="progpo/WebShop-v0",
         agent="openai",
-        model="policy",
-        base_url=base_url,
         out_dir=str(out),
         episodes=episodes,
         num_envs=in_flight,
-        concurrency=in_flight,
         max_steps=args.max_steps,
-        max_tokens=args.max_tokens,
-        max_prompt_chars=args.max_prompt_chars,
-        temperature=0.0,
-        timeout_s=300.0,
         env_kwargs=dict(WEBSHOP_KWARGS),
+        prompt=PromptConfig(max_prompt_chars=args.max_prompt_chars),
+        openai=OpenAIConfig(
+            model="policy",
+            base_url=base_url,
+            concurrency=in_flight,
+            max_tokens=args.max_tokens,
+            temperature=0.0,
+            timeout_s=300.0,
+        ),
     )
     start = time.perf_counter()
     summary = evaluate(config, progress=False)

@@ -24,7 +24,7 @@ ENV_ID=${PROGPO_ENV:-progpo/ALFWorld-v0}
 ENV_KWARGS=${PROGPO_ENV_KWARGS:-"{}"}
 
 "$PROGPO_PYTHON" docker/prepare.py env "$ENV_ID" "$ENV_KWARGS"
-exec "$PROGPO_PYTHON" -m progpo_envs.cli serve \
+exec "$PROGPO_PYTHON" -m progpo.cli serve \
   --protocol "${PROGPO_PROTOCOL:-native}" \
   --env "$ENV_ID" \
   --env-kwargs "$ENV_ID=$ENV_KWARGS" \

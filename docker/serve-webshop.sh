@@ -20,7 +20,7 @@ NUM_PRODUCTS=${WEBSHOP_NUM_PRODUCTS:-1000}
 SEED=${WEBSHOP_SEED:-0}
 
 "$PROGPO_PYTHON" docker/prepare.py webshop "$NUM_PRODUCTS" "$SEED"
-exec "$PROGPO_PYTHON" -m progpo_envs.cli webshop serve \
+exec "$PROGPO_PYTHON" -m progpo.cli webshop serve \
   --host "${WEBSHOP_HOST:-0.0.0.0}" \
   --port "${WEBSHOP_PORT:-3000}" \
   --num-products "$NUM_PRODUCTS" \

@@ -2,8 +2,11 @@
 
 Layers, lowest first; a module may import its own layer and the layers below, never one above:
 
-    webshop_server (shop) <- progpo_envs (envs) <- agents (harness) <- training <- benchmarks, scripts,
-    progpo_verl
+    progpo_base (base) <- webshop_server (shop) <- progpo_envs (envs) <- agents (harness) <- training
+    <- benchmarks, scripts, progpo_verl <- progpo (the dispatcher)
+
+Both ends are checked as such: the base imports nothing else from the project (every layer may import it),
+and nothing imports the dispatcher, which names each subcommand's module as a string.
 
 ``training.advantages`` is a leaf: it imports nothing from the project outside itself. On top of the layers:
 no import cycles between modules (imports inside functions count: a lazy import hides a cycle, it does not
@@ -26,12 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Import layers, lowest first (docs/architecture.md "Layers").
 LAYERS: tuple[tuple[str, ...], ...] = (
+    ("progpo_base",),
     ("webshop_server",),
     ("progpo_envs",),
     ("agents",),
     ("training",),
     ("benchmarks", "scripts", "progpo_verl"),
+    ("progpo",),
 )
+#: The lowest layer, which every layer may import, and the dispatcher at the top, which nothing imports.
+BASE, DISPATCHER = "progpo_base", "progpo.cli"
 #: Subpackages that may import nothing from the project outside themselves.
 LEAVES = ("training.advantages",)
 #: Third-party top-level packages that only the modules named for them may import: verl-agent installs
@@ -376,9 +383,40 @@ def test_no_private_names_across_modules():
     assert not found, _report("use(s) of another module's private names", found)
 
 
+def test_the_base_is_imported_by_every_layer_and_imports_nothing():
+    """Both ends of the layers: the base package stands on nothing of the project, and every layer under the
+    dispatcher uses it (its command line, at least)."""
+    modules, edges = analyse(ROOT)
+    assert not [e for e in edges if _in_package(e.importer, BASE) and not _in_package(e.target, BASE)]
+    users = {layer_of(e.importer) for e in edges if _in_package(e.target, BASE)}
+    assert users >= {layer_of(top) for top in ("webshop_server", "progpo_envs", "agents", "training")}
+
+
+def test_nothing_imports_the_dispatcher_and_it_names_each_command_by_its_module():
+    """The dispatcher is the top: no module imports it; the subcommands it names by string are modules of the
+    layers below it, each with a ``main``."""
+    modules, edges = analyse(ROOT)
+    assert not [f"{e.importer} imports {e.target}" for e in edges if _in_package(e.target, "progpo")]
+    tree = modules[DISPATCHER].tree
+    table = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "SUBCOMMANDS"
+    )
+    named = [ast.literal_eval(value)[0] for value in table.values]
+    assert named and all(layer_of(name) < layer_of(DISPATCHER) for name in named)
+    for name in named:
+        functions = {n.name for n in modules[name].tree.body if isinstance(n, ast.FunctionDef)}
+        assert "main" in functions, f"{name} has no main(argv)"
+
+
 def test_checker_finds_each_kind_of_violation(tmp_path):
     """The checker itself: a small tree with one violation of each rule, and legal code beside them."""
     files = {
+        "progpo_base/__init__.py": "",
+        "progpo_base/usage.py": "from webshop_server import shop  # the base reaches up\n",
+        "progpo/__init__.py": "",
+        "progpo/cli.py": "from progpo_base import usage\n",
         "webshop_server/__init__.py": "",
         "webshop_server/shop.py": "def page():\n    from agents.runner import run  # upward, in a function\n",
         "progpo_envs/__init__.py": "",
@@ -396,7 +434,9 @@ def test_checker_finds_each_kind_of_violation(tmp_path):
         "training/trainer.py": "class Trainer:\n    def _update(self):\n        pass\n",
         "training/advantages/__init__.py": "from training import trainer  # the leaf reaches out\n",
         "benchmarks/__init__.py": "",
-        "benchmarks/bench.py": "from progpo_envs._impl import X\nfrom training.trainer import Trainer\n",
+        "benchmarks/bench.py": (
+            "from progpo_envs._impl import X\nfrom training.trainer import Trainer\nimport progpo.cli\n"
+        ),
         "progpo_verl/__init__.py": "",
         "progpo_verl/rows.py": "def f():\n    from verl import DataProto  # verl outside its modules\n",
         "progpo_verl/upstream.py": "from verl.trainer.ppo import core_algos  # allowed here\n",
@@ -409,8 +449,10 @@ def test_checker_finds_each_kind_of_violation(tmp_path):
     upward = upward_imports(edges, modules)
     private = private_uses(edges, modules)
     assert cycles == [["progpo_envs.a", "progpo_envs.b", "progpo_envs.a"]]
-    assert len(upward) == 2
-    assert "webshop_server/shop.py:2: webshop_server.shop imports agents.runner" in upward[0] + upward[1]
+    assert len(upward) == 4
+    assert "webshop_server/shop.py:2: webshop_server.shop imports agents.runner" in " ".join(upward)
+    assert "progpo_base/usage.py:1: progpo_base.usage imports webshop_server.shop" in " ".join(upward)
+    assert "benchmarks/bench.py:3: benchmarks.bench imports progpo.cli" in " ".join(upward)
     assert any("leaf training.advantages" in line for line in upward)
     assert restricted_imports(modules) == ["progpo_verl/rows.py:2: progpo_verl.rows imports verl"]
     assert sorted(line.split(": ", 1)[0] for line in private) == [

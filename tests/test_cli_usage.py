@@ -1,5 +1,5 @@
 """Every ``progpo`` command answers a user error with one line naming the valid choices and exit status 2,
-and its ``--help`` helps every flag and shows the defaults (:mod:`webshop_server.usage`)."""
+and its ``--help`` helps every flag and shows the defaults (:mod:`progpo_base.usage`)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,10 @@ ERROR_CASES = [
         "--model ./models/none: no such model folder",
     ),
     (["eval", "--agent", "expret", "--env", ALFWORLD, "--out", "{tmp}/o"], "choose from 'expert', 'random'"),
+    ([*EVAL, "--env", ALFWORLD, "--out", "{tmp}/o", "openai.max_retrie=2"], "unknown key 'openai.max_"),
+    ([*EVAL, "--out", "{tmp}/o"], "env_id is required"),
+    (["train", "--algo", "ppo"], "argument --algo: invalid choice: 'ppo'"),
+    (["train", "rollout.group_sise=4"], "unknown key 'rollout.group_sise'"),
     (["serve", "--env", "progpo/Alfworld-v0"], "(did you mean 'progpo/ALFWorld-v0'?); choose from"),
     (["serve", "--agentgym-mappings", "{tmp}/none"], "--agentgym-mappings {tmp}/none does not exist"),
     (["serve", "--idle-timeout", "-1"], "--idle-timeout must be >= 0 (0: never expire)"),
@@ -62,7 +66,7 @@ def test_user_error_is_one_line_and_exit_2(args, expected, tmp_path):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     env = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"}  # generated games: known splits
     done = subprocess.run(
-        [sys.executable, "-m", "progpo_envs.cli", *args],
+        [sys.executable, "-m", "progpo.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -102,14 +106,14 @@ def test_help_helps_every_flag_and_shows_defaults(name, parser):
 @pytest.mark.parametrize("command", [["alfworld", "generate"], ["webshop", "generate"]])
 def test_forwarded_subcommands_help_and_one_line_errors(command):
     shown = subprocess.run(
-        [sys.executable, "-m", "progpo_envs.cli", *command, "--help"],
+        [sys.executable, "-m", "progpo.cli", *command, "--help"],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert shown.returncode == 0 and "(default: 0)" in shown.stdout and "(default: None)" not in shown.stdout
     wrong = subprocess.run(
-        [sys.executable, "-m", "progpo_envs.cli", *command, "--n", "many"],
+        [sys.executable, "-m", "progpo.cli", *command, "--n", "many"],
         capture_output=True,
         text=True,
         timeout=300,

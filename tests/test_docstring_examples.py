@@ -1,5 +1,6 @@
 """The runnable examples in the docstrings of every module of the six packages (the envs, the WebShop site,
-the agents, training, the benchmarks and the verl-agent plugin) stay correct.
+the agents, training, the benchmarks and the verl-agent plugin), the base package and the ``progpo`` command
+stay correct.
 
 Each module's examples run in an empty working folder (examples that write files write them there); the
 ALFWorld games, WebShop catalogs and search indexes they generate go to the test session's own
@@ -15,7 +16,16 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("progpo_envs", "webshop_server", "agents", "training", "benchmarks", "progpo_verl")
+PACKAGES = (
+    "progpo_base",
+    "progpo_envs",
+    "webshop_server",
+    "agents",
+    "training",
+    "benchmarks",
+    "progpo_verl",
+    "progpo",
+)
 
 
 def _modules(package_name: str) -> list[str]:

@@ -20,20 +20,15 @@ import argparse
 import sys
 import time
 
-from training.config import (
-    DAPO_RECIPE,
-    ConfigError,
-    algo_choices,
-    algo_parameters,
-    describe_fields,
-    load_config,
-)
+from progpo_base.config import field_table
+from progpo_base.usage import CommandParser, report
+from training.config import DAPO_RECIPE, ConfigError, TrainConfig, algo_choices, algo_parameters, load_config
 from training.preflight import preflight, resume_mode
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> CommandParser:
     """The argument parser of ``progpo train``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="progpo train",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -66,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point (``progpo train ...``); returns the exit status."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.help_config:
-        for key, default, doc in describe_fields():
-            print(f"{key:<36} {default:<24} {doc}")
+        print("\n".join(field_table(TrainConfig)))
         print("\nalgo.name choices and the algo.params keys each accepts:")
         for name in algo_choices():
             print(f"  {name:<16} {', '.join(algo_parameters(name))}")
@@ -83,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         preflight(config)
         resume = resume_mode(config.run_dir, args.resume, args.resume_or_start, args.overwrite)
     except (ConfigError, FileNotFoundError) as exc:
-        print(f"progpo train: {exc}", file=sys.stderr)
-        return 2
+        return report("progpo train", exc)
     from training.checkpoint import CheckpointError
     from training.distributed import DistContext
     from training.report import print_banner, print_result

@@ -17,14 +17,18 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from agents.prompts import PromptTemplate
+from progpo_base.config import (
+    ConfigError,
+    from_mapping,
+    get_dotted,
+    parse_override,
+    read_yaml_mapping,
+    set_dotted,
+)
+from progpo_base.config import documented_field as _field  # every field below: a default and its doc
 from training.advantages import ESTIMATORS
 from training.advantages.registry import check_parameter_names
 
@@ -58,17 +62,6 @@ def algo_parameters(name: str) -> list[str]:
     params dataclass), less ``invalid_penalty``, the ``SharedParams`` key every estimator takes, which
     ``algo.invalid_penalty`` sets."""
     return [p for p in ESTIMATORS[name].parameters if p != "invalid_penalty"]
-
-
-class ConfigError(ValueError):
-    """A configuration file or override is malformed or names an unknown key."""
-
-
-def _field(default: Any, doc: str) -> Any:
-    """A dataclass field carrying its documentation (shown by ``progpo train --help-config``)."""
-    if isinstance(default, (list, dict)):
-        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata={"doc": doc})
-    return dataclasses.field(default=default, metadata={"doc": doc})
 
 
 @dataclasses.dataclass
@@ -446,123 +439,17 @@ class TrainConfig:
             raise ConfigError(f"algo.params: {exc}") from exc
 
 
-def _resolve_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _coerce(value: Any, annotation: Any, key: str) -> Any:
-    """Check ``value`` against a field's annotation (ints are accepted where floats are expected)."""
-    origin = typing.get_origin(annotation)
-    if dataclasses.is_dataclass(annotation):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key} must be a mapping, got {value!r}")
-        return _from_dict(annotation, value, prefix=key + ".")
-    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if annotation is bool and not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, got {value!r}")
-    if annotation is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{key} must be an integer, got {value!r}")
-    if annotation is float and not isinstance(value, float):
-        raise ConfigError(f"{key} must be a number, got {value!r}")
-    if annotation is str and not isinstance(value, str):
-        raise ConfigError(f"{key} must be a string, got {value!r}")
-    if (annotation is list or origin is list) and not isinstance(value, list):
-        raise ConfigError(f"{key} must be a list, got {value!r}")
-    if (annotation is dict or origin is dict) and not isinstance(value, dict):
-        raise ConfigError(f"{key} must be a mapping, got {value!r}")
-    if isinstance(annotation, types.UnionType):
-        return value
-    return value
-
-
-def _from_dict(cls: type, data: dict, prefix: str = "") -> Any:
-    hints = _resolve_types(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ConfigError(
-            f"unknown key {prefix + unknown[0]!r}; valid keys here: {', '.join(prefix + n for n in names)}"
-        )
-    base = cls()
-    values = {}
-    for name in names:
-        if name in data:
-            current = getattr(base, name)
-            if dataclasses.is_dataclass(current):
-                merged = (
-                    {**dataclasses.asdict(current), **(data[name] or {})}
-                    if isinstance(data[name], dict)
-                    else data[name]
-                )
-                values[name] = _coerce(merged, hints[name], prefix + name)
-            else:
-                values[name] = _coerce(data[name], hints[name], prefix + name)
-    return dataclasses.replace(base, **values)
-
-
-def _set_dotted(data: dict, dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    node = data
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"cannot set {dotted!r}: {part!r} is not a section")
-    node[parts[-1]] = value
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"optim.lr=1e-5"`` -> ``("optim.lr", 1e-05)``; values are parsed as YAML scalars/lists."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like key=value (e.g. rollout.group_size=8)")
-    key, raw = text.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"cannot parse the value of {key!r}: {exc}") from exc
-    if isinstance(value, str) and _looks_like_float(value):  # YAML 1.1 reads "1e-5" as a string
-        value = float(value)
-    return key.strip(), value
-
-
-def _looks_like_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return any(c in text.lower() for c in ".e") and text.lower() not in ("inf", "nan", "-inf", "+inf")
-
-
-def _yaml_floats(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _yaml_floats(v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_yaml_floats(v) for v in node]
-    if isinstance(node, str) and _looks_like_float(node):
-        return float(node)
-    return node
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Build a :class:`TrainConfig`: defaults, then the YAML at ``path``, then ``key=value`` overrides."""
-    data: dict = {}
-    if path is not None:
-        text = Path(path).read_text(encoding="utf-8")
-        try:
-            loaded = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
-        data = _yaml_floats(loaded)
+    data: dict = read_yaml_mapping(path) if path is not None else {}
     parsed = [parse_override(override) for override in overrides or []]
     command_line: dict = {}
     for key, value in parsed:
-        _set_dotted(command_line, key, value)
+        set_dotted(command_line, key, value)
     _apply_dapo_recipe(data, command_line)
     for key, value in parsed:
-        _set_dotted(data, key, value)
-    config = _from_dict(TrainConfig, data)
+        set_dotted(data, key, value)
+    config = from_mapping(TrainConfig, data)
     config.validate()
     return config
 
@@ -570,28 +457,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 _MISSING = object()
 
 
-def _get_dotted(data: dict, dotted: str, default: Any) -> Any:
-    node: Any = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
 def _apply_dapo_recipe(file_data: dict, command_line: dict) -> None:
     """Set :data:`DAPO_RECIPE` in ``file_data`` when the run's estimator is dapo, except the keys the command
     line sets, and the keys of a file that selects dapo itself (its own choice)."""
     default_name = TrainConfig().algo.name
-    name = _get_dotted(command_line, "algo.name", _get_dotted(file_data, "algo.name", default_name))
+    name = get_dotted(command_line, "algo.name", get_dotted(file_data, "algo.name", default_name))
     if name != "dapo":
         return
-    file_selects_dapo = _get_dotted(file_data, "algo.name", default_name) == "dapo"
+    file_selects_dapo = get_dotted(file_data, "algo.name", default_name) == "dapo"
     for key, value in DAPO_RECIPE.items():
-        in_file = _get_dotted(file_data, key, _MISSING) is not _MISSING
-        if _get_dotted(command_line, key, _MISSING) is not _MISSING or (file_selects_dapo and in_file):
+        in_file = get_dotted(file_data, key, _MISSING) is not _MISSING
+        if get_dotted(command_line, key, _MISSING) is not _MISSING or (file_selects_dapo and in_file):
             continue
-        _set_dotted(file_data, key, value)
+        set_dotted(file_data, key, value)
 
 
 def config_to_dict(config: TrainConfig) -> dict:
@@ -601,19 +479,6 @@ def config_to_dict(config: TrainConfig) -> dict:
 
 def config_from_dict(data: dict) -> TrainConfig:
     """Inverse of :func:`config_to_dict` (unknown keys are errors)."""
-    config = _from_dict(TrainConfig, data)
+    config = from_mapping(TrainConfig, data)
     config.validate()
     return config
-
-
-def describe_fields(cls: type = TrainConfig, prefix: str = "") -> list[tuple[str, str, str]]:
-    """``(dotted key, default, doc)`` for every leaf field (for ``--help-config``)."""
-    rows = []
-    base = cls()
-    for f in dataclasses.fields(cls):
-        value = getattr(base, f.name)
-        if dataclasses.is_dataclass(value):
-            rows += describe_fields(type(value), prefix + f.name + ".")
-        else:
-            rows.append((prefix + f.name, repr(value), f.metadata.get("doc", "")))
-    return rows

@@ -55,6 +55,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, redirect, request
 from werkzeug.exceptions import HTTPException
 
+from progpo_base.http import RequestError, json_object
 from webshop_server.clients import ClientTokens, UnknownClientToken, identify_client
 from webshop_server.engine import (
     BUY_NOW,
@@ -83,6 +84,8 @@ from webshop_server.sessions import (
 
 #: Longest action string the API accepts (longer ones get 400; the env caps actions at 4096 characters).
 MAX_ACTION_CHARS = 16_384
+#: Most JSON values in a session API request body (a create or a step holds a handful; more answers 413).
+MAX_JSON_VALUES = 1 << 14
 #: Products a session remembers as opened (``text_rich`` marks them clicked): the most recent ones, so that a
 #: crawler walking every item URL of one session cannot grow it without bound.
 MAX_VISITED_PRODUCTS = 500
@@ -124,15 +127,6 @@ class ServerConfig:
         return self.max_sessions_per_client
 
 
-class ApiError(Exception):
-    """A client error with its HTTP status."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Flask:
     """The Flask app over ``engine`` (one engine per process, shared by every session)."""
     config = config or ServerConfig()
@@ -151,8 +145,8 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
     def is_api() -> bool:
         return request.path.startswith("/api/")
 
-    @app.errorhandler(ApiError)
-    def api_error(exc: ApiError):
+    @app.errorhandler(RequestError)
+    def api_error(exc: RequestError):
         if is_api():
             return jsonify(error=exc.message), exc.status
         return _html_error(exc.status, exc.message)
@@ -180,11 +174,11 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
 
     @app.errorhandler(UnknownSession)
     def unknown(exc: UnknownSession):
-        return api_error(ApiError(404, "unknown or expired session"))
+        return api_error(RequestError(404, "unknown or expired session"))
 
     @app.errorhandler(SessionBusy)
     def busy(exc: SessionBusy):
-        return api_error(ApiError(409, str(exc)))
+        return api_error(RequestError(409, str(exc)))
 
     @app.before_request
     def identify_and_read():
@@ -193,14 +187,14 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
                 config.client_tokens, request.headers.get("Authorization"), request.remote_addr
             )
         except UnknownClientToken as exc:
-            raise ApiError(401, str(exc)) from None
+            raise RequestError(401, str(exc)) from None
         try:  # read the body here, once: a body the server cannot read is the client's fault
             request.get_data(cache=True, parse_form_data=True)
         except HTTPException:
             raise  # 413 past max_request_bytes
         except Exception as exc:  # noqa: BLE001 - the WSGI server's own parse errors (gunicorn's
             # InvalidChunkSize is a plain Exception), a client that hung up: all about the client's bytes
-            raise ApiError(400, f"the request body could not be read ({type(exc).__name__})") from None
+            raise RequestError(400, f"the request body could not be read ({type(exc).__name__})") from None
 
     def new_session(goal_index: int) -> str:
         return store.create(lambda sid: engine.new_session(goal_index, session_id=sid), client=g.client)
@@ -209,14 +203,14 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
         try:
             split = Split(split_value)
         except ValueError:
-            raise ApiError(
+            raise RequestError(
                 400, f"split must be one of {[s.value for s in Split]}, got {split_value!r}"
             ) from None
         if isinstance(index_value, bool) or not isinstance(index_value, int):
-            raise ApiError(400, "goal_index must be an integer")
+            raise RequestError(400, "goal_index must be an integer")
         goals = split_range(split, engine.num_goals)
         if not 0 <= index_value < len(goals):
-            raise ApiError(
+            raise RequestError(
                 400, f"goal_index {index_value} out of range: split {split.value!r} has {len(goals)} goals"
             )
         return goals[index_value]
@@ -225,26 +219,23 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
         try:
             return ObservationMode(value)
         except ValueError:
-            raise ApiError(400, f"mode must be one of {[m.value for m in ObservationMode]}") from None
+            raise RequestError(400, f"mode must be one of {[m.value for m in ObservationMode]}") from None
 
     def observe(session: Session, mode: ObservationMode) -> str:
         return engine.observation(session, mode, base_url=request.host_url.rstrip("/"))
 
     def json_body() -> dict:
-        try:
-            body = request.get_json(silent=True)
-        except RecursionError:  # json's C parser stops at Python's recursion limit (~1000 levels)
-            raise ApiError(400, "the request body is JSON nested too deeply") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
-        return body
+        raw = request.get_data(cache=True)  # read once, in identify_and_read
+        if not raw:
+            raise RequestError(400, "the request body must be a JSON object")
+        return json_object(raw, MAX_JSON_VALUES)
 
     def keywords_and_page(args: Any) -> tuple[tuple[str, ...], int]:
         return _keywords_and_page(args, config.max_query_chars)
 
-    def finished(session: Session) -> ApiError:
+    def finished(session: Session) -> RequestError:
         asin = session.purchased[0] if session.purchased else "?"
-        return ApiError(
+        return RequestError(
             409,
             f"this session is finished: it already bought {asin} (score {session.score}); a session buys "
             f"once (its receipt: /done/{session.session_id}; start a new session for another purchase)",
@@ -293,13 +284,13 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
         body = json_body()
         action = body.get("action")
         if not isinstance(action, str):
-            raise ApiError(400, "action must be a string")
+            raise RequestError(400, "action must be a string")
         if len(action) > MAX_ACTION_CHARS:
-            raise ApiError(400, f"action longer than {MAX_ACTION_CHARS} characters")
+            raise RequestError(400, f"action longer than {MAX_ACTION_CHARS} characters")
         _require_utf8("action", action)
         name, argument = parse_action(action)
         if name == "search" and argument is not None and len(argument) > config.max_query_chars:
-            raise ApiError(400, f"the search query is longer than {config.max_query_chars} characters")
+            raise RequestError(400, f"the search query is longer than {config.max_query_chars} characters")
         mode = mode_from(body.get("mode", ObservationMode.TEXT.value))
         with store.use(session_id) as session:
             if session.done and name == "click" and (argument or "").strip().lower() == BUY_NOW:
@@ -318,14 +309,14 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
     @app.get("/api/sessions/<session_id>/expert_action")
     def expert(session_id: str):
         if not config.expose_expert:
-            raise ApiError(403, "the expert is disabled on this server (start it with --expose-expert)")
+            raise RequestError(403, "the expert is disabled on this server (start it with --expose-expert)")
         with store.use(session_id) as session:
             return jsonify(action=expert_action(engine, session))
 
     @app.delete("/api/sessions/<session_id>")
     def close(session_id: str):
         if not store.close(session_id):
-            raise ApiError(404, "unknown or expired session")
+            raise RequestError(404, "unknown or expired session")
         return jsonify(closed=True)
 
     # --- human site -----------------------------------------------------------------------------------------
@@ -335,7 +326,7 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
             try:
                 goal_index = int(request.args["goal"])
             except ValueError:
-                raise ApiError(400, "goal must be an integer") from None
+                raise RequestError(400, "goal must be an integer") from None
             goal_index = goal_from(request.args.get("split", Split.ALL.value), goal_index)
         else:
             train = split_range(Split.TRAIN, engine.num_goals) or split_range(Split.ALL, engine.num_goals)
@@ -348,7 +339,7 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
                 return redirect(f"/done/{session_id}", code=303)
             problem = engine.navigate(session, state)
             if problem:
-                raise ApiError(404, problem)
+                raise RequestError(404, problem)
             _forget_old_visits(session)
             return Response(render_html(engine, session), mimetype="text/html")
 
@@ -373,7 +364,7 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
         try:
             sub = SubPage(sub_page)
         except ValueError:
-            raise ApiError(404, f"unknown sub-page {sub_page!r}") from None
+            raise RequestError(404, f"unknown sub-page {sub_page!r}") from None
         return show(
             session_id,
             PageState(
@@ -392,7 +383,7 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
                 raise finished(session)
             problem = engine.navigate(session, state)
             if problem:
-                raise ApiError(400, problem)
+                raise RequestError(400, problem)
             engine.buy(session)
             _forget_old_visits(session)
         return redirect(f"/done/{session_id}", code=303)
@@ -411,10 +402,10 @@ def _keywords_and_page(args: Any, max_query_chars: int) -> tuple[tuple[str, ...]
     try:
         page = int(args.get("page", "1"))
     except ValueError:
-        raise ApiError(400, "page must be an integer") from None
+        raise RequestError(400, "page must be an integer") from None
     query = str(args.get("q", ""))
     if len(query) > max_query_chars:
-        raise ApiError(400, f"the search query is longer than {max_query_chars} characters")
+        raise RequestError(400, f"the search query is longer than {max_query_chars} characters")
     return tuple(query.lower().split()), page
 
 
@@ -425,7 +416,7 @@ def _require_utf8(name: str, text: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         surrogate = text[exc.start]
-        raise ApiError(
+        raise RequestError(
             400, f"{name} is not valid Unicode text: a lone surrogate {surrogate!r} at character {exc.start}"
         ) from None
 

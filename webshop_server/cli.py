@@ -28,8 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from progpo_base.usage import CommandParser, UsageError, existing_dir, failure_line, report
 from webshop_server.clients import ClientTokens
-from webshop_server.usage import CommandParser, UsageError, existing_dir, failure_line, report
 
 
 def build_parser() -> CommandParser:

@@ -16,9 +16,9 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 
+from progpo_base.usage import CommandParser, UsageError, existing_dir, one_of, report
 from progpo_envs.alfworld.data import load_tasks, resolve_data_dir, split_names
 from progpo_envs.alfworld.task_types import TASK_TYPES
-from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
 
 
 def _add_data_args(parser: argparse.ArgumentParser) -> None:

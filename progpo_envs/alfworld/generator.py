@@ -58,12 +58,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from progpo_base.usage import CommandParser
 from progpo_envs.alfworld import wheel
 from progpo_envs.alfworld.engine import AlfredEngine, demangled_names
 from progpo_envs.alfworld.expert import ALFWorldExpert, PlaceWording, WorldState, type_name
 from progpo_envs.alfworld.task_types import TaskType
 from progpo_envs.core.hashing import hex_key, text_digest
-from webshop_server.usage import CommandParser
 
 GENERATOR_VERSION = 1
 """Bumped whenever the same arguments would give different files (lets caches notice stale games)."""

@@ -47,6 +47,7 @@ from typing import Any
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from progpo_base.http import RequestError
 from progpo_envs.core.worker_protocol import Reply
 from progpo_envs.server.agentgym import AgentGymGames, agentgym_blueprint
 from progpo_envs.server.codec import decode, encode
@@ -171,8 +172,9 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
         count(f"errors_{status}")
         return jsonify(error=message), status
 
+    @app.errorhandler(RequestError)  # a request body that is not a JSON object (progpo_base.http)
     @app.errorhandler(ServerError)
-    def _server_error(exc: ServerError):
+    def _server_error(exc: ServerError | RequestError):
         return error(exc.status, exc.message)
 
     @app.errorhandler(PolicyError)

@@ -36,13 +36,13 @@ import sys
 
 from flask import Flask
 
+from progpo_base.usage import CommandParser, UsageError, existing_dir, one_of, report
 from progpo_envs.server.agentgym import AgentGymGames, Flavor, flavor_of
 from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError, split_names
 from progpo_envs.server.pool import PoolConfig, WorkerStartError
 from progpo_envs.server.serving import DEFAULT_THREADS, make_wsgi_server, serve_until_stopped
 from webshop_server.clients import ClientTokens
-from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
 
 #: Envs whose AgentGym protocol is mounted automatically.
 AGENTGYM_ENVS = ("progpo/ALFWorld-v0", "progpo/WebShop-v0")

@@ -62,7 +62,7 @@ class ServerError(Exception):
 
 class WorkerStartError(RuntimeError):
     """An env worker could not start (its envs could not be built): the message is one line with the cause
-    and, for a full disk or an unwritable cache, the fix (:func:`webshop_server.usage.failure_line`)."""
+    and, for a full disk or an unwritable cache, the fix (:func:`progpo_base.usage.failure_line`)."""
 
 
 class FairLock:

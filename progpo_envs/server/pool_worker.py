@@ -40,10 +40,10 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
+from progpo_base.usage import failure_line
 from progpo_envs.core.errors import EnvDataError
 from progpo_envs.core.worker_protocol import Reply, Reset, Step, apply_command, serve_requests
 from progpo_envs.server.codec import dumps, encode
-from webshop_server.usage import failure_line
 
 _UNKNOWN_INSTANCE = "unknown instance (closed, expired or never created)"
 

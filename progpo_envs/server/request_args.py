@@ -2,7 +2,9 @@
 
 Both protocols the server speaks use these: its own routes (:mod:`~progpo_envs.server.app`) and AgentGym's
 (:mod:`~progpo_envs.server.agentgym`). Anything a client got wrong raises
-:class:`~progpo_envs.server.pool.ServerError` with status 400 and a message naming the field.
+:class:`~progpo_envs.server.pool.ServerError` with status 400 and a message naming the field; a body that is
+not a JSON object raises :class:`progpo_base.http.RequestError` (the shop's session API reads its bodies with
+the same :func:`progpo_base.http.json_object`).
 
 Nothing is built from a request before its size is known to be bounded: the body is at most
 :data:`MAX_REQUEST_BYTES`, holds at most :data:`MAX_JSON_VALUES` JSON values (counted on the raw bytes before
@@ -23,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ import numpy as np
 from flask import g, request
 from werkzeug.exceptions import HTTPException
 
+from progpo_base.http import json_object
 from progpo_envs.server.codec import CodecError, DecodeBudget, decode
 from progpo_envs.server.pool import ServerError
 
@@ -48,12 +50,9 @@ DECODE_BYTES_PER_BODY_BYTE = 8
 MIN_DECODE_BYTES = 64 << 10
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def json_body() -> dict[str, Any]:
-    """The request's JSON object (empty for an empty body); 400 for anything else, 413 for too much."""
+    """The request's JSON object (:func:`progpo_base.http.json_object`: empty for an empty body, a
+    :class:`~progpo_base.http.RequestError` 400 for anything else, 413 for too much)."""
     try:
         raw = request.get_data(cache=True)  # Flask's MAX_CONTENT_LENGTH answers 413 past MAX_REQUEST_BYTES
     except HTTPException:
@@ -61,20 +60,7 @@ def json_body() -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - the WSGI server's parse errors (gunicorn's InvalidChunkSize is
         # a plain Exception), a client that hung up: all about the client's bytes
         raise ServerError(400, f"the request body could not be read ({type(exc).__name__})") from None
-    if not raw:
-        return {}
-    # every object, array and array item but the first of each opens with "{", "[" or ","; counted at C speed
-    if raw.count(b"{") + raw.count(b"[") + raw.count(b",") > MAX_JSON_VALUES:
-        raise ServerError(413, f"the request body holds more than {MAX_JSON_VALUES} JSON values")
-    try:
-        body = json.loads(raw, parse_constant=_no_constants)
-    except RecursionError:
-        raise ServerError(400, "the request body is nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ServerError(400, f"the request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ServerError(400, "the request body must be a JSON object")
-    return body
+    return json_object(raw, MAX_JSON_VALUES)
 
 
 def request_client() -> str:

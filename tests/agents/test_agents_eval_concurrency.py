@@ -15,6 +15,7 @@ from eval_run_checks import check_run, prompt_key, read_records
 
 from agents.cli import main
 from agents.evaluate import EvalConfig, evaluate
+from agents.llm_config import OpenAIConfig, TransformersConfig
 
 TOY_TASKS = {"agents-test/ToyALFWorld-v0": 12, "agents-test/ToyWebShop-v0": 8}
 
@@ -62,10 +63,10 @@ def test_resuming_with_another_concurrency_gives_the_one_shot_run(tmp_path):
     "settings, copies",
     [
         ({"agent": "openai"}, 32),
-        ({"agent": "openai", "concurrency": 4}, 4),
+        ({"agent": "openai", "openai": OpenAIConfig(concurrency=4)}, 4),
         ({"agent": "openai", "episodes": 6}, 6),
         ({"agent": "openai", "num_envs": 2}, 2),
-        ({"agent": "transformers", "batch_size": 16}, 16),
+        ({"agent": "transformers", "transformers": TransformersConfig(batch_size=16)}, 16),
         ({"agent": "expert"}, 1),
         ({"agent": "random", "num_envs": 3, "episodes": 2}, 3),
     ],

@@ -63,13 +63,11 @@ def test_evaluate_with_the_transformers_agent(tiny_qwen, tmp_path):
     config = EvalConfig(
         env_id="agents-test/ToyALFWorld-v0",
         agent="transformers",
-        model=str(tiny_qwen),
         out_dir=str(tmp_path),
         episodes=2,
         num_envs=2,
         max_steps=2,
-        max_tokens=4,
-        device="cpu",
+        transformers=TransformersConfig(model_path=str(tiny_qwen), max_new_tokens=4, device="cpu"),
     )
     summary = evaluate(config, progress=False)
     records = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hosting_helpers import TOY_ENV_ID
 
+from progpo_base.usage import UsageError
 from progpo_envs.server.cli import app_from_environment, build_config, parse_args
 from progpo_envs.server.policy import EnvPolicy, PolicyError
-from webshop_server.usage import UsageError
 
 
 def test_defaults_and_agentgym_auto():

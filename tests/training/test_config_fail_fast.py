@@ -16,7 +16,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 def _progpo() -> list[str]:
     script = shutil.which("progpo", path=str(Path(sys.executable).parent))
-    return [script] if script else [sys.executable, "-m", "progpo_envs.cli"]
+    return [script] if script else [sys.executable, "-m", "progpo.cli"]
 
 
 @pytest.mark.parametrize(

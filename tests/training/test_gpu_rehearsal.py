@@ -82,7 +82,7 @@ def test_webshop_preset_rehearsal_kill_resume_export_eval(tmp_path):
         [
             sys.executable,
             "-m",
-            "progpo_envs.cli",
+            "progpo.cli",
             "eval",
             "--env",
             "progpo/WebShop-v0",

@@ -232,6 +232,24 @@ def test_deeply_nested_json_is_400(client, opener, closer, route):
     assert reply.status_code == 400 and "nested too deeply" in reply.json["error"]
 
 
+def test_the_session_api_reads_bodies_as_the_env_server_does(client):
+    """Both servers read a body with progpo_base.http.json_object: a body of more JSON values than a request
+    needs is a 413 before it is parsed (the step used to be applied), NaN is not JSON, and the empty body and
+    a non-object stay 400s."""
+    sid = new_session(client)
+    url = f"/api/sessions/{sid}/step"
+    before = stored(client, sid)
+    padded = json.dumps({"action": "search[shirt]", "pad": [0] * app_module.MAX_JSON_VALUES})
+    reply = client.post(url, data=padded, content_type="application/json")
+    assert reply.status_code == 413 and "JSON values" in reply.json["error"]
+    assert stored(client, sid) == before and step(client, sid, "search[shirt]").status_code == 200
+    nan = client.post("/api/sessions", data='{"goal_index": NaN}', content_type="application/json")
+    assert nan.status_code == 400 and "NaN is not JSON" in nan.json["error"]
+    for body in ("", "[1]"):
+        reply = client.post(url, data=body, content_type="application/json")
+        assert reply.status_code == 400 and "must be a JSON object" in reply.json["error"]
+
+
 def has_lone_surrogate(text: str) -> bool:
     """Whether ``text`` still holds a lone surrogate after a JSON round trip (which joins the valid pairs)."""
     try:

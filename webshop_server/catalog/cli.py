@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from progpo_base.usage import CommandParser
 from webshop_server.catalog.generator import generate_catalog
-from webshop_server.usage import CommandParser
 
 
 def generate_main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,12 @@
 
 Each subcommand lives in the package that owns it and is imported only when used, so ``progpo eval`` never
 pays for torch and ``progpo --help`` is instant. A subcommand module exposes
-``main(argv: list[str] | None) -> int``.
+``main(argv: list[str] | None) -> int``. The dispatcher sits above every layer (``docs/architecture.md``): it
+names the packages' command modules, and nothing imports it.
+
+Example:
+    >>> main(["evl"])
+    2
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from webshop_server.usage import UsageError, one_of, report
+from progpo_base.usage import UsageError, one_of, report
 
 #: subcommand -> (module with ``main(argv)``, one-line description)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {

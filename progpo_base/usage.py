@@ -1,10 +1,12 @@
 """How every ``progpo`` command line reports usage: one-line errors with exit status 2, help with defaults.
 
 Tools people know (``git``, ``pip``, ``docker``) answer a mistyped argument with one line that says what is
-wrong and what would be right, exit with status 2, and show each option's default in ``--help``. Every
-``progpo`` subcommand builds its parser from :class:`CommandParser` and raises :class:`UsageError` for what it
-checks itself (a path that does not exist, an unknown env id or split), so they all behave alike. The module
-lives in the lowest layer so that the shop's own command line (``progpo webshop``) shares it.
+wrong and what would be right, exit with status 2, and show each option's default in ``--help``. The
+``progpo`` subcommands build their parsers from :class:`CommandParser` (``train`` and ``eval`` add their
+config keys to it with :mod:`progpo_base.config`) and raise :class:`UsageError` for what they check
+themselves (a path that does not exist, an unknown env id or split), so they behave alike. The module lives
+in the base package, below every layer, so that every command line shares it, the shop's own
+(``progpo webshop``) included.
 
 Example:
     >>> parser = CommandParser(prog="progpo demo", description="A demo.")
