@@ -9,15 +9,14 @@ Example:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
 
 from agents.evaluate import DEFAULT_MAX_ERRORS, TRAJECTORIES_FILE, AgentKind, EvalConfig, TaskOrder, evaluate
-from agents.prompts import EnvKind, PromptTemplate, env_kind_from_id
-from progpo_envs.alfworld.data import resolve_data_dir, split_names
-from webshop_server.engine import Split as WebShopSplit
+from agents.prompts import PromptTemplate, style_names
 from webshop_server.usage import CommandParser, UsageError, existing_dir, one_of, report
 
 
@@ -39,7 +38,12 @@ def build_parser() -> CommandParser:
         description="Score an agent on a text env and write trajectories, summary and report; rerun with the "
         "same --out to resume.",
     )
-    parser.add_argument("--env", required=True, help="env id, e.g. progpo/ALFWorld-v0 or progpo/WebShop-v0")
+    parser.add_argument(
+        "--env",
+        required=True,
+        help="env id, e.g. progpo/ALFWorld-v0 or progpo/WebShop-v0 (module:id imports the module that "
+        "registers it first)",
+    )
     parser.add_argument(
         "--agent", required=True, choices=[k.value for k in AgentKind], help="the agent to evaluate"
     )
@@ -62,7 +66,9 @@ def build_parser() -> CommandParser:
     parser.add_argument("--data-dir", help="env data folder (ALFWorld: the folder containing json_2.1.1/)")
     parser.add_argument("--env-url", help="remote env server URL (passed to the env as url=)")
     parser.add_argument(
-        "--env-kind", choices=[k.value for k in EnvKind], help="prompt style (default: from --env)"
+        "--env-kind",
+        help="prompt style, by name: alfworld, webshop, text or a registered one (default: the one the env "
+        "names in its metadata)",
     )
     parser.add_argument(
         "--env-arg",
@@ -132,23 +138,35 @@ def build_parser() -> CommandParser:
 
 
 def _check_env(env_id: str) -> None:
+    """``env_id`` is registered (``module:id``: once ``module`` is imported, as Gymnasium does)."""
     import gymnasium as gym
 
     import progpo_envs  # noqa: F401  (registers the ids)
 
-    if env_id not in gym.registry:
-        raise one_of("env", env_id, sorted(i for i in gym.registry if i.startswith("progpo/")))
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise UsageError(f"--env {env_id}: cannot import {module}: {error}") from None
+    if name not in gym.registry:
+        raise one_of("env", name, sorted(i for i in gym.registry if i.startswith("progpo/")))
 
 
-def _valid_splits(kind: EnvKind, data_dir: str | None) -> list[str]:
-    """The splits an env of ``kind`` can play here (ALFWorld: the data's folders, or the generated ones)."""
-    if kind is EnvKind.WEBSHOP:
-        return [s.value for s in WebShopSplit]
-    splits = split_names(data_dir)
-    if not splits:
-        root = resolve_data_dir(data_dir)
-        raise UsageError(f"ALFWorld data {root} has no json_2.1.1/ folder: give the folder that contains it")
-    return splits
+def _valid_splits(env_id: str, env_kwargs: dict) -> list[str] | None:
+    """The splits the env can play with ``env_kwargs`` here (its class's ``split_names``; ALFWorld: the
+    data's folders, or the generated ones), or ``None`` when it does not list them."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    spec = gym.spec(env_id)
+    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+    listed = getattr(creator, "split_names", None)
+    splits = listed(**{**(spec.kwargs or {}), **env_kwargs}) if callable(listed) else None
+    if splits is not None and not splits:
+        where = f" with --data-dir {env_kwargs['data_dir']}" if env_kwargs.get("data_dir") else ""
+        raise UsageError(f"{env_id} has no splits here{where}: give the folder that contains its data")
+    return None if splits is None else list(splits)
 
 
 def _check_out(out: str) -> None:
@@ -188,16 +206,16 @@ def _check_model(agent: str, model: str | None) -> None:
 def check_args(args: argparse.Namespace) -> None:
     """What can be checked before any env or model is built (:class:`UsageError` otherwise)."""
     _check_env(args.env)
+    if args.env_kind is not None and args.env_kind not in style_names():
+        raise one_of("--env-kind prompt style", args.env_kind, style_names())
     env_kwargs = dict(args.env_arg)
-    data_dir = args.data_dir or env_kwargs.get("data_dir")
+    if args.data_dir is not None:
+        env_kwargs["data_dir"] = args.data_dir
     existing_dir("--data-dir", args.data_dir)
     if args.split is not None and args.env_url is None:  # a remote env's server knows its own splits
-        try:
-            kind = EnvKind(args.env_kind) if args.env_kind else env_kind_from_id(args.env)
-        except ValueError:
-            kind = None  # another env: it checks its own split
-        if kind is not None and args.split not in (splits := _valid_splits(kind, data_dir)):
-            raise one_of(f"{kind.value} split", args.split, splits)
+        splits = _valid_splits(args.env, env_kwargs)
+        if splits is not None and args.split not in splits:
+            raise one_of(f"{args.env} split", args.split, splits)
     if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     if not args.max_errors >= 0:

@@ -23,6 +23,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
 import progpo_envs  # noqa: F401  (registers the env ids, progpo/Remote-v0 included)
+from agents.prompts import style_name_from_metadata
 from progpo_envs.core.registration import REMOTE_ENV_ID
 
 
@@ -109,6 +110,13 @@ def task_types(envs: gym.vector.VectorEnv) -> list[str] | None:
         return None
     types = [getattr(task, "task_type", None) for task in tasks] if isinstance(tasks, (list, tuple)) else []
     return types if types and all(isinstance(t, str) for t in types) else None
+
+
+def prompt_style(envs: gym.vector.VectorEnv) -> str:
+    """The prompt style the copies' env names in its Gymnasium metadata (``metadata["prompt_style"]``; a
+    remote env's is the hosted env's), else the generic ``text`` style; a :class:`ValueError` when it names
+    a style that is not registered."""
+    return style_name_from_metadata(first_copy_attribute(envs, "metadata"))
 
 
 def split_name(envs: gym.vector.VectorEnv) -> str | None:

@@ -11,9 +11,12 @@ truncation come from :class:`~progpo_envs.core.text_env.TextEnv`). Importing thi
   ``progpo serve --import progpo_envs.testing --env progpo/ServerToy-v0``);
 * ``agents-test/ToyALFWorld-v0`` and ``agents-test/ToyWebShop-v0`` — :class:`ToyALFWorldEnv` and
   :class:`ToyWebShopEnv`, shaped like the real envs' infos (admissible actions, task types, scores, expert
-  actions), each observation saying what the expert would do next;
+  actions), each observation saying what the expert would do next, and played in the real envs' prompt
+  styles (``metadata["prompt_style"]``);
 * ``progpo-test/ToyALFWorld-v0`` — :class:`DrawerEnv`: take the key, put it in the drawer the task names (a
-  task a tiny policy can learn).
+  task a tiny policy can learn; ALFWorld's prompt style).
+
+The counter and the key-and-door games name no prompt style: agents show them in the generic ``text`` one.
 
 The module is only imported by tests (``import progpo_envs`` does not register these ids).
 
@@ -239,6 +242,8 @@ class ToyALFWorldEnv(ToyTextEnv):
         history_depths: Window depths for ``info["history_keys"]``.
     """
 
+    metadata = {**TextEnv.metadata, "prompt_style": "alfworld"}
+
     def __init__(
         self,
         num_tasks: int = 12,
@@ -310,6 +315,8 @@ class ToyWebShopEnv(ToyTextEnv):
     ``task_score``, and with ``expert=True`` the ``expert_action``; observations end with "Next you need to:
     <action>." like :class:`ToyALFWorldEnv`'s. Arguments as :class:`ToyALFWorldEnv`'s.
     """
+
+    metadata = {**TextEnv.metadata, "prompt_style": "webshop", "agentgym_flavor": "webshop"}
 
     def __init__(
         self,
@@ -405,6 +412,8 @@ class DrawerEnv(ToyTextEnv):
         noisy_expert: The expert's ``move`` names a random drawer.
         **_: Other env arguments (``data_dir``, ...) the training loop passes to every env; ignored.
     """
+
+    metadata = {**TextEnv.metadata, "prompt_style": "alfworld"}
 
     #: Drawers in the room.
     NUM_DRAWERS = 4

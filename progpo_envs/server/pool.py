@@ -148,6 +148,9 @@ def _env_meta(env: Any) -> dict[str, Any]:
     space = getattr(unwrapped, "observation_space", None)
     if hasattr(space, "max_length"):
         meta["max_observation_length"] = int(space.max_length)
+    style = getattr(unwrapped, "metadata", {}).get("prompt_style")
+    if isinstance(style, str):  # the client's prompts are in the hosted env's style
+        meta["prompt_style"] = style
     return meta
 
 
