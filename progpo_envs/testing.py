@@ -79,9 +79,10 @@ class ToyTextEnv(TextEnv):
 class CounterEnv(ToyTextEnv):
     """Task ``i``: say ``"inc"`` until a counter reaches ``target = i + 2``.
 
-    ``"inc"`` adds one, ``"dec"`` subtracts one, anything else answers "Nothing happens.". Reaching the target
-    wins (reward 1, terminated). The env counts how often its engine is stepped (``engine_steps``) and how
-    many actions were malformed (``invalid_steps``), so tests can check that ended episodes do not touch it.
+    ``"inc"`` adds one, ``"dec"`` subtracts one (the admissible actions), anything else answers "Nothing
+    happens.". Reaching the target wins (reward 1, terminated). The env counts how often its engine is
+    stepped (``engine_steps``) and how many actions were malformed (``invalid_steps``), so tests can check
+    that ended episodes do not touch it.
     """
 
     #: Tasks by default.
@@ -96,12 +97,15 @@ class CounterEnv(ToyTextEnv):
         self.count = 0
         self.target = 0
 
+    def _info(self, won: bool = False) -> dict:
+        return {"target": self.target, "admissible_actions": ["inc", "dec"], "won": won}
+
     def _start_task(self, task_index: int) -> TaskStart:
         self.count, self.target = 0, task_index + 2
         return TaskStart(
             observation=f"Count to {self.target}. The counter is at 0.",
             task_id=f"count-{self.target}",
-            info={"target": self.target},
+            info=self._info(),
         )
 
     def _engine_step(self, action: str) -> EngineStep:
@@ -111,15 +115,13 @@ class CounterEnv(ToyTextEnv):
         elif action == "dec":
             self.count -= 1
         else:
-            return EngineStep(NOTHING_HAPPENS, 0.0, False, {"target": self.target})
+            return EngineStep(NOTHING_HAPPENS, 0.0, False, self._info())
         won = self.count == self.target
-        return EngineStep(
-            f"The counter is at {self.count}.", 1.0 if won else 0.0, won, {"target": self.target}
-        )
+        return EngineStep(f"The counter is at {self.count}.", 1.0 if won else 0.0, won, self._info(won))
 
     def _invalid_action_step(self) -> EngineStep:
         self.invalid_steps += 1
-        return EngineStep(NOTHING_HAPPENS, 0.0, False, {"target": self.target})
+        return EngineStep(NOTHING_HAPPENS, 0.0, False, self._info())
 
 
 class KeyDoorEnv(ToyTextEnv):
@@ -353,7 +355,14 @@ class ToyWebShopEnv(ToyTextEnv):
         return f"WebShop [SEP] Instruction: [SEP] {self._goal} [SEP] {page} [SEP] Next you need to: {expert}."
 
     def _info(self, expert: str | None, available: dict, score: float = 0.0) -> dict:
-        info = {"available_actions": available, "won": score == 1.0, "task_score": score}
+        admissible = ["search[<query>]"] if available["has_search_bar"] else []
+        admissible += [f"click[{c}]" for c in available["clickables"]]
+        info = {
+            "available_actions": available,
+            "admissible_actions": admissible,  # as WebShop's own (webshop_server.engine.admissible_actions)
+            "won": score == 1.0,
+            "task_score": score,
+        }
         if self.expert and expert is not None:
             info["expert_action"] = expert
         return info
