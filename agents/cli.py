@@ -9,7 +9,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -141,28 +140,25 @@ def _check_env(env_id: str) -> None:
     """``env_id`` is registered (``module:id``: once ``module`` is imported, as Gymnasium does)."""
     import gymnasium as gym
 
-    import progpo_envs  # noqa: F401  (registers the ids)
+    from agents.envs import env_spec
 
-    module, _, name = env_id.rpartition(":")
-    if module:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise UsageError(f"--env {env_id}: cannot import {module}: {error}") from None
-    if name not in gym.registry:
-        raise one_of("env", name, sorted(i for i in gym.registry if i.startswith("progpo/")))
+    try:
+        env_spec(env_id)
+    except ImportError as error:
+        raise UsageError(f"--env {env_id}: cannot import the module that registers it: {error}") from None
+    except gym.error.Error:
+        name = env_id.rpartition(":")[2]
+        raise one_of("env", name, sorted(i for i in gym.registry if i.startswith("progpo/"))) from None
 
 
 def _valid_splits(env_id: str, env_kwargs: dict) -> list[str] | None:
     """The splits the env can play with ``env_kwargs`` here (its class's ``split_names``; ALFWorld: the
     data's folders, or the generated ones), or ``None`` when it does not list them."""
-    import gymnasium as gym
-    from gymnasium.envs.registration import load_env_creator
+    from agents.envs import env_class, env_spec
 
-    spec = gym.spec(env_id)
-    creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
-    listed = getattr(creator, "split_names", None)
-    splits = listed(**{**(spec.kwargs or {}), **env_kwargs}) if callable(listed) else None
+    listed = getattr(env_class(env_id), "split_names", None)
+    fixed = env_spec(env_id).kwargs or {}
+    splits = listed(**{**fixed, **env_kwargs}) if callable(listed) else None
     if splits is not None and not splits:
         where = f" with --data-dir {env_kwargs['data_dir']}" if env_kwargs.get("data_dir") else ""
         raise UsageError(f"{env_id} has no splits here{where}: give the folder that contains its data")

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
@@ -27,18 +28,32 @@ from agents.prompts import style_name_from_metadata
 from progpo_envs.core.registration import REMOTE_ENV_ID
 
 
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registration of ``env_id``; ``module:id`` imports ``module`` first (Gymnasium's syntax for an env
+    registered by a module of its own, as ``gym.make`` reads it)."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return gym.spec(name)
+
+
+def env_class(env_id: str) -> Any:
+    """The class (or factory) the registered ``env_id`` is made by."""
+    entry_point = env_spec(env_id).entry_point
+    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+
+
 def accepts_url(env_id: str) -> bool:
     """Whether the registered env's constructor has a ``url`` parameter."""
-    entry_point = gym.spec(env_id).entry_point
-    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-    return "url" in inspect.signature(creator).parameters
+    return "url" in inspect.signature(env_class(env_id)).parameters
 
 
 def group_env_spec(env_id: str, env_kwargs: dict[str, Any], url: str | None = None) -> tuple[str, dict]:
     """``(env id, kwargs)`` that :func:`make_group_envs` makes for ``env_id`` with ``env_kwargs`` and ``url``.
 
     Without ``url``: the env itself. With ``url``: the env itself given ``url=`` when it takes one, otherwise
-    ``progpo/Remote-v0`` hosting ``env_id`` (its kwargs travel with the create request).
+    ``progpo/Remote-v0`` hosting ``env_id`` (its kwargs travel with the create request; ``module:id`` names the
+    hosted env ``id``: the module is this process's import).
 
     Example:
         >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"})
@@ -52,7 +67,7 @@ def group_env_spec(env_id: str, env_kwargs: dict[str, Any], url: str | None = No
         return env_id, {**env_kwargs, "url": url}
     if REMOTE_ENV_ID not in gym.registry:
         raise ValueError(f"{env_id} takes no url= and {REMOTE_ENV_ID} is not registered to reach it remotely")
-    return REMOTE_ENV_ID, {**env_kwargs, "url": url, "env_id": env_id}
+    return REMOTE_ENV_ID, {**env_kwargs, "url": url, "env_id": env_spec(env_id).id}
 
 
 def make_group_envs(
