@@ -47,8 +47,8 @@ DTYPE_NAMES = ("float32", "bfloat16", "float16")
 QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
 
 #: Keys of a preset that hold its own env's settings (constructor arguments only that env takes): when the
-#: command line names another ``env.id`` than the file, they take their (empty) defaults unless the command
-#: line sets them too.
+#: command line names another ``env.id`` than the file, the file's are left out (the command line's own
+#: settings of them still apply).
 ENV_SPECIFIC_KEYS = ("env.kwargs", "env.train_kwargs")
 
 #: DAPO's recipe (Yu et al. 2025, arXiv 2503.14476), switched on by ``algo.name=dapo`` for every key the
@@ -603,16 +603,14 @@ def _get_dotted(data: dict, dotted: str, default: Any) -> Any:
 
 
 def _scope_env_settings(file_data: dict, command_line: dict) -> None:
-    """Leave out the file's :data:`ENV_SPECIFIC_KEYS` when the command line plays another env than the file
-    (the keys the command line sets itself aside)."""
-    default_id = EnvConfig().id
+    """Leave out the file's :data:`ENV_SPECIFIC_KEYS` when the command line plays another env."""
     played = _get_dotted(command_line, "env.id", _MISSING)
-    if played is _MISSING or played == _get_dotted(file_data, "env.id", default_id):
+    if played is _MISSING or played == _get_dotted(file_data, "env.id", EnvConfig().id):
         return
     for key in ENV_SPECIFIC_KEYS:
         section, _, name = key.rpartition(".")
         node = _get_dotted(file_data, section, None)
-        if isinstance(node, dict) and _get_dotted(command_line, key, _MISSING) is _MISSING:
+        if isinstance(node, dict):
             node.pop(name, None)
 
 
