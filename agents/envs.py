@@ -52,8 +52,8 @@ def group_env_spec(env_id: str, env_kwargs: dict[str, Any], url: str | None = No
     """``(env id, kwargs)`` that :func:`make_group_envs` makes for ``env_id`` with ``env_kwargs`` and ``url``.
 
     Without ``url``: the env itself. With ``url``: the env itself given ``url=`` when it takes one, otherwise
-    ``progpo/Remote-v0`` hosting ``env_id`` (its kwargs travel with the create request; ``module:id`` names the
-    hosted env ``id``: the module is this process's import).
+    ``progpo/Remote-v0`` hosting ``env_id`` (its kwargs travel with the create request; ``module:id`` hosts
+    ``id``: the module is this process's import).
 
     Example:
         >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"})
