@@ -3,7 +3,8 @@
 What the training loop imports (one implementation for evaluation and training):
 
 * :func:`agents.prompts.build_prompt`, :func:`agents.prompts.admissible_actions_from_info`,
-  :func:`agents.prompts.task_text_from_observation`, :class:`agents.prompts.EnvKind`,
+  :func:`agents.prompts.task_text_from_observation`, the prompt styles by name
+  (:func:`agents.prompts.register_style`, :func:`agents.prompts.get_style`),
   :class:`agents.prompts.PromptTemplate`;
 * :func:`agents.projection.project_action` (``(action, valid)``), :func:`agents.projection.project_actions`
   (batched), :func:`agents.projection.project_action_with_reason`, and its inverse for demonstrations,
@@ -30,18 +31,19 @@ from agents.projection import (
     project_actions,
 )
 from agents.prompts import (
-    EnvKind,
+    EnvPromptStyle,
     PromptTemplate,
     admissible_actions_from_info,
     build_prompt,
-    env_kind_from_id,
+    get_style,
+    register_style,
     task_text_from_observation,
 )
 
 __all__ = [
     "Agent",
     "AgentAction",
-    "EnvKind",
+    "EnvPromptStyle",
     "History",
     "InvalidReason",
     "Projection",
@@ -53,9 +55,10 @@ __all__ = [
     "admissible_actions_from_info",
     "build_prompt",
     "demonstration_text",
-    "env_kind_from_id",
+    "get_style",
     "project_action",
     "project_action_with_reason",
     "project_actions",
+    "register_style",
     "task_text_from_observation",
 ]

@@ -29,7 +29,6 @@ from agents.projection import InvalidReason, project_action_with_reason
 from agents.prompts import (
     DEFAULT_HISTORY_LENGTH,
     DEFAULT_MAX_PROMPT_CHARS,
-    EnvKind,
     PromptTemplate,
     admissible_actions_from_info,
     build_prompt,
@@ -42,7 +41,8 @@ class Task:
     """The task an env slot plays in the current episode.
 
     Attributes:
-        env_kind: ``"alfworld"`` or ``"webshop"`` (selects prompts and admissible-action parsing).
+        env_kind: The env's prompt style, by name (``"alfworld"``, ``"webshop"``, ``"text"``, ...: selects
+            prompts and admissible-action parsing; :mod:`agents.prompts.registry`).
         task_index: Index in the split (``reset(options={"task_index": i})``).
         task_id: The env's stable task id.
         task_text: The task sentence.
@@ -188,7 +188,7 @@ class PromptedAgent:
                 continue
             if self._pending[i] is not None:  # the previous step's (observation, action) is now history
                 self.histories[i].record(*self._pending[i])
-            kind = EnvKind(self.tasks[i].env_kind)
+            kind = self.tasks[i].env_kind
             admissible = admissible_actions_from_info(kind, info)
             prompts.append(
                 build_prompt(

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from agents.evaluate import TRAJECTORIES_FILE, AgentKind, EvalConfig, evaluate
-from agents.prompts import EnvKind, env_kind_from_id
+from agents.prompts import style_names
 from progpo_base.config import (
     ALIASED,
     ConfigError,
@@ -34,8 +34,6 @@ from progpo_base.config import (
     set_dotted,
 )
 from progpo_base.usage import CommandParser, UsageError, existing_dir, one_of, report
-from progpo_envs.alfworld.data import resolve_data_dir, split_names
-from webshop_server.engine import Split as WebShopSplit
 
 PROG = "progpo eval"
 
@@ -99,23 +97,32 @@ def load_eval_config(args: argparse.Namespace) -> EvalConfig:
 
 
 def _check_env(env_id: str) -> None:
+    """``env_id`` is registered (``module:id``: once ``module`` is imported, as Gymnasium does)."""
     import gymnasium as gym
 
-    import progpo_envs  # noqa: F401  (registers the ids)
+    from agents.envs import env_spec
 
-    if env_id not in gym.registry:
-        raise one_of("env", env_id, sorted(i for i in gym.registry if i.startswith("progpo/")))
+    try:
+        env_spec(env_id)
+    except ImportError as error:
+        raise UsageError(f"--env {env_id}: cannot import the module that registers it: {error}") from None
+    except gym.error.Error:
+        name = env_id.rpartition(":")[2]
+        raise one_of("env", name, sorted(i for i in gym.registry if i.startswith("progpo/"))) from None
 
 
-def _valid_splits(kind: EnvKind, data_dir: str | None) -> list[str]:
-    """The splits an env of ``kind`` can play here (ALFWorld: the data's folders, or the generated ones)."""
-    if kind is EnvKind.WEBSHOP:
-        return [s.value for s in WebShopSplit]
-    splits = split_names(data_dir)
-    if not splits:
-        root = resolve_data_dir(data_dir)
-        raise UsageError(f"ALFWorld data {root} has no json_2.1.1/ folder: give the folder that contains it")
-    return splits
+def _valid_splits(env_id: str, env_kwargs: dict) -> list[str] | None:
+    """The splits the env can play with ``env_kwargs`` here (its class's ``split_names``; ALFWorld: the
+    data's folders, or the generated ones), or ``None`` when it does not list them."""
+    from agents.envs import env_class, env_spec
+
+    listed = getattr(env_class(env_id), "split_names", None)
+    fixed = env_spec(env_id).kwargs or {}
+    splits = listed(**{**fixed, **env_kwargs}) if callable(listed) else None
+    if splits is not None and not splits:
+        where = f" with --data-dir {env_kwargs['data_dir']}" if env_kwargs.get("data_dir") else ""
+        raise UsageError(f"{env_id} has no splits here{where}: give the folder that contains its data")
+    return None if splits is None else list(splits)
 
 
 def _check_out(out: str) -> None:
@@ -155,15 +162,16 @@ def _check_model(agent: str, model: str | None) -> None:
 def check_config(config: EvalConfig) -> None:
     """What can be checked before any env or model is built (:class:`UsageError` otherwise)."""
     _check_env(config.env_id)
-    data_dir = config.data_dir or config.env_kwargs.get("data_dir")
+    if config.env_kind is not None and config.env_kind not in style_names():
+        raise one_of("--env-kind prompt style", config.env_kind, style_names())
+    env_kwargs = dict(config.env_kwargs)
+    if config.data_dir is not None:
+        env_kwargs["data_dir"] = config.data_dir
     existing_dir("--data-dir", config.data_dir)
     if config.split is not None and config.env_url is None:  # a remote env's server knows its own splits
-        try:
-            kind = EnvKind(config.env_kind) if config.env_kind else env_kind_from_id(config.env_id)
-        except ValueError:
-            kind = None  # another env: it checks its own split
-        if kind is not None and config.split not in (splits := _valid_splits(kind, data_dir)):
-            raise one_of(f"{kind.value} split", config.split, splits)
+        splits = _valid_splits(config.env_id, env_kwargs)
+        if splits is not None and config.split not in splits:
+            raise one_of(f"{config.env_id} split", config.split, splits)
     if config.episodes is not None and config.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {config.episodes}")
     if not config.max_errors >= 0:

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
@@ -23,21 +24,36 @@ import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
 import progpo_envs  # noqa: F401  (registers the env ids, progpo/Remote-v0 included)
+from agents.prompts import style_name_from_metadata
 from progpo_envs.core.registration import REMOTE_ENV_ID
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registration of ``env_id``; ``module:id`` imports ``module`` first (Gymnasium's syntax for an env
+    registered by a module of its own, as ``gym.make`` reads it)."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return gym.spec(name)
+
+
+def env_class(env_id: str) -> Any:
+    """The class (or factory) the registered ``env_id`` is made by."""
+    entry_point = env_spec(env_id).entry_point
+    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
 
 
 def accepts_url(env_id: str) -> bool:
     """Whether the registered env's constructor has a ``url`` parameter."""
-    entry_point = gym.spec(env_id).entry_point
-    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-    return "url" in inspect.signature(creator).parameters
+    return "url" in inspect.signature(env_class(env_id)).parameters
 
 
 def group_env_spec(env_id: str, env_kwargs: dict[str, Any], url: str | None = None) -> tuple[str, dict]:
     """``(env id, kwargs)`` that :func:`make_group_envs` makes for ``env_id`` with ``env_kwargs`` and ``url``.
 
     Without ``url``: the env itself. With ``url``: the env itself given ``url=`` when it takes one, otherwise
-    ``progpo/Remote-v0`` hosting ``env_id`` (its kwargs travel with the create request).
+    ``progpo/Remote-v0`` hosting ``env_id`` (its kwargs travel with the create request; ``module:id`` hosts
+    ``id``: the module is this process's import).
 
     Example:
         >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"})
@@ -51,7 +67,7 @@ def group_env_spec(env_id: str, env_kwargs: dict[str, Any], url: str | None = No
         return env_id, {**env_kwargs, "url": url}
     if REMOTE_ENV_ID not in gym.registry:
         raise ValueError(f"{env_id} takes no url= and {REMOTE_ENV_ID} is not registered to reach it remotely")
-    return REMOTE_ENV_ID, {**env_kwargs, "url": url, "env_id": env_id}
+    return REMOTE_ENV_ID, {**env_kwargs, "url": url, "env_id": env_spec(env_id).id}
 
 
 def make_group_envs(
@@ -109,6 +125,13 @@ def task_types(envs: gym.vector.VectorEnv) -> list[str] | None:
         return None
     types = [getattr(task, "task_type", None) for task in tasks] if isinstance(tasks, (list, tuple)) else []
     return types if types and all(isinstance(t, str) for t in types) else None
+
+
+def prompt_style(envs: gym.vector.VectorEnv) -> str:
+    """The prompt style the copies' env names in its Gymnasium metadata (``metadata["prompt_style"]``; a
+    remote env's is the hosted env's), else the generic ``text`` style; a :class:`ValueError` when it names
+    a style that is not registered."""
+    return style_name_from_metadata(first_copy_attribute(envs, "metadata"))
 
 
 def split_name(envs: gym.vector.VectorEnv) -> str | None:

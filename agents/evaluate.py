@@ -60,13 +60,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from agents.base import Agent, AgentAction, PromptConfig, Task
-from agents.envs import make_group_envs, num_tasks, split_name, task_types
+from agents.envs import make_group_envs, num_tasks, prompt_style, split_name, task_types
 from agents.llm_config import OpenAIConfig, TransformersConfig
-from agents.prompts import EnvKind, env_kind_from_id
+from agents.prompts import get_style
 from agents.report import write_reports
 from agents.rollout import play_episodes
 from progpo_base.config import documented_field, required_field, section
-from progpo_envs.core.registration import REMOTE_ENV_ID
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
 #: Where lines of ``trajectories.jsonl`` that do not parse are moved (their tasks are played again).
@@ -159,7 +158,9 @@ class EvalConfig:
     )
     env_url: str | None = documented_field(None, "remote env server URL (passed to the env as url=)")
     env_kind: str | None = documented_field(
-        None, "prompt style (unset: from the env id)", choices=[k.value for k in EnvKind]
+        None,
+        "prompt style: alfworld, webshop, text or a registered one (unset: the one the env names in its "
+        "metadata; a remote env's: the hosted env's)",
     )
     seed: int = documented_field(
         0, "base seed: task t is reset with seed + t; agents sample from seeds of it"
@@ -210,12 +211,10 @@ class EvalConfig:
             return int(self.max_errors)
         return math.floor(self.max_errors * episodes + 1e-9)  # 0.29 * 100 is 28.999...
 
-    def kind(self) -> EnvKind:
-        """The prompt style: ``env_kind``, else from the env id (for the remote env: the hosted env's id)."""
-        if self.env_kind:
-            return EnvKind(self.env_kind)
-        hosted = self.env_kwargs.get("env_id")
-        return env_kind_from_id(hosted if self.env_id == REMOTE_ENV_ID and hosted else self.env_id)
+    def kind(self, envs: gym.vector.VectorEnv) -> str:
+        """The prompt style ``envs`` are played in: ``env_kind``, else the one the env names in its metadata
+        (:func:`agents.envs.prompt_style`); a :class:`ValueError` for a style that is not registered."""
+        return get_style(self.env_kind).name if self.env_kind else prompt_style(envs)
 
     def copies(self) -> int:
         """Env copies to step together: ``num_envs`` when set, else what keeps the agent busy (``concurrency``
@@ -439,21 +438,21 @@ class _Episode:
         return record
 
 
-def _resume_settings(config: EvalConfig) -> dict[str, Any]:
+def _resume_settings(config: EvalConfig, kind: str) -> dict[str, Any]:
     settings = {
         name: functools.reduce(getattr, where.split("."), config) for name, where in RESUME_KEYS.items()
     }
-    settings["env_kind"] = config.kind().value
+    settings["env_kind"] = kind
     return settings
 
 
-def _check_resume(out_dir: Path, config: EvalConfig) -> None:
+def _check_resume(out_dir: Path, config: EvalConfig, kind: str) -> None:
     """Refuse to continue a run in ``out_dir`` that was started with other settings."""
     run_file = out_dir / RUN_FILE
     if run_file.exists():
         previous = json.loads(run_file.read_text())
         changed = {
-            k: (previous.get(k), v) for k, v in _resume_settings(config).items() if previous.get(k) != v
+            k: (previous.get(k), v) for k, v in _resume_settings(config, kind).items() if previous.get(k) != v
         }
         if changed:
             raise ValueError(
@@ -462,10 +461,10 @@ def _check_resume(out_dir: Path, config: EvalConfig) -> None:
             )
 
 
-def _record_settings(out_dir: Path, config: EvalConfig) -> None:
+def _record_settings(out_dir: Path, config: EvalConfig, kind: str) -> None:
     run_file = out_dir / RUN_FILE
     if not run_file.exists():
-        settings = {**_resume_settings(config), "config": dataclasses.asdict(config)}
+        settings = {**_resume_settings(config, kind), "config": dataclasses.asdict(config)}
         run_file.write_text(json.dumps(settings, indent=2, default=str) + "\n")
 
 
@@ -501,12 +500,8 @@ def evaluate(
         raise ValueError(f"concurrency must be >= 1, got {config.openai.concurrency}")
     if not config.max_errors >= 0:
         raise ValueError(f"max_errors must be >= 0, got {config.max_errors}")
-    kind = config.kind()
     out_dir = Path(config.out_dir)
-    _check_resume(out_dir, config)
     own_agent = agent is None
-    agent = agent or build_agent(config)
-
     own_envs = envs is None
     with contextlib.ExitStack() as stack:
         try:
@@ -520,6 +515,9 @@ def evaluate(
                 )
             elif config.num_envs is not None and envs.num_envs != config.num_envs:
                 raise ValueError(f"envs has {envs.num_envs} copies but config.num_envs is {config.num_envs}")
+            kind = config.kind(envs)  # the style the env names (a remote env: the hosted one's)
+            _check_resume(out_dir, config, kind)
+            agent = agent or build_agent(config)
             split_size = num_tasks(envs)
             played_split = config.split or split_name(envs)  # the report names the split the env played
             episodes = split_size if config.episodes is None else int(config.episodes)
@@ -529,7 +527,7 @@ def evaluate(
                 )
             out_dir.mkdir(parents=True, exist_ok=True)
             stack.enter_context(_exclusive(out_dir))
-            _record_settings(out_dir, config)
+            _record_settings(out_dir, config, kind)
             trajectories = out_dir / TRAJECTORIES_FILE
             finished = load_finished(trajectories)
             selected = sorted(task_selection(envs, episodes, TaskOrder(config.task_order)))
@@ -558,7 +556,7 @@ def evaluate(
         finally:
             if own_envs and envs is not None:
                 envs.close()
-            if own_agent:
+            if own_agent and agent is not None:
                 agent.close()
         records = [finished[t] for t in selected if t in finished]
         summary_config = dataclasses.replace(config, split=played_split)
@@ -566,7 +564,7 @@ def evaluate(
 
 
 def _play_batch(
-    envs: gym.vector.VectorEnv, agent: Agent, kind: EnvKind, batch: list[int], config: EvalConfig
+    envs: gym.vector.VectorEnv, agent: Agent, kind: str, batch: list[int], config: EvalConfig
 ) -> Iterator[dict[str, Any]]:
     """Play one batch of tasks; yields each episode's record as soon as it ends."""
     num_envs = envs.num_envs

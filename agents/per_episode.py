@@ -42,7 +42,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Protocol
 
 from agents.base import AgentAction, Task
-from agents.prompts import EnvKind, task_text_from_observation
+from agents.prompts import get_style, task_text_from_observation
 from agents.rollout import MAX_VECTOR_STEPS, Transition
 
 
@@ -135,7 +135,7 @@ class _Slot:
 def play_per_episode(
     envs,
     agent: EpisodeAgent,
-    env_kind: EnvKind | str,
+    env_kind: str,
     feed: GroupFeed,
     *,
     poll_s: float = 0.05,
@@ -146,7 +146,7 @@ def play_per_episode(
         envs: A :class:`~progpo_envs.core.vector.GroupVectorEnv`: ``num_groups`` group slots of
             ``group_size`` copies (the groups in flight at most).
         agent: Decides for each copy (:class:`EpisodeAgent`).
-        env_kind: Prompt style and task parsing (:class:`~agents.prompts.EnvKind`).
+        env_kind: The env's prompt style, by name (task parsing and prompts; :mod:`agents.prompts.registry`).
         feed: The groups to play, in order (:class:`GroupFeed`).
         poll_s: Longest wait for the feed while no decision is pending (and between looks at the feed while
             decisions are).
@@ -154,7 +154,7 @@ def play_per_episode(
     Raises:
         RuntimeError: When an episode does not end after :data:`agents.rollout.MAX_VECTOR_STEPS` steps.
     """
-    kind = EnvKind(env_kind)
+    kind = get_style(env_kind).name
     group_size = envs.group_size
     free_groups = deque(range(envs.num_groups))
     slots: dict[int, _Slot] = {}
@@ -173,7 +173,7 @@ def play_per_episode(
                 slot = group * group_size + copy
                 index = -1 if start.task_index is None else int(start.task_index)
                 task = Task(
-                    env_kind=kind.value,
+                    env_kind=kind,
                     task_index=index,
                     task_id=str(info.get("task_id", index if start.task_index is not None else "")),
                     task_text=task_text_from_observation(kind, observation, info),

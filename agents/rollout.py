@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 from agents.base import Agent, AgentAction, Task
-from agents.prompts import EnvKind, task_text_from_observation
+from agents.prompts import get_style, task_text_from_observation
 from progpo_envs.core.vector import reset_per_copy, step_per_copy
 
 #: Vector steps after which a loop gives up: a guard against an env that never ends an episode (TextEnv
@@ -110,7 +110,7 @@ class VectorStep:
 def play_episodes(
     envs: gym.vector.VectorEnv,
     agent: Agent,
-    env_kind: EnvKind | str,
+    env_kind: str,
     *,
     seed: int | Sequence[int],
     task_indices: Sequence[int] | None = None,
@@ -121,7 +121,7 @@ def play_episodes(
     Args:
         envs: ``num_envs`` copies in groups of ``group_size`` (other vector envs: groups of 1).
         agent: Decides for every playing copy at each step.
-        env_kind: Prompt style and task parsing (:class:`~agents.prompts.EnvKind`).
+        env_kind: The env's prompt style, by name (task parsing and prompts; :mod:`agents.prompts.registry`).
         seed: Reset seed: group ``b`` is reset with ``seed + b``, or ``seed[b]`` when a sequence (its copies
             share it), which is each copy's :attr:`Task.seed`.
         task_indices: One task index per group (``None``: the seed picks; :attr:`Task.task_index` is -1).
@@ -130,7 +130,7 @@ def play_episodes(
     Raises:
         RuntimeError: When the agent returns no decision for a playing copy, or episodes do not end.
     """
-    kind = EnvKind(env_kind)
+    kind = get_style(env_kind).name
     num_envs = envs.num_envs
     group_size = getattr(envs, "group_size", 1)
     options = {"task_indices": list(task_indices)} if task_indices is not None else None
@@ -141,7 +141,7 @@ def play_episodes(
     ]
     tasks = [
         Task(
-            env_kind=kind.value,
+            env_kind=kind,
             task_index=indices[i],
             task_id=str(infos[i].get("task_id", indices[i] if task_indices is not None else "")),
             task_text=task_text_from_observation(kind, observations[i], infos[i]),

@@ -10,15 +10,13 @@ import numpy as np
 
 from agents.base import AgentAction, Task, active_mask
 from agents.projection import match_admissible
-from agents.prompts import admissible_actions_from_info
-from agents.prompts.webshop import SEARCH_ACTION
+from agents.prompts import admissible_actions_from_info, get_style
 
 
 def _fill_pattern(action: str, task: Task) -> str:
-    """A concrete action for a pattern entry: WebShop's ``search[<your query>]`` searches the task text."""
-    if action == SEARCH_ACTION:
-        return f"search[{task.task_text or 'item'}]"
-    return action
+    """A concrete action for a pattern entry of the task's style: WebShop's ``search[<your query>]`` searches
+    the task text."""
+    return get_style(task.env_kind).fill(action, task.task_text or "item")
 
 
 class RandomAgent:
@@ -142,7 +140,10 @@ class HumanAgent:
                 answer = self._ask("action (number or text)> ")
             if answer.isdigit() and 1 <= int(answer) <= len(pool):
                 choice = pool[int(answer) - 1]
-                answer = f"search[{self._ask('search query> ')}]" if choice == SEARCH_ACTION else choice
+                style = get_style(self.tasks[i].env_kind)
+                if style.is_pattern(choice):  # e.g. WebShop's search[<your query>]: ask for the query
+                    choice = style.fill(choice, self._ask("search query> "))
+                answer = choice
             admissible = match_admissible(answer, pool) is not None if pool else None
             out.append(AgentAction(answer, admissible=admissible, raw_output=answer))
         return out

@@ -11,9 +11,12 @@ truncation come from :class:`~progpo_envs.core.text_env.TextEnv`). Importing thi
   ``progpo serve --import progpo_envs.testing --env progpo/ServerToy-v0``);
 * ``agents-test/ToyALFWorld-v0`` and ``agents-test/ToyWebShop-v0`` — :class:`ToyALFWorldEnv` and
   :class:`ToyWebShopEnv`, shaped like the real envs' infos (admissible actions, task types, scores, expert
-  actions), each observation saying what the expert would do next;
+  actions), each observation saying what the expert would do next, and played in the real envs' prompt
+  styles (``metadata["prompt_style"]``);
 * ``progpo-test/ToyALFWorld-v0`` — :class:`DrawerEnv`: take the key, put it in the drawer the task names (a
-  task a tiny policy can learn).
+  task a tiny policy can learn; ALFWorld's prompt style).
+
+The counter and the key-and-door games name no prompt style: agents show them in the generic ``text`` one.
 
 The module is only imported by tests (``import progpo_envs`` does not register these ids).
 
@@ -76,9 +79,10 @@ class ToyTextEnv(TextEnv):
 class CounterEnv(ToyTextEnv):
     """Task ``i``: say ``"inc"`` until a counter reaches ``target = i + 2``.
 
-    ``"inc"`` adds one, ``"dec"`` subtracts one, anything else answers "Nothing happens.". Reaching the target
-    wins (reward 1, terminated). The env counts how often its engine is stepped (``engine_steps``) and how
-    many actions were malformed (``invalid_steps``), so tests can check that ended episodes do not touch it.
+    ``"inc"`` adds one, ``"dec"`` subtracts one (the admissible actions), anything else answers "Nothing
+    happens.". Reaching the target wins (reward 1, terminated). The env counts how often its engine is
+    stepped (``engine_steps``) and how many actions were malformed (``invalid_steps``), so tests can check
+    that ended episodes do not touch it.
     """
 
     #: Tasks by default.
@@ -93,12 +97,15 @@ class CounterEnv(ToyTextEnv):
         self.count = 0
         self.target = 0
 
+    def _info(self, won: bool = False) -> dict:
+        return {"target": self.target, "admissible_actions": ["inc", "dec"], "won": won}
+
     def _start_task(self, task_index: int) -> TaskStart:
         self.count, self.target = 0, task_index + 2
         return TaskStart(
             observation=f"Count to {self.target}. The counter is at 0.",
             task_id=f"count-{self.target}",
-            info={"target": self.target},
+            info=self._info(),
         )
 
     def _engine_step(self, action: str) -> EngineStep:
@@ -108,15 +115,13 @@ class CounterEnv(ToyTextEnv):
         elif action == "dec":
             self.count -= 1
         else:
-            return EngineStep(NOTHING_HAPPENS, 0.0, False, {"target": self.target})
+            return EngineStep(NOTHING_HAPPENS, 0.0, False, self._info())
         won = self.count == self.target
-        return EngineStep(
-            f"The counter is at {self.count}.", 1.0 if won else 0.0, won, {"target": self.target}
-        )
+        return EngineStep(f"The counter is at {self.count}.", 1.0 if won else 0.0, won, self._info(won))
 
     def _invalid_action_step(self) -> EngineStep:
         self.invalid_steps += 1
-        return EngineStep(NOTHING_HAPPENS, 0.0, False, {"target": self.target})
+        return EngineStep(NOTHING_HAPPENS, 0.0, False, self._info())
 
 
 class KeyDoorEnv(ToyTextEnv):
@@ -239,6 +244,8 @@ class ToyALFWorldEnv(ToyTextEnv):
         history_depths: Window depths for ``info["history_keys"]``.
     """
 
+    metadata = {**TextEnv.metadata, "prompt_style": "alfworld"}
+
     def __init__(
         self,
         num_tasks: int = 12,
@@ -311,6 +318,8 @@ class ToyWebShopEnv(ToyTextEnv):
     <action>." like :class:`ToyALFWorldEnv`'s. Arguments as :class:`ToyALFWorldEnv`'s.
     """
 
+    metadata = {**TextEnv.metadata, "prompt_style": "webshop", "agentgym_flavor": "webshop"}
+
     def __init__(
         self,
         num_tasks: int = 8,
@@ -346,7 +355,14 @@ class ToyWebShopEnv(ToyTextEnv):
         return f"WebShop [SEP] Instruction: [SEP] {self._goal} [SEP] {page} [SEP] Next you need to: {expert}."
 
     def _info(self, expert: str | None, available: dict, score: float = 0.0) -> dict:
-        info = {"available_actions": available, "won": score == 1.0, "task_score": score}
+        admissible = ["search[<query>]"] if available["has_search_bar"] else []
+        admissible += [f"click[{c}]" for c in available["clickables"]]
+        info = {
+            "available_actions": available,
+            "admissible_actions": admissible,  # as WebShop's own (webshop_server.engine.admissible_actions)
+            "won": score == 1.0,
+            "task_score": score,
+        }
         if self.expert and expert is not None:
             info["expert_action"] = expert
         return info
@@ -405,6 +421,8 @@ class DrawerEnv(ToyTextEnv):
         noisy_expert: The expert's ``move`` names a random drawer.
         **_: Other env arguments (``data_dir``, ...) the training loop passes to every env; ignored.
     """
+
+    metadata = {**TextEnv.metadata, "prompt_style": "alfworld"}
 
     #: Drawers in the room.
     NUM_DRAWERS = 4

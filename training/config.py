@@ -1,9 +1,14 @@
 """Dataclass configuration of ``progpo train``: self-documenting fields, YAML in, dotted overrides on top.
 
-The defaults of :class:`TrainConfig` *are* the quickstart (CPU, a tiny Qwen2-architecture policy built
-locally, generated ALFWorld tasks), so ``progpo train`` with no arguments runs it. Presets in
-``configs/*.yaml`` override fields; command-line overrides (``rollout.group_size=4``) override the file.
-Unknown keys are errors, with the list of valid keys in the message.
+The defaults of :class:`TrainConfig` are the quickstart's settings (CPU, a tiny Qwen2-architecture policy
+built locally) with neutral env settings: no env keyword arguments (``env.kwargs``, ``env.train_kwargs``),
+which are the env's own. The quickstart's recipe for ALFWorld (two task types in four rooms, more generated
+training games, the searching expert) is in its preset, ``configs/quickstart.yaml`` (:data:`QUICKSTART`),
+which ``load_config`` reads when it is given no file, so ``progpo train`` with no arguments runs the
+quickstart. Presets in ``configs/*.yaml`` override fields; command-line overrides (``rollout.group_size=4``)
+override the file. A file's env keyword arguments are its env's: a command line that plays another env
+(``env.id=...``) leaves them out (:data:`ENV_SPECIFIC_KEYS`). Unknown keys are errors, with the list of valid
+keys in the message.
 
 Example:
     >>> cfg = load_config(None, ["rollout.group_size=4", "algo.name=grpo"])
@@ -41,6 +46,14 @@ ROLLOUT_MODES = ("lockstep", "async")
 
 #: Dtype names of ``model.dtype``/``model.compute_dtype``/``model.export_dtype`` (``auto`` where allowed).
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+#: The quickstart preset: what :func:`load_config` reads when it is given no file (``progpo train``).
+QUICKSTART = Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml"
+
+#: Keys of a preset that hold its own env's settings (constructor arguments only that env takes): when the
+#: command line names another ``env.id`` than the file, the file's are left out (the command line's own
+#: settings of them still apply).
+ENV_SPECIFIC_KEYS = ("env.kwargs", "env.train_kwargs")
 
 #: DAPO's recipe (Yu et al. 2025, arXiv 2503.14476), switched on by ``algo.name=dapo`` for every key the
 #: command line does not set itself (nor a file that selects dapo itself): clip-higher, dynamic sampling, and
@@ -138,15 +151,16 @@ class EnvConfig:
     vector_mode: str = _field("sync", "sync (in-process) | async (one subprocess per worker)")
     num_workers: int = _field(0, "subprocesses for async mode; 0 = one per CPU core")
     kwargs: dict = _field(
-        {"task_types": ["pick_and_place_simple", "look_at_obj_in_light"], "scenes": [304, 316, 328, 329]},
-        "extra keyword arguments for every env copy (env-specific; the quickstart keeps ALFWorld to two task "
-        "types in four small bedrooms, the presets clear it)",
+        {},
+        "extra keyword arguments for every env copy (the env's own: configs/quickstart.yaml keeps ALFWorld "
+        "to two task types in four small bedrooms; a file's are dropped when the command line names another "
+        "env.id)",
     )
     train_kwargs: dict = _field(
-        {"num_generated": 160, "expert_mode": "searching"},
-        "extra keyword arguments for the training split's env copies only, over `kwargs` (e.g. ALFWorld's "
-        "num_generated: more generated training games while the held-out split keeps its size; its "
-        "expert_mode: searching demonstrates a search a policy can imitate from what it has seen)",
+        {},
+        "extra keyword arguments for the training split's env copies only, over `kwargs` (the env's own, "
+        "e.g. ALFWorld's num_generated: more generated training games while the held-out split keeps its "
+        "size; its expert_mode: searching demonstrates a search a policy can imitate from what it has seen)",
     )
 
 
@@ -440,13 +454,25 @@ class TrainConfig:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """Build a :class:`TrainConfig`: defaults, then the YAML at ``path``, then ``key=value`` overrides."""
-    data: dict = read_yaml_mapping(path) if path is not None else {}
+    """Build a :class:`TrainConfig`: defaults, then the YAML at ``path`` (``None``: :data:`QUICKSTART`), then
+    ``key=value`` overrides.
+
+    Example:
+        >>> load_config(None).env.kwargs["scenes"]  # the quickstart's four bedrooms
+        [304, 316, 328, 329]
+        >>> load_config(None, ["env.id=progpo/WebShop-v0"]).env.kwargs  # ALFWorld's kwargs stay with ALFWorld
+        {}
+    """
+    if path is None and not QUICKSTART.is_file():
+        raise ConfigError(f"no config file given and the quickstart preset {QUICKSTART} is missing: give one")
+    path = QUICKSTART if path is None else path
+    data: dict = read_yaml_mapping(path)
     parsed = [parse_override(override) for override in overrides or []]
     command_line: dict = {}
     for key, value in parsed:
         set_dotted(command_line, key, value)
     _apply_dapo_recipe(data, command_line)
+    _scope_env_settings(data, command_line)
     for key, value in parsed:
         set_dotted(data, key, value)
     config = from_mapping(TrainConfig, data)
@@ -455,6 +481,18 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 _MISSING = object()
+
+
+def _scope_env_settings(file_data: dict, command_line: dict) -> None:
+    """Leave out the file's :data:`ENV_SPECIFIC_KEYS` when the command line plays another env."""
+    played = get_dotted(command_line, "env.id", _MISSING)
+    if played is _MISSING or played == get_dotted(file_data, "env.id", EnvConfig().id):
+        return
+    for key in ENV_SPECIFIC_KEYS:
+        section, _, name = key.rpartition(".")
+        node = get_dotted(file_data, section, None)
+        if isinstance(node, dict):
+            node.pop(name, None)
 
 
 def _apply_dapo_recipe(file_data: dict, command_line: dict) -> None:

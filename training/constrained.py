@@ -15,9 +15,10 @@ those rows of the output layer (:func:`training.sampling.output_projection`): wi
 This is action masking, the standard device for large discrete action spaces in RL, applied to text: the
 papers' recipe samples free text and penalises invalid actions (the default, ``constrained_actions:
 false``); a tiny CPU model that has not yet learned to copy an action from its prompt acts validly from
-the first step with it, which is what the quickstart uses. It needs an enumerable action list: ALFWorld's
-admissible commands, or WebShop's clickables plus one search, whose query is the instruction itself (the
-WebShop paper's rule baseline searches the instruction text; :func:`enumerable_commands`).
+the first step with it, which is what the quickstart uses. It needs an enumerable action list: the env's
+admissible commands, with the pattern entries of its prompt style made concrete
+(:meth:`agents.prompts.EnvPromptStyle.enumerable_commands`: WebShop's clickables plus one search, whose query
+is the instruction itself, as the WebShop paper's rule baseline searches the instruction text).
 
 Example:
     >>> trie = ChoiceTrie([[5, 6, 9], [5, 7, 9]])
@@ -32,21 +33,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-
-from agents.prompts.webshop import SEARCH_ACTION
-
-
-def enumerable_commands(admissible: Sequence[str], task_text: str) -> list[str]:
-    """The commands constrained decoding chooses among: the admissible list, with WebShop's free-text search
-    entry (``search[<your query>]``) made concrete as a search for the instruction ``task_text``.
-
-    Example:
-        >>> enumerable_commands(
-        ...     ["search[<your query>]", "click[back to search]"], "red socks under 10 dollars"
-        ... )
-        ['search[red socks under 10 dollars]', 'click[back to search]']
-    """
-    return [f"search[{task_text}]" if command == SEARCH_ACTION else command for command in admissible]
 
 
 class ChoiceTrie:

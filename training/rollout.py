@@ -35,14 +35,13 @@ from typing import Any
 import numpy as np
 
 from agents.base import AgentAction, Task, active_mask
-from agents.envs import num_tasks
+from agents.envs import num_tasks, prompt_style
 from agents.memory import History
 from agents.projection import demonstration_text, project_action_with_reason
-from agents.prompts import admissible_actions_from_info, build_prompt, env_kind_from_id
+from agents.prompts import admissible_actions_from_info, build_prompt, get_style
 from agents.rollout import Transition, play_episodes
 from progpo_envs.core.hashing import action_set_key, text_digest
 from training.config import TrainConfig
-from training.constrained import enumerable_commands
 from training.distributed import DistContext
 from training.engines import GenerationEngine
 from training.envs import spread_tasks
@@ -352,9 +351,11 @@ class RolloutWorker:
     """Plays groups of episodes in a group vector env with the policy (:class:`PolicyAgent`) through the
     harness's loop (:func:`agents.rollout.play_episodes`), and turns the steps into :class:`StepRows`.
 
+    Its prompts are in the style the env names in its metadata (``metadata["prompt_style"]``, for a remote
+    env the hosted env's; :func:`agents.envs.prompt_style`).
+
     Args:
         envs: A :class:`progpo_envs.core.vector.GroupVectorEnv` (``num_envs = B·G``).
-        env_id: Its id (picks the prompt style: ALFWorld or WebShop).
         tokenizer: The policy's tokenizer.
         history_length: Past (observation, action) pairs shown in each prompt.
         max_prompt_tokens: Prompt length bound (see :class:`PromptEncoder`).
@@ -366,7 +367,6 @@ class RolloutWorker:
     def __init__(
         self,
         envs,
-        env_id: str,
         tokenizer,
         history_length: int,
         max_prompt_tokens: int,
@@ -374,7 +374,7 @@ class RolloutWorker:
         constrained_actions: bool = False,
     ):
         self.envs = envs
-        self.env_kind = env_kind_from_id(env_id)
+        self.env_kind = prompt_style(envs)  # the prompt style the env names in its metadata
         self.tokenizer = tokenizer
         self.history_length = history_length
         self.encode = PromptEncoder(tokenizer, max_prompt_tokens)
@@ -384,11 +384,10 @@ class RolloutWorker:
 
     @classmethod
     def from_config(cls, envs, config: TrainConfig, tokenizer) -> RolloutWorker:
-        """The worker a training run uses: prompts and decoding from ``config.rollout``, style from
-        ``config.env.id``."""
+        """The worker a training run uses: prompts and decoding from ``config.rollout``, the prompt style the
+        env names (:func:`agents.envs.prompt_style`)."""
         return cls(
             envs,
-            config.env.id,
             tokenizer,
             config.rollout.history_length,
             config.rollout.max_prompt_tokens,
@@ -420,7 +419,10 @@ class RolloutWorker:
             )
         )
         choices = (
-            [self.answer_ids(a) for a in enumerable_commands(admissible, history.task_text)]
+            [
+                self.answer_ids(a)
+                for a in get_style(self.env_kind).enumerable_commands(admissible, history.task_text)
+            ]
             if self.constrained_actions
             else []
         )

@@ -1,4 +1,5 @@
-"""Prompts of the RL papers for ALFWorld and WebShop — one implementation for evaluation and training.
+"""Prompts of the RL papers for ALFWorld and WebShop, and for any text env — one implementation for evaluation
+and training.
 
 Public API (what the training loop imports):
 
@@ -6,7 +7,10 @@ Public API (what the training loop imports):
 * :func:`admissible_actions_from_info` — the env's ``info`` → list of action strings to show (and to project
   onto);
 * :func:`task_text_from_observation` — the task sentence from the first observation / reset info;
-* :class:`EnvKind`, :class:`PromptTemplate`, :func:`env_kind_from_id`;
+* the prompt styles by name (:mod:`agents.prompts.registry`): :func:`register_style`, :func:`get_style`,
+  :func:`style_names`, :func:`style_name_from_metadata` (an env names its style in
+  ``metadata["prompt_style"]``; ``alfworld``, ``webshop`` and the generic ``text`` are registered here);
+* :class:`EnvPromptStyle`, :class:`PromptTemplate`;
 * :class:`agents.memory.History` keeps the per-trajectory (observation, action) record the prompt shows.
 
 **Length bound.** A prompt is at most ``max_prompt_chars`` long, measured by ``measure`` over the message
@@ -40,7 +44,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agents.memory import History, Turn
-from agents.prompts import alfworld, webshop
+from agents.prompts import alfworld, generic, webshop  # noqa: F401  (register the package's styles)
+from agents.prompts.registry import (
+    DEFAULT_STYLE,
+    get_style,
+    register_style,
+    style_name_from_metadata,
+    style_names,
+)
 from agents.prompts.style import EnvPromptStyle
 from agents.prompts.templates import PromptParts, render_compact, render_default, render_react
 
@@ -48,13 +59,6 @@ from agents.prompts.templates import PromptParts, render_compact, render_default
 DEFAULT_MAX_PROMPT_CHARS = 13_000
 #: verl-agent's default ``env.history_length``.
 DEFAULT_HISTORY_LENGTH = 2
-
-
-class EnvKind(str, enum.Enum):
-    """Which env's prompt style to use."""
-
-    ALFWORLD = "alfworld"
-    WEBSHOP = "webshop"
 
 
 class PromptTemplate(str, enum.Enum):
@@ -66,7 +70,6 @@ class PromptTemplate(str, enum.Enum):
     COMPACT = "compact"
 
 
-STYLES: dict[EnvKind, EnvPromptStyle] = {EnvKind.ALFWORLD: alfworld.STYLE, EnvKind.WEBSHOP: webshop.STYLE}
 TEMPLATES: dict[PromptTemplate, Callable[[EnvPromptStyle, PromptParts], list[dict[str, str]]]] = {
     PromptTemplate.DEFAULT: render_default,
     PromptTemplate.REACT: render_react,
@@ -74,23 +77,15 @@ TEMPLATES: dict[PromptTemplate, Callable[[EnvPromptStyle, PromptParts], list[dic
 }
 
 
-def env_kind_from_id(env_id: str) -> EnvKind:
-    """``"progpo/ALFWorld-v0"`` → ``EnvKind.ALFWORLD`` (by name; pass the kind explicitly for other ids)."""
-    lowered = env_id.lower()
-    for kind in EnvKind:
-        if kind.value in lowered:
-            return kind
-    raise ValueError(f"cannot tell the env kind of {env_id!r}; pass one of {[k.value for k in EnvKind]}")
+def admissible_actions_from_info(style: str, info: dict[str, Any]) -> list[str]:
+    """The actions to list in the prompt of the style named ``style`` (ALFWorld: no ``help``; WebShop:
+    ``search[..]``, ``click[..]``)."""
+    return get_style(style).admissible_actions(info)
 
 
-def admissible_actions_from_info(env_kind: EnvKind | str, info: dict[str, Any]) -> list[str]:
-    """The actions to list in the prompt (ALFWorld: no ``help``; WebShop: ``search[..]``, ``click[..]``)."""
-    return STYLES[EnvKind(env_kind)].admissible_actions(info)
-
-
-def task_text_from_observation(env_kind: EnvKind | str, observation: str, info: dict[str, Any]) -> str:
+def task_text_from_observation(style: str, observation: str, info: dict[str, Any]) -> str:
     """The task sentence of an episode, from its first observation (or a task entry of the reset info)."""
-    return STYLES[EnvKind(env_kind)].task_text(observation, info)
+    return get_style(style).task_text(observation, info)
 
 
 def _cut_middle(text: str, keep: int) -> str:
@@ -104,7 +99,7 @@ def _cut_middle(text: str, keep: int) -> str:
 
 
 def build_prompt(
-    env_kind: EnvKind | str,
+    style: str,
     task_text: str,
     history: History | Sequence[Turn | tuple[str, str]],
     observation: str,
@@ -118,20 +113,21 @@ def build_prompt(
     """Chat messages (``[{"role", "content"}, ...]``) for the current step of one trajectory.
 
     Args:
-        env_kind: ``"alfworld"`` or ``"webshop"``.
+        style: The prompt style's name (``"alfworld"``, ``"webshop"``, ``"text"``, or one registered with
+            :func:`register_style`).
         task_text: The task sentence (:func:`task_text_from_observation`).
         history: The steps taken so far (a :class:`History` or ``(observation, action)`` pairs, oldest first;
             raw observations as the env returned them).
         observation: The current raw observation.
-        admissible_actions: The actions to list (:func:`admissible_actions_from_info`); ALFWorld's ``help`` is
-            dropped here too.
+        admissible_actions: The actions to list (:func:`admissible_actions_from_info`), of which the style's
+            :attr:`~EnvPromptStyle.shown_actions` are shown (ALFWorld's ``help`` is dropped here too).
         history_length: How many of the latest steps to show (0: none).
         template: ``"default"`` (RL papers), ``"react"`` (multi-turn chat) or ``"compact"`` (small policies).
         max_prompt_chars: Bound on ``measure`` summed over the message contents (``None``: unbounded); see the
             module docstring for the fallback order.
         measure: Size of a text (``len`` for characters, or a token counter).
     """
-    style = STYLES[EnvKind(env_kind)]
+    rules = get_style(style)
     render = TEMPLATES[PromptTemplate(template)]
     turns = (
         history.turns
@@ -141,23 +137,19 @@ def build_prompt(
     step_count = len(turns)
     start = max(0, step_count - max(history_length, 0)) if history_length > 0 else step_count
     shown = [
-        (start + i + 1, Turn(style.clean_observation(t.observation, task_text), t.action))
+        (start + i + 1, Turn(rules.clean_observation(t.observation, task_text), t.action))
         for i, t in enumerate(turns[start:])
     ]
-    admissible = (
-        [a for a in admissible_actions if a.strip().lower() != "help"]
-        if style.name == EnvKind.ALFWORLD.value
-        else list(admissible_actions)
-    )
+    admissible = rules.shown_actions(admissible_actions)
     parts = PromptParts(
-        task_text, shown, step_count, style.clean_observation(observation, task_text), admissible
+        task_text, shown, step_count, rules.clean_observation(observation, task_text), admissible
     )
 
     def size(p: PromptParts) -> int:
-        return sum(measure(m["content"]) for m in render(style, p))
+        return sum(measure(m["content"]) for m in render(rules, p))
 
     if max_prompt_chars is None or size(parts) <= max_prompt_chars:
-        return render(style, parts)
+        return render(rules, parts)
     # 1. drop history, oldest first
     while parts.shown and size(parts) > max_prompt_chars:
         parts = PromptParts(parts.task, parts.shown[1:], step_count, parts.observation, parts.admissible)
@@ -179,16 +171,20 @@ def build_prompt(
             if cut == text:
                 break
             parts = dataclasses.replace(parts, **{field: cut})
-    return render(style, parts)
+    return render(rules, parts)
 
 
 __all__ = [
     "DEFAULT_HISTORY_LENGTH",
     "DEFAULT_MAX_PROMPT_CHARS",
-    "EnvKind",
+    "DEFAULT_STYLE",
+    "EnvPromptStyle",
     "PromptTemplate",
     "admissible_actions_from_info",
     "build_prompt",
-    "env_kind_from_id",
+    "get_style",
+    "register_style",
+    "style_name_from_metadata",
+    "style_names",
     "task_text_from_observation",
 ]

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from agents.prompts.registry import register_style
 from agents.prompts.style import EnvPromptStyle
 
 _TASK_LINE = re.compile(r"Your task is to:\s*(.+)")
@@ -43,12 +44,20 @@ def format_admissible(actions: Sequence[str]) -> str:
     return "\n ".join(f"'{a}'" for a in actions)
 
 
-STYLE = EnvPromptStyle(
-    name="alfworld",
-    role="You are an expert agent operating in the ALFRED Embodied Environment.",
-    task_prefix="Your task is to: ",
-    format_admissible=format_admissible,
-    format_observation=format_observation,
-    task_text=task_text,
-    admissible_actions=admissible_actions,
+def shown_actions(actions: Sequence[str]) -> list[str]:
+    """The actions a prompt lists: all but ``help``."""
+    return [a for a in actions if a.strip().lower() != "help"]
+
+
+STYLE = register_style(
+    EnvPromptStyle(
+        name="alfworld",
+        role="You are an expert agent operating in the ALFRED Embodied Environment.",
+        task_prefix="Your task is to: ",
+        format_admissible=format_admissible,
+        format_observation=format_observation,
+        task_text=task_text,
+        admissible_actions=admissible_actions,
+        shown_actions=shown_actions,
+    )
 )

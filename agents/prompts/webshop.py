@@ -2,7 +2,9 @@
 
 The role line names the WebShop e-commerce environment; admissible actions are ``search[<your query>]`` when
 the page has a search bar plus one ``click[<x>]`` per clickable, quoted and comma-separated; the instruction
-is moved out of the page text into the task line (verl-agent's ``format_obs`` strips it too).
+is moved out of the page text into the task line (verl-agent's ``format_obs`` strips it too). The search entry
+is a pattern: a concrete action fills it with a query (``search[{}]``; constrained decoding and the scripted
+agents search the instruction).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from agents.prompts.registry import register_style
 from agents.prompts.style import EnvPromptStyle
 
 #: The pattern entry a page with a search bar admits (any non-empty query matches it, see agents.projection).
@@ -55,13 +58,16 @@ def format_admissible(actions: Sequence[str]) -> str:
     return ",\n".join(f"'{a}'" for a in actions)
 
 
-STYLE = EnvPromptStyle(
-    name="webshop",
-    role="You are an expert autonomous agent operating in the WebShop e-commerce environment.",
-    task_prefix="Your task is to: ",
-    format_admissible=format_admissible,
-    format_observation=format_observation,
-    task_text=task_text,
-    admissible_actions=admissible_actions,
-    observation_needs_task=True,
+STYLE = register_style(
+    EnvPromptStyle(
+        name="webshop",
+        role="You are an expert autonomous agent operating in the WebShop e-commerce environment.",
+        task_prefix="Your task is to: ",
+        format_admissible=format_admissible,
+        format_observation=format_observation,
+        task_text=task_text,
+        admissible_actions=admissible_actions,
+        observation_needs_task=True,
+        action_patterns={SEARCH_ACTION: "search[{}]"},
+    )
 )

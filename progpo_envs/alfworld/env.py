@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from progpo_envs.alfworld import data
 from progpo_envs.alfworld.data import ALFWorldTask, load_tasks
 from progpo_envs.alfworld.engine import NOTHING_HAPPENS, AlfredEngine, EnginePatches
 from progpo_envs.alfworld.expert import ALFWorldExpert, ExpertMode, SearchingExpert
@@ -56,6 +57,14 @@ class ALFWorldEnv(TextEnv):
         max_cached_games: Loaded games kept per env, so resetting one again is cheap.
         render_mode: ``"ansi"`` or ``None``.
     """
+
+    metadata = {**TextEnv.metadata, "prompt_style": "alfworld"}
+
+    @classmethod
+    def split_names(cls, data_dir: str | Path | None = None, **_: Any) -> tuple[str, ...]:
+        """The folders of ``<data_dir>/json_2.1.1`` (``data_dir``, else ``$ALFWORLD_DATA``), or the generated
+        splits without real data (:func:`progpo_envs.alfworld.data.split_names`)."""
+        return tuple(data.split_names(data_dir))
 
     def __init__(
         self,

@@ -14,6 +14,17 @@ A subclass supplies the task list and the engine; :class:`TextEnv` supplies ever
 * ended episodes: once terminated or truncated, further ``step`` calls return the final observation again with
   reward 0 and the same flags, without touching the engine (a group rollout steps all copies until the last is
   done).
+
+What a subclass states about itself, for the layers above that play it (which never test the env's id):
+
+* ``metadata["prompt_style"]``: the name of the prompt style agents show it in (``"alfworld"``, ``"webshop"``;
+  absent: the generic ``"text"`` style; the styles are registered in ``agents.prompts``);
+* ``metadata["agentgym_flavor"]``: which AgentGym server's payloads ``progpo serve --agentgym`` speaks for it
+  (``"webshop"``; absent: ALFWorld's shape);
+* :meth:`TextEnv.split_names`: the split names it can be made with, if it lists them.
+
+The ``info`` contract every text env keeps (checked by :func:`progpo_envs.core.checker.check_text_env`) is in
+:data:`progpo_envs.core.checker.INFO_KEYS`.
 """
 
 from __future__ import annotations
@@ -154,6 +165,16 @@ class TextEnv(gym.Env[str, str]):
         self._steps = 0
 
     # --- subclass interface ---------------------------------------------------------------------------------
+    @classmethod
+    def split_names(cls, **kwargs: Any) -> tuple[str, ...] | None:
+        """The split names the env offers when made with the constructor arguments ``kwargs`` (the others
+        take their defaults), or ``None`` when it does not list them (any plain name is tried).
+
+        Asked before an env is made: by ``progpo eval --split`` and by an env server's allow-list (a split
+        is a name a client may choose, never a path). Override it in an env with named splits.
+        """
+        return None
+
     @property
     def num_tasks(self) -> int:
         """Number of tasks in the selected split."""

@@ -4,6 +4,9 @@ AgentGym (WooooDyy/AgentGym, ``agentenv-alfworld`` and ``agentenv-webshop``) ser
 with integer env ids and these routes; we answer the same paths and payloads (restated from its servers and
 clients, ``agentenv/envs/{alfworld,webshop}.py``):
 
+Which one an env gets is its own statement: ``metadata["agentgym_flavor"]`` (WebShop's env says ``"webshop"``;
+an env that says nothing gets ALFWorld's shape).
+
 ALFWorld flavour (``progpo/ALFWorld-v0``, and any other hosted env)
     ``GET /`` → a greeting; ``POST /create`` → ``{"id": int}``;
     ``POST /reset {id, game, world_type="Text"}`` → ``{id, observation, available_actions, task_type}``;
@@ -55,7 +58,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 from flask import Blueprint, jsonify, request
+from gymnasium.envs.registration import load_env_creator
 
 from progpo_envs.alfworld.data import available_splits, load_tasks, resolve_data_dir
 from progpo_envs.server.codec import decode
@@ -80,8 +85,11 @@ class Flavor(str, enum.Enum):
 
 
 def flavor_of(env_id: str) -> Flavor:
-    """The AgentGym flavour of a hosted env id (WebShop's for WebShop, ALFWorld's shape for any other)."""
-    return Flavor.WEBSHOP if "webshop" in env_id.lower() else Flavor.ALFWORLD
+    """The AgentGym flavour a registered env states (``metadata["agentgym_flavor"]``; ALFWorld's shape for an
+    env that states none)."""
+    entry_point = gym.spec(env_id).entry_point
+    env_class = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    return Flavor(getattr(env_class, "metadata", {}).get("agentgym_flavor", Flavor.ALFWORLD.value))
 
 
 def alfworld_observation(observation: str) -> str:

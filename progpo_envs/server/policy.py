@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.server.codec import CodecError, decode
@@ -106,22 +107,13 @@ def default_allowed_kwargs(entry_point: str) -> frozenset[str]:
 
 
 def split_names(entry_point: str, fixed_kwargs: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The split names an env offers with the operator's kwargs, or ``None`` if it does not list them.
-
-    ALFWorld's are the folders of ``<data_dir>/json_2.1.1`` (``data_dir`` fixed by the operator or
-    ``$ALFWORLD_DATA``), or the generated splits without real data; WebShop's are its ``Split`` values.
-    """
-    if entry_point == "progpo_envs.alfworld.env:ALFWorldEnv":
-        from progpo_envs.alfworld.data import available_splits, resolve_data_dir
-        from progpo_envs.alfworld.generator import Split as GeneratedSplit
-
-        root = resolve_data_dir(fixed_kwargs.get("data_dir"))
-        return tuple(available_splits(root)) if root is not None else tuple(s.value for s in GeneratedSplit)
-    if entry_point == "progpo_envs.webshop.env:WebShopEnv":
-        from webshop_server.engine import Split as ShopSplit
-
-        return tuple(s.value for s in ShopSplit)
-    return None
+    """The split names an env offers with the operator's kwargs, or ``None`` if it does not list them: the
+    env class's own :meth:`~progpo_envs.core.text_env.TextEnv.split_names` (ALFWorld's are the folders of
+    ``<data_dir>/json_2.1.1``, or the generated splits without real data; WebShop's are its ``Split``
+    values)."""
+    listed = getattr(load_env_creator(entry_point), "split_names", None)
+    names = listed(**fixed_kwargs) if callable(listed) else None
+    return None if names is None else tuple(names)
 
 
 def _check_int(name: str, value: Any, bounds: tuple[int, int]) -> None:

@@ -92,8 +92,8 @@ def call_key(op: Op, args: Mapping[str, Any]) -> str:
 
 
 def env_meta(env: Any) -> dict[str, Any]:
-    """What a create answers: the env's ``num_tasks``, ``max_steps``, ``max_action_length`` and
-    ``max_observation_length``, where it has them."""
+    """What a create answers: the env's ``num_tasks``, ``max_steps``, ``max_action_length``,
+    ``max_observation_length`` and ``prompt_style``, where it has them."""
     unwrapped = env.unwrapped
     meta: dict[str, Any] = {}
     for name in ("num_tasks", "max_steps", "max_action_length"):
@@ -106,6 +106,9 @@ def env_meta(env: Any) -> dict[str, Any]:
     space = getattr(unwrapped, "observation_space", None)
     if hasattr(space, "max_length"):
         meta["max_observation_length"] = int(space.max_length)
+    style = getattr(unwrapped, "metadata", {}).get("prompt_style")
+    if isinstance(style, str):  # the client's prompts are in the hosted env's style
+        meta["prompt_style"] = style
     return meta
 
 

@@ -204,6 +204,8 @@ class RemoteEnv(gym.Env[str, str]):
         self.num_tasks: int | None = meta.get("num_tasks")
         self.max_steps: int | None = meta.get("max_steps")
         self.max_action_length = int(meta.get("max_action_length", MAX_ACTION_LENGTH))
+        if isinstance(meta.get("prompt_style"), str):  # the hosted env's, for the client's prompts
+            self.metadata = {**type(self).metadata, "prompt_style": meta["prompt_style"]}
         self.observation_space = Unicode(int(meta.get("max_observation_length", MAX_OBSERVATION_LENGTH)))
         self.action_space = Unicode(self.max_action_length, min_length=1)
         self._seq = 0

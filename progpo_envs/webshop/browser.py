@@ -29,7 +29,14 @@ from typing import Any
 from bs4 import BeautifulSoup, Comment
 
 from progpo_envs.core.text_env import EngineStep, TaskStart, TextEnv
-from progpo_envs.webshop.env import DEFAULT_MAX_STEPS, SUCCESS_REWARD, HttpBackend, RewardMode, step_info
+from progpo_envs.webshop.env import (
+    DEFAULT_MAX_STEPS,
+    SUCCESS_REWARD,
+    HttpBackend,
+    RewardMode,
+    WebShopEnv,
+    step_info,
+)
 from webshop_server.engine import ObservationMode, Split, parse_action, split_range
 
 CHROMIUM = "/usr/bin/chromium"
@@ -86,6 +93,13 @@ class WebShopBrowserEnv(TextEnv):
         expert: Put the server's expert action in ``info["expert_action"]``.
         page_timeout_s: Longest wait for a page to load after an action.
     """
+
+    metadata = WebShopEnv.metadata
+
+    @classmethod
+    def split_names(cls, **kwargs: Any) -> tuple[str, ...]:
+        """WebShop's splits (:meth:`WebShopEnv.split_names`)."""
+        return WebShopEnv.split_names(**kwargs)
 
     def __init__(
         self,

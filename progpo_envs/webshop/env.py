@@ -220,6 +220,13 @@ class WebShopEnv(TextEnv):
         history_depths, max_action_length, render_mode: See :class:`~progpo_envs.core.text_env.TextEnv`.
     """
 
+    metadata = {**TextEnv.metadata, "prompt_style": "webshop", "agentgym_flavor": "webshop"}
+
+    @classmethod
+    def split_names(cls, **_: Any) -> tuple[str, ...]:
+        """``test``, ``train`` and ``all`` (:class:`webshop_server.engine.Split`), whatever the catalog."""
+        return tuple(split.value for split in Split)
+
     def __init__(
         self,
         *,

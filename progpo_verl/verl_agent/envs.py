@@ -35,20 +35,20 @@ from typing import Any
 import numpy as np
 
 from agents.base import PromptConfig
+from agents.envs import prompt_style
 from agents.memory import History
 from agents.projection import project_action_with_reason
 from agents.prompts import (
-    EnvKind,
     admissible_actions_from_info,
     build_prompt,
-    env_kind_from_id,
+    get_style,
     task_text_from_observation,
 )
 from progpo_envs.core.vector import reset_per_copy, step_per_copy
 from progpo_verl.verl_agent.settings import VAL_SEED_OFFSET, EnvSpec, env_spec_from_config
 from training.envs import make_split_envs
 
-#: verl-agent's name of WebShop's mean purchase score in its metrics.
+#: verl-agent's name of the mean task score (WebShop's purchase score; any env's ``info["task_score"]``).
 WEBSHOP_SCORE_METRIC = "webshop_task_score (not success_rate)"
 
 
@@ -57,14 +57,15 @@ class ProGPOEnvManager:
 
     Args:
         envs: ``num_groups × group_size`` copies (a :class:`~progpo_envs.core.vector.GroupVectorEnv`).
-        kind: The prompt style (:class:`~agents.prompts.EnvKind`).
+        kind: The prompt style's name (:mod:`agents.prompts.registry`; the env's own:
+            :func:`agents.envs.prompt_style`).
         prompt: History length, template, prompt bound, ``<think>`` requirement.
         seed: The first reset's seed.
     """
 
-    def __init__(self, envs: Any, kind: EnvKind | str, prompt: PromptConfig, seed: int):
+    def __init__(self, envs: Any, kind: str, prompt: PromptConfig, seed: int):
         self.envs = envs
-        self.kind = EnvKind(kind)
+        self.kind = get_style(kind).name
         self.prompt = prompt
         self._seed: int | None = int(seed)
         self._observations: list[str] = []
@@ -149,10 +150,10 @@ class ProGPOEnvManager:
             info = infos[last]
             won = float(bool(info.get("won", False)))
             success["success_rate"].append(won)
-            if self.kind is EnvKind.ALFWORLD and info.get("task_type"):
+            if info.get("task_type"):  # ALFWorld's six types
                 success[f"{info['task_type']}_success_rate"].append(won)
-            if self.kind is EnvKind.WEBSHOP:
-                success[WEBSHOP_SCORE_METRIC].append(float(info.get("task_score", 0.0)))
+            if "task_score" in info:  # WebShop's purchase score
+                success[WEBSHOP_SCORE_METRIC].append(float(info["task_score"]))
         return {key: np.array(values) for key, values in success.items()}
 
     def close(self) -> None:
@@ -162,9 +163,9 @@ class ProGPOEnvManager:
 
 def env_managers(spec: EnvSpec) -> tuple[ProGPOEnvManager, ProGPOEnvManager]:
     """The training and validation managers of ``spec`` (verl-agent's ``make_envs`` pair)."""
-    kind = env_kind_from_id(spec.env.id)  # the env played (the hosted one for progpo/Remote-v0)
     train = make_split_envs(spec.env, spec.env.train_split, spec.train_groups, spec.group_size)
     try:
+        kind = prompt_style(train)  # the env played names it (the hosted one for progpo/Remote-v0)
         val = make_split_envs(spec.env, spec.env.eval_split, spec.val_groups, 1)
     except BaseException:
         train.close()

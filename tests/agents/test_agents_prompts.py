@@ -1,13 +1,18 @@
-"""Prompt templates, history memory and the prompt length bound."""
+"""Prompt templates, the prompt styles by name, history memory and the prompt length bound."""
+
+import dataclasses
 
 import pytest
 
 from agents.memory import History
 from agents.prompts import (
-    EnvKind,
+    EnvPromptStyle,
     admissible_actions_from_info,
     build_prompt,
-    env_kind_from_id,
+    get_style,
+    register_style,
+    style_name_from_metadata,
+    style_names,
     task_text_from_observation,
 )
 
@@ -40,11 +45,60 @@ def test_task_text_and_admissible_actions_from_env_outputs():
     assert admissible_actions_from_info("webshop", {"available_actions": ["click[x]"]}) == ["click[x]"]
 
 
-def test_env_kind_from_id():
-    assert env_kind_from_id("progpo/ALFWorld-v0") is EnvKind.ALFWORLD
-    assert env_kind_from_id("progpo/WebShop-v0") is EnvKind.WEBSHOP
-    with pytest.raises(ValueError, match="env kind"):
-        env_kind_from_id("progpo/Remote-v0")
+def test_envs_name_their_style_in_metadata_and_the_id_plays_no_part():
+    import gymnasium as gym
+
+    import progpo_envs  # noqa: F401
+    import progpo_envs.testing as toys
+    from progpo_envs.alfworld.env import ALFWorldEnv
+    from progpo_envs.webshop.env import WebShopEnv
+
+    assert style_name_from_metadata(ALFWorldEnv.metadata) == "alfworld"
+    assert style_name_from_metadata(WebShopEnv.metadata) == "webshop"
+    for env_id, style in [
+        (toys.TOY_ALFWORLD_ENV_ID, "alfworld"),
+        (toys.TOY_WEBSHOP_ENV_ID, "webshop"),
+        (toys.DRAWER_ENV_ID, "alfworld"),
+        (toys.COUNTER_ENV_ID, "text"),  # names none: the generic style
+    ]:
+        assert style_name_from_metadata(gym.make(env_id).unwrapped.metadata) == style, env_id
+    with pytest.raises(ValueError, match="did you mean 'webshop'"):
+        style_name_from_metadata({"prompt_style": "webshopp"})
+
+
+def test_a_registered_style_is_open_to_any_env_and_names_are_not_reused():
+    style = EnvPromptStyle(
+        name="test-guess",
+        role="You are guessing a number.",
+        task_prefix="Goal: ",
+        format_admissible=", ".join,
+        format_observation=str.strip,
+        task_text=lambda observation, info: "guess the number",
+        admissible_actions=lambda info: list(info["admissible_actions"]),
+        shown_actions=lambda actions: [a for a in actions if a != "quit"],
+        action_patterns={"say[<number>]": "say[{}]"},
+    )
+    assert register_style(style) is style and register_style(style) is style  # twice: the same style
+    assert "test-guess" in style_names()
+    [message] = build_prompt("test-guess", "guess the number", [], "Pick 1-4.", ["guess 1", "quit"])
+    assert message["content"].startswith("You are guessing a number. Goal: guess the number")
+    assert "guess 1" in message["content"] and "quit" not in message["content"]
+    assert get_style("test-guess").enumerable_commands(["say[<number>]", "guess 1"], "3") == [
+        "say[3]",
+        "guess 1",
+    ]
+    with pytest.raises(ValueError, match="registered as 'test-guess' already"):
+        register_style(dataclasses.replace(style, role="another role"))
+
+
+def test_the_generic_style_reads_the_task_from_info_or_the_first_observation():
+    assert task_text_from_observation("text", "Guess my number.", {}) == "Guess my number."
+    assert task_text_from_observation("text", "Hello.", {"task_text": "say hi"}) == "say hi"
+    assert admissible_actions_from_info("text", {"admissible_actions": ["a", "", "b"]}) == ["a", "b"]
+    [message] = build_prompt("text", "say hi", [], "Hello.", ["say hi", "help"])
+    assert (
+        "text environment. Your task is to: say hi" in message["content"] and "'help'" in message["content"]
+    )
 
 
 def test_default_template_first_step_has_no_history_sentence():

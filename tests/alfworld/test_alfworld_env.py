@@ -11,12 +11,12 @@ from collections import Counter
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import progpo_envs  # noqa: F401  (registers the ids)
 from progpo_envs.alfworld.engine import NOTHING_HAPPENS
 from progpo_envs.alfworld.env import ALFWorldEnv
 from progpo_envs.alfworld.task_types import TASK_TYPES
+from progpo_envs.core.checker import check_text_env
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +45,14 @@ def play_expert(env, task_index: int, max_actions: int = 60):
 
 
 @pytest.mark.slow
-def test_check_env_real_data(real_env):
-    check_env(real_env.unwrapped, skip_render_check=True)
+def test_text_env_contract_real_data(real_env):
+    check_text_env(real_env.unwrapped)
 
 
-def test_check_env_generated(generated_env):
-    check_env(generated_env, skip_render_check=True)
+def test_text_env_contract_generated(generated_env, generated_root):
+    check_text_env(generated_env)  # with the expert and history windows: every info key of the contract
+    assert generated_env.metadata["prompt_style"] == "alfworld"
+    assert ALFWorldEnv.split_names(data_dir=generated_root) == ("train",)  # the data's split folders
 
 
 def test_reset_observation_and_info(real_env):

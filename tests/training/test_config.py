@@ -1,4 +1,5 @@
-"""Configuration: defaults = quickstart, YAML presets, overrides, unknown keys."""
+"""Configuration: neutral defaults, the quickstart preset when no file is given, YAML presets, overrides,
+unknown keys."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import pytest
 
 from training.config import (
     DAPO_RECIPE,
+    ENV_SPECIFIC_KEYS,
+    QUICKSTART,
     ConfigError,
+    TrainConfig,
     algo_choices,
     algo_parameters,
     config_from_dict,
@@ -19,8 +23,41 @@ from training.config import (
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-def test_embedded_defaults_are_the_quickstart_preset():
+def _leaves(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key not in ("kwargs", "train_kwargs", "params"):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def test_no_file_is_the_quickstart_preset():
+    assert QUICKSTART == CONFIGS / "quickstart.yaml"
     assert config_to_dict(load_config(CONFIGS / "quickstart.yaml")) == config_to_dict(load_config(None))
+
+
+def test_defaults_are_neutral_and_the_quickstart_adds_only_its_alfworld_recipe():
+    defaults, quickstart = _leaves(config_to_dict(TrainConfig())), _leaves(config_to_dict(load_config(None)))
+    assert defaults["env.kwargs"] == {} and defaults["env.train_kwargs"] == {}
+    differ = sorted(key for key in defaults if defaults[key] != quickstart[key])
+    assert differ == sorted(ENV_SPECIFIC_KEYS)  # the rest of the preset restates the defaults
+    assert quickstart["env.kwargs"] == {
+        "task_types": ["pick_and_place_simple", "look_at_obj_in_light"],
+        "scenes": [304, 316, 328, 329],
+    }
+    assert quickstart["env.train_kwargs"] == {"num_generated": 160, "expert_mode": "searching"}
+
+
+def test_a_presets_env_kwargs_stay_with_its_env():
+    quickstart = load_config(None)
+    assert load_config(None, ["env.id=progpo/ALFWorld-v0"]).env == quickstart.env  # the same env: kept
+    other = load_config(None, ["env.id=progpo/WebShop-v0", "env.train_kwargs.num_products=200"])
+    assert other.env.kwargs == {} and other.env.train_kwargs == {"num_products": 200}  # only the command's
+    assert other.env.max_steps == quickstart.env.max_steps  # generic env settings stay
+    webshop = load_config(CONFIGS / "webshop_progpo_qwen2.5-1.5b.yaml", ["env.id=progpo/WebShop-v0"])
+    assert webshop == load_config(CONFIGS / "webshop_progpo_qwen2.5-1.5b.yaml")
 
 
 @pytest.mark.parametrize(
@@ -64,7 +101,7 @@ def test_overrides_are_typed():
     assert cfg.rollout.group_size == 8
     assert cfg.algo.params == {"gamma": 0.9}
     assert cfg.model.lora_target_modules == ["q_proj"]
-    assert cfg.env.kwargs == {"num_generated": 12}
+    assert cfg.env.kwargs == {**load_config(None).env.kwargs, "num_generated": 12}  # into the preset's dict
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import torch
 from training_helpers import subprocess_env, tiny_config
 
 from agents.projection import demonstration_text
+from agents.prompts import get_style
 from training import sampling
 from training.config import ConfigError, load_config
 from training.constrained import (
@@ -17,7 +18,6 @@ from training.constrained import (
     allowed_index_tensor,
     allowed_token_sets,
     constrained_logprobs_and_entropy,
-    enumerable_commands,
 )
 from training.decoding import sample_responses
 from training.policy import load_policy
@@ -187,12 +187,13 @@ def test_config_refuses_constrained_decoding_where_it_cannot_work():
 
 def test_webshop_search_is_made_concrete_as_the_instruction():
     admissible = ["search[<your query>]", "click[back to search]", "click[b000123]"]
-    assert enumerable_commands(admissible, "red socks") == [
+    assert get_style("webshop").enumerable_commands(admissible, "red socks") == [
         "search[red socks]",
         "click[back to search]",
         "click[b000123]",
     ]
-    assert enumerable_commands(["go to desk 1", "look"], "put a mug on desk") == ["go to desk 1", "look"]
+    alfworld = get_style("alfworld")  # no pattern entries: the list as it is
+    assert alfworld.enumerable_commands(["go to desk 1", "look"], "put a mug") == ["go to desk 1", "look"]
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ def policy(tiny_policy_dir):
 
 
 def _worker(envs, policy, history_length=1):
-    return RolloutWorker(envs, "progpo-test/ToyALFWorld-v0", policy.tokenizer, history_length, 512)
+    return RolloutWorker(envs, policy.tokenizer, history_length, 512)
 
 
 def test_scripted_expert_rollout_rows(toy_vec, policy):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import progpo_envs  # noqa: F401  (registers the ids)
-from progpo_envs.webshop.env import DEFAULT_MAX_STEPS, SUCCESS_REWARD
+from progpo_envs.core.checker import check_text_env
+from progpo_envs.webshop.env import DEFAULT_MAX_STEPS, SUCCESS_REWARD, WebShopEnv
 
 from .conftest import make_tiny_engine
 
@@ -30,9 +30,12 @@ def play_expert(env, task_index):
             return total, info, steps
 
 
-def test_check_env():
-    env = make()
-    check_env(env.unwrapped, skip_render_check=True)
+@pytest.mark.parametrize("kwargs", [{}, {"expert": True, "history_depths": (1, 3)}])
+def test_text_env_contract(kwargs):
+    env = make(**kwargs)
+    check_text_env(env.unwrapped)
+    assert env.unwrapped.metadata["prompt_style"] == "webshop"
+    assert WebShopEnv.split_names() == ("test", "train", "all")
     env.close()
     env.close()
 
