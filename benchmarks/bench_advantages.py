@@ -16,31 +16,40 @@ Writes ``benchmarks/results/advantages.json`` and ``advantages.png``.
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import os
+import platform
+import statistics
+import time
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy: one core
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import numpy as np  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.progress import track  # noqa: E402
-from rich.table import Table  # noqa: E402
+import numpy as np
+from rich.console import Console
+from rich.progress import track
+from rich.table import Table
+
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from training.advantages import ESTIMATORS, compute_advantages
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "advantages"))
 
-from advantages_batches import random_walk_batch  # noqa: E402
-from advantages_reference import REFERENCES  # noqa: E402
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from training.advantages import ESTIMATORS, compute_advantages  # noqa: E402
+def _test_module(name: str):
+    """A module of ``tests/advantages/`` (the batches and the per-row references live with the tests, which
+    are no package), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "advantages" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+random_walk_batch = _test_module("advantages_batches").random_walk_batch
+REFERENCES = _test_module("advantages_reference").REFERENCES
 
 TARGET_SECONDS = 2.0
 TARGET_SPEEDUP = 10.0

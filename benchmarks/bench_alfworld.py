@@ -28,22 +28,24 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import gymnasium as gym  # noqa: E402
-import psutil  # noqa: E402
-import textworld  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from textworld.envs.pddl import PddlEnv  # noqa: E402
+# isort: split
 
-import progpo_envs  # noqa: E402,F401
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from progpo_envs.alfworld import wheel  # noqa: E402
-from progpo_envs.alfworld.data import load_tasks  # noqa: E402
-from progpo_envs.alfworld.engine import EnginePatches, active_patches, clear_caches  # noqa: E402
-from progpo_envs.alfworld.env import ALFWorldEnv  # noqa: E402
-from progpo_envs.alfworld.task_types import TASK_TYPES  # noqa: E402
+import gymnasium as gym
+import psutil
+import textworld
+from rich.console import Console
+from rich.table import Table
+from textworld.envs.pddl import PddlEnv
+
+import progpo_envs  # noqa: F401
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from progpo_envs.alfworld import wheel
+from progpo_envs.alfworld.data import load_tasks
+from progpo_envs.alfworld.engine import EnginePatches, active_patches, clear_caches
+from progpo_envs.alfworld.env import ALFWorldEnv
+from progpo_envs.alfworld.task_types import TASK_TYPES
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO / ".." / "shared" / "data" / "alfworld").resolve()

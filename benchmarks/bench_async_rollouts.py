@@ -59,12 +59,12 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 QUICKSTART = REPO / "configs" / "quickstart.yaml"

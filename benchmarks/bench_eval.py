@@ -24,27 +24,27 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 from unittest import mock
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
+
+# isort: split
+
+import gymnasium as gym
+from rich.console import Console
+from rich.table import Table
+
+import agents.evaluate as evaluate_module
+import progpo_envs  # noqa: F401
+from agents.evaluate import EvalConfig, evaluate
+from agents.report import write_reports
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import gymnasium as gym  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-import agents.evaluate as evaluate_module  # noqa: E402
-import progpo_envs  # noqa: E402,F401
-from agents.evaluate import EvalConfig, evaluate  # noqa: E402
-from agents.report import write_reports  # noqa: E402
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
 
 
 def _records(out: Path) -> list[dict]:

@@ -29,22 +29,23 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
+
+# isort: split
+
+import requests
+from rich.console import Console
+from rich.table import Table
+
+from agents.evaluate import EvalConfig, evaluate
+from agents.vllm_server import requests_finished, serve_command, server_environment
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import requests  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from agents.evaluate import EvalConfig, evaluate  # noqa: E402
-from agents.vllm_server import requests_finished, serve_command, server_environment  # noqa: E402
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 LEVELS = (1, 8, 32)

@@ -26,39 +26,35 @@ Run: ``.venv/bin/python benchmarks/bench_hosting.py`` (about 3-5 minutes; ``--qu
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import platform
+import random
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import requests  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import gymnasium as gym
+import numpy as np
+import requests
+from rich.console import Console
+from rich.table import Table
+
+import progpo_envs  # noqa: F401
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.lib.hosting import ENVS, percentiles
+from progpo_envs.server.policy import KWARG_BOUNDS
+from progpo_envs.server.remote import RemoteEnv, step_batch
+from progpo_envs.testing import KEY_DOOR_ENV_ID
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import progpo_envs  # noqa: E402,F401
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
-from progpo_envs.server.policy import KWARG_BOUNDS  # noqa: E402
-from progpo_envs.server.remote import RemoteEnv, step_batch  # noqa: E402
-from progpo_envs.testing import KEY_DOOR_ENV_ID  # noqa: E402
-
-ENVS = {
-    "progpo/ALFWorld-v0": {"split": "train"},
-    "progpo/WebShop-v0": {"num_products": 1000, "split": "test"},
-}
 #: Steps per (env, concurrency) measurement: ALFWorld steps (and game loads on reset) are ~100x slower.
 DEFAULT_STEPS = {"progpo/ALFWorld-v0": 192, "progpo/WebShop-v0": 960}
 RESULT = RESULTS_DIR / "hosting.json"
@@ -68,11 +64,6 @@ def choose_action(info: dict, rng: random.Random) -> str:
     """A random admissible action (a concrete query for WebShop's search placeholder)."""
     action = rng.choice(info["admissible_actions"])
     return "search[cotton shirt for men]" if action.startswith("search[") else action
-
-
-def percentiles(latencies: list[float]) -> dict[str, float]:
-    data = np.asarray(latencies) * 1000
-    return {"p50_ms": float(np.percentile(data, 50)), "p99_ms": float(np.percentile(data, 99))}
 
 
 def bench_in_process(env_id: str, copies: int, steps_per_copy: int) -> dict:

@@ -67,11 +67,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: ``(setting, ATEN_CPU_CAPABILITY)``; None = unset (PyTorch picks the CPU's best kernels). The first is the
 #: reference every other setting is compared with; the second repeats it (same kernels: bit-identical).

@@ -25,32 +25,32 @@ nothing). Writes ``benchmarks/results/openenv.json`` and ``benchmarks/results/op
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
 import os
+import platform
+import random
+import sys
+import threading
+import time
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import gymnasium as gym  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.progress import Progress  # noqa: E402
-from rich.table import Table  # noqa: E402
+import gymnasium as gym
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+import progpo_envs  # noqa: F401
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.lib.hosting import ENVS, percentiles
+from progpo_envs.server.remote import RemoteEnv
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import progpo_envs  # noqa: E402,F401
-from benchmarks.bench_hosting import ENVS, percentiles  # noqa: E402
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
-from progpo_envs.server.remote import RemoteEnv  # noqa: E402
 
 RESULT = RESULTS_DIR / "openenv.json"
 PLOT = RESULTS_DIR / "openenv.png"

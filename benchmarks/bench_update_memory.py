@@ -31,10 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Qwen2.5-1.5B's shape (config.json of Qwen/Qwen2.5-1.5B-Instruct), with fewer decoder layers.
 QWEN25_15B = {

@@ -20,30 +20,29 @@ Writes ``benchmarks/results/vllm_engine.json``.
 
 from __future__ import annotations
 
+import argparse
 import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
+
+# isort: split
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import psutil
+import torch
+from rich.console import Console
+from rich.table import Table
 
-import psutil  # noqa: E402
-import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from training.config import TinyModelConfig
+from training.engines import TransformersEngine
+from training.policy import build_tiny_policy, load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from training.config import TinyModelConfig  # noqa: E402
-from training.engines import TransformersEngine  # noqa: E402
-from training.policy import build_tiny_policy, load_policy  # noqa: E402
 
 OBSERVATION = (
     "You arrive at countertop 1. On the countertop 1, you see a apple 2, a butterknife 1, a cellphone 3, "

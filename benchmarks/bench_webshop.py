@@ -22,30 +22,30 @@ Writes ``benchmarks/results/webshop.json`` and ``webshop.png``.
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
+import threading
+import time
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
-import requests  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.progress import track  # noqa: E402
-from rich.table import Table  # noqa: E402
+import numpy as np
+import psutil
+import requests
+from rich.console import Console
+from rich.progress import track
+from rich.table import Table
+
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from progpo_envs.webshop.env import WebShopEnv
+from webshop_server.engine import WebShopEngine, split_range
+from webshop_server.expert import expert_action
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
-from progpo_envs.webshop.env import WebShopEnv  # noqa: E402
-from webshop_server.engine import WebShopEngine, split_range  # noqa: E402
-from webshop_server.expert import expert_action  # noqa: E402
 
 TARGET_P99_SEARCH_MS = 20.0
 TARGET_WORKER_BYTES = 1 << 30

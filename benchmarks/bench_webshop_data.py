@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import platform
 import random
 import shutil
@@ -24,16 +23,18 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import psutil  # noqa: E402
-import tantivy  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+# isort: split
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from webshop_server.catalog import generate_catalog, load_catalog  # noqa: E402
-from webshop_server.search import SearchIndex, query_terms  # noqa: E402
+import psutil
+import tantivy
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from webshop_server.catalog import generate_catalog, load_catalog
+from webshop_server.search import SearchIndex, query_terms
 
 RESULTS = RESULTS_DIR / "webshop_data.json"
 P99_TARGET_MS = 20.0

@@ -43,11 +43,10 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from benchmarks.gpu_check import QWEN25_1_5B_SHAPE  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PATHS = ("bytes_rpc", "stream")
 LABELS = {"bytes_rpc": "fp32 bytes, one RPC (00321ea)", "stream": "stream in bf16, in process (now)"}
@@ -239,9 +238,7 @@ def plot(result: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=2, help="syncs per path (the median is reported)")
-    parser.add_argument(
-        "--layers", type=int, nargs="+", default=[2, 4, 28], help="depths the stream runs at"
-    )
+    parser.add_argument("--layers", type=int, nargs="+", default=[2, 4, 28], help="depths the stream runs at")
     parser.add_argument(
         "--baseline-layers",
         type=int,

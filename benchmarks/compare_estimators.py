@@ -26,7 +26,7 @@ Settings (``--setting``):
 * ``quickstart_ablation``: ProGPO's reconstruction choices on the quickstart itself (its embedded defaults:
   30 RL iterations, held-out ``valid_seen`` tasks and RL's own 8 tasks), 3 seeds, paired with GRPO: the
   first reading's defaults, each later change alone, and the current defaults (``progpo``). Estimators
-  are specs, ``name:key=value,...`` (:func:`benchmarks.credit_diagnostics.parse_estimator_spec`), each
+  are specs, ``name:key=value,...`` (:func:`benchmarks.lib.credit.parse_estimator_spec`), each
   spelling out every ablated parameter so that a later change of a default does not change what a row
   measured. About 45 minutes on 2 cores.
 * ``gpu``: the larger setting: ALFWorld (all six task types, trained in every training scene, evaluated in
@@ -43,33 +43,38 @@ under ``runs/compare_estimators/<setting>/``. Reproduce a number with the comman
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import shlex  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+# isort: split
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result  # noqa: E402
-from benchmarks.credit_diagnostics import (  # noqa: E402
+from benchmarks.common import (
+    RESULTS_DIR,
+    git_commit,
+    machine_info,
+    mean_spread,
+    save_result,
+)
+from benchmarks.lib.credit import (
     PROGPO_CHANGES,
     parse_estimator_spec,
     progpo_spec,
 )
-from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND  # noqa: E402
+from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: The issue's estimator list (DAPO is a GRPO variant with a filter; run it with --estimators if wanted).
 ESTIMATORS = ["grpo", "rloo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage"]
@@ -353,42 +358,6 @@ def final_metrics(records: list[dict[str, Any]], label: str = "after_rl") -> dic
 def curve(records: list[dict[str, Any]], key: str = "success") -> list[tuple[int, float]]:
     """``(iteration, value)`` of the training records."""
     return [(int(r["iteration"]), float(r[key])) for r in records if r.get("kind") == "train" and key in r]
-
-
-def paired_differences(
-    runs: list[dict[str, Any]], metric: str = "success", baseline: str = "grpo"
-) -> dict[str, dict[str, Any]]:
-    """Per ``env / estimator``: ``metric`` minus the ``baseline`` estimator's, paired by env and seed.
-
-    Runs with the same env and seed start from the same warm start with the same RL seed, and their held-out
-    evaluations play the same tasks with the same sampling seeds, so the per-seed difference removes the
-    noise the estimators share; its mean and sample std over seeds (:func:`mean_spread`) say whether an
-    estimator beats the baseline by more than that spread. Seeds where either run has no ``metric`` are left
-    out; the baseline itself is not listed.
-
-    Example:
-        >>> runs = [
-        ...     {"env": "e", "estimator": "grpo", "seed": 0, "final": {"success": 0.25}},
-        ...     {"env": "e", "estimator": "progpo", "seed": 0, "final": {"success": 0.5}},
-        ...     {"env": "e", "estimator": "progpo", "seed": 1, "final": {"success": 0.5}},
-        ... ]
-        >>> paired_differences(runs)["e / progpo"]["mean"], paired_differences(runs)["e / progpo"]["n"]
-        (0.25, 1)
-    """
-    base = {
-        (r["env"], r["seed"]): r["final"][metric]
-        for r in runs
-        if r["estimator"] == baseline and metric in r.get("final", {})
-    }
-    diffs: dict[str, list[float]] = {}
-    for r in runs:
-        if r["estimator"] == baseline:
-            continue
-        key = f"{r['env']} / {r['estimator']}"
-        diffs.setdefault(key, [])
-        if metric in r.get("final", {}) and (r["env"], r["seed"]) in base:
-            diffs[key].append(r["final"][metric] - base[(r["env"], r["seed"])])
-    return {key: mean_spread(values) for key, values in diffs.items()}
 
 
 def summarise(

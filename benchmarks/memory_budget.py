@@ -18,12 +18,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from training.config import load_config
+from training.costs import GIB, QWEN25_SHAPES, config_budget
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from training.config import load_config  # noqa: E402
-from training.costs import GIB, QWEN25_SHAPES, config_budget  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PRESETS = ("alfworld_progpo_qwen2.5-1.5b", "webshop_progpo_qwen2.5-1.5b")
 GPU_MEMORY_BYTES = 80e9  # an 80 GB H100 / A100

@@ -28,28 +28,30 @@ comparison). Writes ``benchmarks/results/progpo_ablation.json`` and ``.png``.
 
 from __future__ import annotations
 
-import os
+import argparse
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from dataclasses import asdict, fields  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+# isort: split
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result  # noqa: E402
-from benchmarks.compare_estimators import paired_differences  # noqa: E402
-from benchmarks.credit_diagnostics import (  # noqa: E402
+from benchmarks.common import (
+    RESULTS_DIR,
+    git_commit,
+    machine_info,
+    mean_spread,
+    paired_differences,
+    save_result,
+)
+from benchmarks.lib.credit import (
     PROGPO_CHANGES,
     PROGPO_FIRST_READING,
     QUICK,
@@ -60,7 +62,9 @@ from benchmarks.credit_diagnostics import (  # noqa: E402
     progpo_spec,
     record_source,
 )
-from training.advantages.progpo import ProGPOConfig  # noqa: E402
+from training.advantages.progpo import ProGPOConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: label -> estimator spec: the first reading, each change alone, then the current defaults (``progpo``).
 VARIANTS: dict[str, str] = {

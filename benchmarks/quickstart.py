@@ -49,11 +49,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: The README's main job's run folder (``run_dir``'s default) and the other seeds' folders beside it.
 SEED0_RUN_DIR = Path("runs") / "quickstart"

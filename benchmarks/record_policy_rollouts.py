@@ -13,22 +13,20 @@ runs/policy_rollouts.jsonl``.
 
 from __future__ import annotations
 
-import os
+import argparse
+import sys
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import torch  # noqa: E402
+import torch
+
+from benchmarks.lib.credit import StepRow, alfworld_source, save_rollouts_jsonl
+from progpo_envs.core.hashing import action_set_key
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.credit_diagnostics import StepRow, alfworld_source, save_rollouts_jsonl  # noqa: E402
-from progpo_envs.core.hashing import action_set_key  # noqa: E402
 
 
 def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list[StepRow]:

@@ -307,7 +307,7 @@ def render_compare_estimators(data: dict) -> str:
 
 def _paired_table(runs: list[dict], metrics: list[str]) -> str:
     """Each estimator minus GRPO, paired by env and seed, on the held-out and RL-task success."""
-    from benchmarks.compare_estimators import paired_differences
+    from benchmarks.common import paired_differences
 
     columns = [m for m in ("success", "rl_tasks_success") if m in metrics]
     if not columns or not any(r.get("estimator") == "grpo" for r in runs):

@@ -41,6 +41,11 @@ RESTRICTED_IMPORTS = {
     "verl": ("progpo_verl.upstream", "progpo_verl.verl_agent.__main__"),
     "agent_system": ("progpo_verl.upstream", "progpo_verl.verl_agent.__main__"),
 }
+#: The benchmarks' shared code: the only modules of ``benchmarks`` a benchmark may import (rule 5). Every other
+#: module of ``benchmarks`` is a benchmark, except the ones that run or show them all.
+BENCHMARK_LIBRARY = ("benchmarks.common", "benchmarks.one_thread", "benchmarks.harness", "benchmarks.lib")
+#: The results page and ``progpo bench``: they read every benchmark's spec, so they may import benchmarks.
+BENCHMARK_RUNNERS = ("benchmarks.report", "benchmarks.cli")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +179,21 @@ def upward_imports(edges: list[Import], modules: dict[str, Module]) -> list[str]
                 found.append(f"{where} (the leaf {leaf} imports nothing from the project)")
         if layer_of(edge.target) > layer_of(edge.importer):
             found.append(f"{where} (a higher layer)")
+    return found
+
+
+def benchmark_imports(edges: list[Import], modules: dict[str, Module]) -> list[str]:
+    """Imports of a benchmark by another benchmark or by the benchmarks' library; one report line each."""
+    found = []
+    for edge in edges:
+        importer, target = edge.importer, edge.target
+        if not _in_package(target, "benchmarks") or target == "benchmarks":
+            continue
+        if any(_in_package(target, lib) for lib in BENCHMARK_LIBRARY):
+            continue
+        if not _in_package(importer, "benchmarks") or importer in BENCHMARK_RUNNERS:
+            continue
+        found.append(f"{modules[importer].rel}:{edge.line}: {importer} imports the benchmark {target}")
     return found
 
 
@@ -376,6 +396,12 @@ def test_no_private_names_across_modules():
     assert not found, _report("use(s) of another module's private names", found)
 
 
+def test_no_benchmark_imports_another():
+    modules, edges = analyse(ROOT)
+    found = benchmark_imports(edges, modules)
+    assert not found, _report("import(s) of a benchmark outside the results page and progpo bench", found)
+
+
 def test_checker_finds_each_kind_of_violation(tmp_path):
     """The checker itself: a small tree with one violation of each rule, and legal code beside them."""
     files = {
@@ -397,6 +423,9 @@ def test_checker_finds_each_kind_of_violation(tmp_path):
         "training/advantages/__init__.py": "from training import trainer  # the leaf reaches out\n",
         "benchmarks/__init__.py": "",
         "benchmarks/bench.py": "from progpo_envs._impl import X\nfrom training.trainer import Trainer\n",
+        "benchmarks/common.py": "",
+        "benchmarks/other.py": "from benchmarks import bench, common  # a benchmark and the library\n",
+        "benchmarks/report.py": "from benchmarks import bench, other  # the page reads every benchmark\n",
         "progpo_verl/__init__.py": "",
         "progpo_verl/rows.py": "def f():\n    from verl import DataProto  # verl outside its modules\n",
         "progpo_verl/upstream.py": "from verl.trainer.ppo import core_algos  # allowed here\n",
@@ -413,6 +442,9 @@ def test_checker_finds_each_kind_of_violation(tmp_path):
     assert "webshop_server/shop.py:2: webshop_server.shop imports agents.runner" in upward[0] + upward[1]
     assert any("leaf training.advantages" in line for line in upward)
     assert restricted_imports(modules) == ["progpo_verl/rows.py:2: progpo_verl.rows imports verl"]
+    assert benchmark_imports(edges, modules) == [
+        "benchmarks/other.py:1: benchmarks.other imports the benchmark benchmarks.bench"
+    ]
     assert sorted(line.split(": ", 1)[0] for line in private) == [
         "agents/runner.py:8",
         "agents/runner.py:9",

@@ -175,9 +175,9 @@ class MeasuredValues:
     @classmethod
     def read(cls, folder: Path = RESULTS) -> MeasuredValues:
         """Every number in ``folder/*.json``, plus the results' documented derivation: each estimator's
-        difference from GRPO paired by seed (:func:`benchmarks.compare_estimators.paired_differences`: mean
+        difference from GRPO paired by seed (:func:`benchmarks.common.paired_differences`: mean
         and sample std, as the results page and the README state it) of every comparison's runs."""
-        from benchmarks.compare_estimators import paired_differences
+        from benchmarks.common import paired_differences
 
         values: list[float] = []
         pairs: list[tuple[float, float]] = []
