@@ -34,6 +34,8 @@ from rich.progress import track
 from rich.table import Table
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
+from benchmarks.lib.markdown import markdown_table
 from training.advantages import ESTIMATORS, compute_advantages
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,6 +222,54 @@ def _plot(results: dict, sizes: list[int], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def render_advantages(data: dict) -> str:
+    results = data["results"]
+    largest = str(data["batch"]["rows"])
+    rows = [
+        [
+            name,
+            r["seconds_by_rows"][largest],
+            r["speedup_vs_scaled_reference"],
+            r["growth_largest_over_smallest"],
+            r["max_abs_diff_vs_reference"],
+            r["meets_time_target"],
+            r["meets_speedup_target"],
+        ]
+        for name, r in results.items()
+    ]
+    return f"Claim: {data.get('claim', '—')}\n\n" + markdown_table(
+        [
+            "estimator",
+            f"CPU s at {int(largest):,} rows",
+            "speed-up vs Python reference",
+            "time growth, largest / smallest size",
+            "max abs diff vs reference",
+            "time target met",
+            "speed-up target met",
+        ],
+        rows,
+    )
+
+
+SPECS = (
+    Benchmark(
+        "advantages",
+        script_path(__file__),
+        "Speed of every advantage estimator at three batch sizes (CPU seconds, one core) against per-row "
+        "Python references; the claim checked (time at the largest size, speed-up, linear growth) is the "
+        "result's own.",
+        "python benchmarks/bench_advantages.py",
+        ["--sizes", "100000", "200000", "--reference-rows", "20000", "--repeats", "1"],
+        render_advantages,
+    ),
+)
 
 
 if __name__ == "__main__":

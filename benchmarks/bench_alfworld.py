@@ -41,6 +41,7 @@ from textworld.envs.pddl import PddlEnv
 
 import progpo_envs  # noqa: F401
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 from progpo_envs.alfworld import wheel
 from progpo_envs.alfworld.data import load_tasks
 from progpo_envs.alfworld.engine import EnginePatches, active_patches, clear_caches
@@ -298,6 +299,22 @@ def main(argv: list[str] | None = None) -> int:
     save_result(result, RESULTS)
     console.print(f"wrote {RESULTS.relative_to(REPO)}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "alfworld",
+        script_path(__file__),
+        "ALFWorld env step/reset latency vs the unpatched engine on the same games, group vector env sync vs "
+        "async, memory per env, wrapper overhead.",
+        "python benchmarks/bench_alfworld.py",
+        ["--quick"],
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -206,6 +207,24 @@ def _plot(results: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "constrained",
+        script_path(__file__),
+        "Constrained decoding: computing only the allowed tokens' output rows against the full vocabulary's "
+        "logits, same batch, same run (sampling, and a trainer forward + backward), for the tiny and a "
+        "larger policy (their parameters in the table; both with the quickstart's 65,536-token vocabulary); "
+        "the log-prob difference between the paths.",
+        "python benchmarks/bench_constrained.py",
+        ["--models", "tiny", "--rows", "16", "--repeats", "1"],
+    ),
+)
 
 
 if __name__ == "__main__":

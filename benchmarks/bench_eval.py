@@ -43,6 +43,7 @@ import progpo_envs  # noqa: F401
 from agents.evaluate import EvalConfig, evaluate
 from agents.report import write_reports
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -353,6 +354,22 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     console.print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "eval",
+        script_path(__file__),
+        "Evaluation harness overhead over stepping the env directly; OpenAI-compatible agent throughput at "
+        "concurrency 1/8/32.",
+        "python benchmarks/bench_eval.py",
+        ["--quick"],
+    ),
+)
 
 
 if __name__ == "__main__":

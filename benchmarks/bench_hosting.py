@@ -49,6 +49,7 @@ from rich.table import Table
 
 import progpo_envs  # noqa: F401
 from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 from benchmarks.lib.hosting import ENVS, percentiles
 from progpo_envs.server.policy import KWARG_BOUNDS
 from progpo_envs.server.remote import RemoteEnv, step_batch
@@ -473,6 +474,22 @@ def fair_share_section(result: dict, args: argparse.Namespace) -> dict:
         "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
         **result,
     }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "hosting",
+        script_path(__file__),
+        "Env server vs in-process envs: steps/s and latency at 1/8/32 clients, batch stepping, memory per "
+        "instance.",
+        "python benchmarks/bench_hosting.py",
+        ["--quick"],
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -348,6 +349,27 @@ def _plot(results: dict[str, dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "kernel_paths",
+        script_path(__file__),
+        "Whether the CPU kernel path changes the quickstart policy's numbers (issue 20: the quickstart did "
+        "not reproduce on a fresh machine): one process per `ATEN_CPU_CAPABILITY` setting (unset: the CPU's "
+        "best kernels; unset again: a repeat; `default`: the generic code another CPU would take), each "
+        "loading the same tiny policy for a forward pass, AdamW steps of language modelling at the warm "
+        "start's learning rate and seeded sampling at temperature one; compared with the first setting: the "
+        "largest logit and parameter differences, the share of parameters that differ, the final loss, the "
+        "share of sampled tokens that agree, and whether the repeat is bit-identical.",
+        "python benchmarks/bench_kernel_paths.py",
+        ["--steps", "10"],
+    ),
+)
 
 
 if __name__ == "__main__":

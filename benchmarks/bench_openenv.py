@@ -47,7 +47,9 @@ from rich.table import Table
 
 import progpo_envs  # noqa: F401
 from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 from benchmarks.lib.hosting import ENVS, percentiles
+from benchmarks.lib.markdown import markdown_table
 from progpo_envs.server.remote import RemoteEnv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -345,6 +347,58 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print("\n".join(lines))
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def render_openenv(data: dict) -> str:
+    rows = [
+        [
+            env_id,
+            r["native"]["steps_per_s"],
+            r["openenv"]["steps_per_s"],
+            r["throughput_ratio"],
+            r["native"]["p99_ms"],
+            r["openenv"]["p99_ms"],
+            r["p99_ratio"],
+            r["throughput_ratio"] >= data["target_throughput_ratio"],
+            len(r["native"]["errors"]) + len(r["openenv"]["errors"]),
+        ]
+        for env_id, r in data["results"].items()
+    ]
+    clients = data["settings"]["clients"]
+    return f"{clients} concurrent sessions per protocol. {data.get('notes', '')}\n\n" + markdown_table(
+        [
+            "env",
+            "native steps/s",
+            "OpenEnv steps/s",
+            "throughput ratio",
+            "native p99 ms",
+            "OpenEnv p99 ms",
+            "p99 ratio",
+            f"ratio >= {data['target_throughput_ratio']}",
+            "errors",
+        ],
+        rows,
+    )
+
+
+SPECS = (
+    Benchmark(
+        "openenv",
+        script_path(__file__),
+        "The OpenEnv protocol (`progpo serve --protocol openenv`: OpenEnv's own server, `GenericEnvClient` "
+        "sessions) against our native protocol on the same machine in one run: steps/s and p99 step latency "
+        "with many concurrent sessions on ALFWorld and WebShop; claim: OpenEnv keeps the share of the native "
+        "throughput that the result file names as its goal (`target_throughput_ratio`).",
+        "python benchmarks/bench_openenv.py",
+        ["--quick"],
+        render_openenv,
+    ),
+)
 
 
 if __name__ == "__main__":

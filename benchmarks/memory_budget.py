@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, script_path
 from training.config import load_config
 from training.costs import GIB, QWEN25_SHAPES, config_budget
 
@@ -106,6 +107,25 @@ def main(argv: list[str] | None = None) -> int:
     Console().print(table)
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "memory_budget",
+        script_path(__file__),
+        "Per-GPU memory budgets of the two GPU presets (`training/costs.py`: fp32 masters, gradients, AdamW, "
+        "the update's snapshot, compute-dtype weights, reference, sampler, KV cache, activations, sync) for "
+        "Qwen2.5-1.5B and Qwen2.5-7B at their real shapes, with the transformers engine or vLLM, on 1 or 8 "
+        "GPUs (`gpu_memory_bytes` each): computed, not measured; the CPU rehearsal checks the static parts "
+        "against what a 2-layer run holds. The numbers the presets' headers state.",
+        "python benchmarks/memory_budget.py",
+        [],
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ from benchmarks.common import (
     paired_differences,
     save_result,
 )
+from benchmarks.harness import Benchmark, script_path
 from benchmarks.lib.credit import (
     PROGPO_CHANGES,
     PROGPO_FIRST_READING,
@@ -62,6 +63,7 @@ from benchmarks.lib.credit import (
     progpo_spec,
     record_source,
 )
+from benchmarks.lib.markdown import fmt, markdown_table
 from training.advantages.progpo import ProGPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -346,6 +348,43 @@ def main(argv: list[str] | None = None) -> int:
     plot(result, args.out.with_suffix(".png"))
     console.print(f"wrote {args.out} ({result['seconds']:.0f} s)")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def render_progpo_ablation(data: dict) -> str:
+    """The ablation's three tables: diagnostics on both batch kinds (every column), then RL vs GRPO."""
+    parts = [
+        "First reading: "
+        + ", ".join(f"`{k}={v}`" for k, v in data["first_reading"].items())
+        + ". Current defaults: "
+        + ", ".join(f"`{k}={v}`" for k, v in data["current_defaults"].items())
+        + " (`success_potential=None`: 0 for the step-return target). Each cell: mean ± sample std over "
+        f"seeds (diagnostics: batch seeds {fmt(data['config']['seeds'])}, each the mean over the noise "
+        "levels; policy: one rollout file per recording seed; RL: RL seeds)."
+    ]
+    parts += [f"**{title}**\n\n" + markdown_table(header, rows) for title, header, rows in tables(data)]
+    return "\n\n".join(parts)
+
+
+SPECS = (
+    Benchmark(
+        "progpo_ablation",
+        script_path(__file__),
+        "ProGPO's reconstruction choices: the first reading's defaults, each change alone and the current "
+        "defaults, on the credit diagnostics (expert-noise ALFWorld batches over seeds; the warm start's own "
+        "rollouts) and in RL on the quickstart paired with GRPO by seed (from "
+        "`compare_estimators_quickstart_ablation`). The defaults of `training/advantages/progpo.py` are "
+        "chosen from this table.",
+        "python benchmarks/progpo_ablation.py --quick --rollouts runs/policy_rollouts/seed0.jsonl "
+        "runs/policy_rollouts/seed1.jsonl runs/policy_rollouts/seed2.jsonl",
+        None,
+        render_progpo_ablation,
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ import numpy as np
 import yaml
 
 from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result
+from benchmarks.harness import Benchmark, script_path
+from benchmarks.lib.markdown import fmt, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -474,6 +476,185 @@ def main(argv: list[str] | None = None) -> int:
     plot(result, args.out.with_suffix(".png"))
     console.print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _success(entry: dict) -> str:
+    """``mean ± spread`` of one evaluation of the quickstart's result (spread over sampling seeds)."""
+    spread = entry.get("spread")
+    return fmt(entry["success"]) + (f" ± {fmt(spread)}" if spread is not None else "")
+
+
+def _over_seeds(stats: dict) -> str:
+    return f"{fmt(stats['mean'])} ± {fmt(stats['std'])}"
+
+
+QUICKSTART_EVALUATIONS = (("held_out", "held-out tasks"), ("rl_tasks", "RL's own tasks"))
+
+
+def render_quickstart(data: dict) -> str:
+    seeds = data["seeds"]
+    intro = (
+        f"Seed {seeds[0]['seed']} is the README's main job ({data.get('main_job', '—')}); the other seeds "
+        "run RL from its warm start."
+    )
+    return _quickstart_runs(data, intro)
+
+
+def _quickstart_runs(data: dict, intro: str) -> str:
+    """A quickstart result's runs: success before → after RL per seed and over seeds, cost, commands."""
+    seeds = data["seeds"]
+    setting = seeds[0]["setting"]
+    parts = [
+        intro + " Success before → after RL: mean ± spread over the evaluation's "
+        f"sampling seeds ({fmt(setting.get('eval_seeds'))} seeds × {fmt(setting.get('eval_num_tasks'))} "
+        f"held-out tasks; RL's own pool of {fmt(setting.get('rl_task_pool'))} tasks), "
+        f"{fmt(setting.get('iterations'))} {setting.get('algo')} iterations; last row: mean ± sample std "
+        "over RL seeds."
+    ]
+    rows = []
+    for s in seeds:
+        cells = [
+            f"{_success(s[name]['before'])} → {_success(s[name]['after'])}" if name in s else "—"
+            for name, _ in QUICKSTART_EVALUATIONS
+        ]
+        rows.append(
+            [
+                s["seed"],
+                *cells,
+                *(f"{s[name]['change']:+.4g}" if name in s else "—" for name, _ in QUICKSTART_EVALUATIONS),
+            ]
+        )
+    over = data["over_seeds"]
+    rows.append(
+        [
+            f"mean ± std (n = {len(seeds)})",
+            *(
+                f"{_over_seeds(over[name]['before'])} → {_over_seeds(over[name]['after'])}"
+                if name in over
+                else "—"
+                for name, _ in QUICKSTART_EVALUATIONS
+            ),
+            *(
+                _over_seeds(over[name]["change"]) if name in over else "—"
+                for name, _ in QUICKSTART_EVALUATIONS
+            ),
+        ]
+    )
+    parts.append(
+        markdown_table(
+            [
+                "RL seed",
+                *(f"{title}: before → after" for _, title in QUICKSTART_EVALUATIONS),
+                *(f"{title}: change" for _, title in QUICKSTART_EVALUATIONS),
+            ],
+            rows,
+        )
+    )
+    for name, title in QUICKSTART_EVALUATIONS:
+        if name in over:
+            parts.append(
+                f"Success on {title} rose in {over[name]['seeds_where_it_rose']} and fell in "
+                f"{over[name]['seeds_where_it_fell']} of {len(seeds)} RL seeds."
+            )
+    cost = data.get("seed0_resources")
+    parts.append(
+        "Cost of seed 0's run: "
+        + (
+            f"{fmt(cost['wall_s'])} s wall, {fmt(cost['user_cpu_s'])} s user CPU, "
+            f"{fmt(cost['system_cpu_s'])} s system CPU, {fmt(cost['peak_rss_gb'])} GB peak RSS."
+            if cost
+            else "not measured (the run was not started by `benchmarks/quickstart.py`)."
+        )
+    )
+    commands = [s["command"] for s in seeds if s.get("command")]
+    if commands:
+        parts.append("Commands (from the repository root):\n" + "\n".join(f"- `{c}`" for c in commands))
+    return "\n\n".join(parts)
+
+
+def render_quickstart_async(data: dict) -> str:
+    """The quickstart with other settings (``--set``), and its success after RL beside the baseline's."""
+    comparison = (data.get("baseline") or {}).get("comparison") or {}
+    parts = [
+        "Settings over the quickstart's own: "
+        + (", ".join(f"`{c}`" for c in _set_overrides(data.get("command", ""))) or "none recorded")
+        + ". Every seed runs with them"
+        + (
+            ", RL starting from the default job's warm start (`--warm-start-from`: it is deterministic)."
+            if "--warm-start-from" in data.get("command", "")
+            else " (seed 0 includes the warm start)."
+        )
+    ]
+    if comparison:
+        rows = [
+            [
+                title,
+                _over_seeds(entry["after"]),
+                _over_seeds(entry["baseline_after"]),
+                f"{entry['baseline_after']['min']:.4g} … {entry['baseline_after']['max']:.4g}",
+                f"{entry['difference_of_means']:+.4g}",
+                entry["within_range"],
+                entry["within_two_std"],
+            ]
+            for name, title in QUICKSTART_EVALUATIONS
+            if (entry := comparison.get(name))
+        ]
+        parts.append(
+            f"Success after RL against `{data['baseline']['file']}` (mean ± sample std over RL seeds):\n\n"
+            + markdown_table(
+                [
+                    "evaluation",
+                    "these runs",
+                    "baseline",
+                    "baseline's seed range",
+                    "difference of means",
+                    "within the range",
+                    "within 2 std",
+                ],
+                rows,
+            )
+        )
+    parts.append(_quickstart_runs(data, "Each RL seed runs with the settings above."))
+    return "\n\n".join(parts)
+
+
+def _set_overrides(command: str) -> list[str]:
+    """The ``--set KEY=VALUE`` overrides of a recorded ``quickstart.py`` command."""
+    words = command.split()
+    return [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--set"]
+
+
+SPECS = (
+    Benchmark(
+        "quickstart",
+        script_path(__file__),
+        "The README's main job (`progpo train`, seed 0, the embedded defaults) and RL seeds from its warm "
+        "start: success on held-out tasks and on RL's own tasks before and after RL, per seed and over "
+        "seeds; "
+        "the main job's wall time, CPU time and peak memory. The README's and `configs/quickstart.yaml`'s "
+        "quickstart numbers are these.",
+        "python benchmarks/quickstart.py --seeds 3 --jobs 2  (from finished runs: --from-runs DIR...)",
+        None,
+        render_quickstart,
+    ),
+    Benchmark(
+        "quickstart_async",
+        script_path(__file__),
+        "The quickstart with asynchronous rollouts that overlap the update (`rollout.mode=async "
+        "rollout.max_staleness=1`), over the same RL seeds, and its success after RL beside the lock-step "
+        "runs' (`quickstart.json`): learning is not hurt when it lies within their spread.",
+        "python benchmarks/quickstart.py --seeds 3 --jobs 2 --set rollout.mode=async --set "
+        "rollout.max_staleness=1 --run-dir runs/quickstart_async "
+        "--out benchmarks/results/quickstart_async.json --baseline benchmarks/results/quickstart.json",
+        None,
+        render_quickstart_async,
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ RESTRICTED_IMPORTS = {
     "verl": ("progpo_verl.upstream", "progpo_verl.verl_agent.__main__"),
     "agent_system": ("progpo_verl.upstream", "progpo_verl.verl_agent.__main__"),
 }
-#: The benchmarks' shared code: the only modules of ``benchmarks`` a benchmark may import (rule 5). Every other
-#: module of ``benchmarks`` is a benchmark, except the ones that run or show them all.
+#: The benchmarks' shared code: the only modules of ``benchmarks`` a benchmark may import (rule 5). Every
+#: other module of ``benchmarks`` is a benchmark, except the ones that run or show them all.
 BENCHMARK_LIBRARY = ("benchmarks.common", "benchmarks.one_thread", "benchmarks.harness", "benchmarks.lib")
 #: The results page and ``progpo bench``: they read every benchmark's spec, so they may import benchmarks.
 BENCHMARK_RUNNERS = ("benchmarks.report", "benchmarks.cli")

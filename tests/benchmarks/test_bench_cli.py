@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from benchmarks import cli, report
+from benchmarks.harness import Benchmark
 
 
 def test_help_via_subprocess():
@@ -58,10 +59,10 @@ def test_missing_and_failing_scripts_are_tolerated(monkeypatch, tmp_path, capsys
     (tmp_path / "ok.py").write_text("import sys; sys.exit(0)\n")
     (tmp_path / "bad.py").write_text("import sys; sys.exit(3)\n")
     benches = [
-        report.Benchmark("ok", "ok.py", "", "", []),
-        report.Benchmark("bad", "bad.py", "", "", []),
-        report.Benchmark("missing", "missing.py", "", "", []),
-        report.Benchmark("noquick", "ok.py", "", "", None),
+        Benchmark("ok", "ok.py", "", "", []),
+        Benchmark("bad", "bad.py", "", "", []),
+        Benchmark("missing", "missing.py", "", "", []),
+        Benchmark("noquick", "ok.py", "", "", None),
     ]
     monkeypatch.setattr(cli, "BENCHMARKS", benches)
     monkeypatch.setattr(cli, "ROOT", tmp_path)
