@@ -14,12 +14,12 @@ Writes ``benchmarks/results/memory_budget.json`` and ``.png``.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
-from benchmarks.harness import Benchmark, script_path
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 from training.config import load_config
 from training.costs import GIB, QWEN25_SHAPES, config_budget
 
@@ -81,10 +81,13 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+@dataclass
+class Settings:
+    out: str = option(str(RESULTS_DIR / "memory_budget.json"), "result file (the plot is written beside it)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(RESULTS_DIR / "memory_budget.json"))
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
     from rich.console import Console
     from rich.table import Table
 
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "machine": machine_info(),
     }
-    out = save_result(result, args.out)
+    out = save_result(result, settings.out)
     plot(rows, out.with_suffix(".png"))
     table = Table(title="per-GPU memory budget (GiB, 80 GB GPUs)")
     for column in ("preset", "model", "engine", "GPUs", "total", "fits"):
