@@ -21,12 +21,12 @@ Run: ``.venv/bin/python benchmarks/bench_eval.py`` (``--quick`` for a short run)
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import re
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
@@ -43,7 +43,7 @@ import progpo_envs  # noqa: F401
 from agents.evaluate import EvalConfig, evaluate
 from agents.report import write_reports
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
-from benchmarks.harness import Benchmark, script_path
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -278,28 +278,31 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+@dataclass
+class Settings:
+    quick: bool = option(False, "fewer episodes and repeats")
+    latency: float = option(0.05, "seconds per request of the scripted endpoint")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer episodes and repeats")
-    parser.add_argument(
-        "--latency", type=float, default=0.05, help="seconds per request of the scripted endpoint"
-    )
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
     console = Console()
-    repeats = 2 if args.quick else 5
+    repeats = 2 if settings.quick else 5
     webshop_kwargs = {"split": "test", "num_products": 200}
     alfworld_kwargs = {"split": "train"}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         overhead = [
             bench_overhead(
-                "webshop", "progpo/WebShop-v0", webshop_kwargs, 20 if args.quick else 50, repeats, tmp
+                "webshop", "progpo/WebShop-v0", webshop_kwargs, 20 if settings.quick else 50, repeats, tmp
             ),
             bench_overhead(
-                "alfworld", "progpo/ALFWorld-v0", alfworld_kwargs, 6 if args.quick else 12, repeats, tmp
+                "alfworld", "progpo/ALFWorld-v0", alfworld_kwargs, 6 if settings.quick else 12, repeats, tmp
             ),
         ]
-        openai_rows = bench_openai([1, 8, 32], 32, 3 if args.quick else 5, args.latency, webshop_kwargs, tmp)
+        openai_rows = bench_openai(
+            [1, 8, 32], 32, 3 if settings.quick else 5, settings.latency, webshop_kwargs, tmp
+        )
     result = {
         "benchmark": "eval",
         "machine": machine_info(),
@@ -337,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print(table)
     table = Table(
-        title=f"OpenAI agent on WebShop, 32 env copies, {args.latency * 1000:.0f} ms/request endpoint"
+        title=f"OpenAI agent on WebShop, 32 env copies, {settings.latency * 1000:.0f} ms/request endpoint"
     )
     for column in ("concurrency", "episodes", "requests", "seconds", "episodes/s", "requests/s", "speedup"):
         table.add_column(column, justify="right")

@@ -39,12 +39,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
-from benchmarks.harness import Benchmark, script_path
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,23 +237,23 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=2, help="syncs per path (the median is reported)")
-    parser.add_argument("--layers", type=int, nargs="+", default=[2, 4, 28], help="depths the stream runs at")
-    parser.add_argument(
-        "--baseline-layers",
-        type=int,
-        nargs="+",
-        default=[2, 4],
-        help="depths the baseline runs at (it needs three fp32 copies of the model in host memory)",
+@dataclass
+class Settings:
+    repeats: int = option(2, "syncs per path (the median is reported)")
+    layers: list[int] = option([2, 4, 28], "depths the stream runs at")
+    baseline_layers: list[int] = option(
+        [2, 4], "depths the baseline runs at (it needs three fp32 copies of the model in host memory)"
     )
-    parser.add_argument("--out", default=str(RESULTS_DIR / "weight_sync.json"))
-    parser.add_argument("--measure", choices=PATHS, help=argparse.SUPPRESS)  # one path, in this process
-    parser.add_argument("--model", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.measure:
-        print("RESULT " + json.dumps(measure(args.measure, Path(args.model), args.repeats)), flush=True)
+    out: str = option(str(RESULTS_DIR / "weight_sync.json"), "result file")
+    measure: str | None = option(None, argparse.SUPPRESS, choices=PATHS)  # one path, in this process
+    model: str | None = option(None, argparse.SUPPRESS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
+    if settings.measure:
+        result = measure(settings.measure, Path(settings.model), settings.repeats)
+        print("RESULT " + json.dumps(result), flush=True)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -260,15 +261,18 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "HF_HUB_OFFLINE": "1"}
     rows, failed = [], []
-    for layers in sorted(set(args.layers) | set(args.baseline_layers)):
+    for layers in sorted(set(settings.layers) | set(settings.baseline_layers)):
         with tempfile.TemporaryDirectory(prefix="weight_sync-") as folder:
             with console.status(f"building the Qwen2.5-1.5B-wide model at {layers} layers (random init)"):
                 model = build_model(Path(folder) / "model", layers)
             for path in PATHS:
-                if layers not in (args.baseline_layers if path == "bytes_rpc" else args.layers):
+                depths = settings.baseline_layers if path == "bytes_rpc" else settings.layers
+                if layers not in depths:
                     continue
-                with console.status(f"{layers} layers, {LABELS[path]}: engine start, {args.repeats} syncs"):
-                    row = run_measurement(path, model, layers, args.repeats, env)
+                with console.status(
+                    f"{layers} layers, {LABELS[path]}: engine start, {settings.repeats} syncs"
+                ):
+                    row = run_measurement(path, model, layers, settings.repeats, env)
                 if "sync_s" not in row:  # e.g. the kernel's OOM killer stopped its engine core
                     failed.append(row)
                     console.print(f"{layers} layers, {LABELS[path]}: {row['failure']}", markup=False)
@@ -285,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "weight_sync",
         "shape": QWEN25_1_5B_SHAPE,
-        "repeats": args.repeats,
+        "repeats": settings.repeats,
         "paths": rows,
         "same_depth": [
             {
@@ -303,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         "host_memory_ratio": extrapolated["extra_rss_bytes"] / max(full["extra_rss_bytes"], 1),
         "machine": machine_info(load_average_1m=os.getloadavg()[0]),
     }
-    out = save_result(result, args.out)
+    out = save_result(result, settings.out)
     plot(result, out.with_suffix(".png"))
     table = Table(title="weight sync into vLLM (Qwen2.5-1.5B width, CPU)")
     for column in ("layers", "path", "s per sync", "peak extra host GiB"):
