@@ -37,12 +37,11 @@ the full setting about 4x that). Writes ``benchmarks/results/credit_diagnostics.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +52,7 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 import numpy as np
 
 from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result
-from benchmarks.harness import Benchmark, script_path
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 from benchmarks.lib.credit import (
     QUICK,
     DiagnosticsConfig,
@@ -149,50 +148,50 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer tasks, noise levels and steps (~2-4 min)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--noise", type=float, nargs="+", help="noise levels p (default 0.1 0.3 0.5 0.7 0.9)")
-    parser.add_argument("--group-size", type=int)
-    parser.add_argument(
-        "--sources",
+@dataclass
+class Settings:
+    quick: bool = option(False, "fewer tasks, noise levels and steps (~2-4 min)")
+    seed: int = option(0, "recording seed")
+    noise: list[float] | None = option(None, "noise levels p (default 0.1 0.3 0.5 0.7 0.9)")
+    group_size: int | None = option(None, "rollouts per task group (default: DiagnosticsConfig's)")
+    sources: list[str] | None = option(
+        None,
+        "env sources to record (none: only --rollouts files)",
         nargs="*",
         choices=["alfworld", "webshop"],
-        help="env sources to record (none: only --rollouts files)",
     )
-    parser.add_argument(
-        "--estimators",
-        nargs="+",
-        help="estimator specs: name or name:key=value,... "
+    estimators: list[str] | None = option(
+        None,
+        "estimator specs: name or name:key=value,... "
         "(default: every registered estimator plus progpo:success_potential=0)",
     )
-    parser.add_argument(
-        "--rollouts",
-        type=Path,
-        action="append",
-        default=[],
-        help="also analyse a saved rollout JSONL (format: load_rollouts_jsonl), e.g. the "
+    rollouts: list[Path] = option(
+        [],
+        "also analyse a saved rollout JSONL (format: load_rollouts_jsonl), e.g. the "
         "warm-started policy's batches; repeatable",
+        action="append",
+        nargs=None,
     )
-    parser.add_argument("--save-batches", type=Path, help="folder to write every recorded batch as JSONL")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "credit_diagnostics.json")
-    args = parser.parse_args(argv)
+    save_batches: Path | None = option(None, "folder to write every recorded batch as JSONL")
+    out: Path = option(RESULTS_DIR / "credit_diagnostics.json", "result file (the plot is written beside it)")
+
+    def __post_init__(self):
+        if self.noise is not None and any(not 0.0 <= p <= 1.0 for p in self.noise):
+            raise ValueError("--noise values must lie in [0, 1]")
+        for spec in self.estimators or []:
+            parse_estimator_spec(spec)  # a ValueError names the bad spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
 
     from rich.console import Console
     from rich.progress import Progress
 
-    cfg = DiagnosticsConfig(seed=args.seed, **(QUICK if args.quick else {}))
+    cfg = DiagnosticsConfig(seed=settings.seed, **(QUICK if settings.quick else {}))
     for key in ("noise", "group_size", "sources", "estimators"):
-        if getattr(args, key) is not None:
-            setattr(cfg, key, getattr(args, key))
-    if any(not 0.0 <= p <= 1.0 for p in cfg.noise):
-        parser.error("--noise values must lie in [0, 1]")
-    for spec in cfg.estimators:
-        try:
-            parse_estimator_spec(spec)
-        except ValueError as exc:
-            parser.error(str(exc))
+        if getattr(settings, key) is not None:
+            setattr(cfg, key, getattr(settings, key))
     console = Console(width=160)
     start = time.perf_counter()
     result: dict[str, Any] = {
@@ -200,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/credit_diagnostics.py "
         + shlex.join(argv if argv is not None else sys.argv[1:]),
         "config": asdict(cfg),
-        "quick": bool(args.quick),
+        "quick": bool(settings.quick),
         "definitions": {
             "step_signal": "A - A(step term off); 0 for trajectory-level estimators",
             "progress": "d(s_t) - d(s_t+1), d = length of the expert's plan from the true state (0 once won)",
@@ -212,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         "git": git_commit(),
         "sources": {},
     }
-    if args.save_batches:
-        args.save_batches.mkdir(parents=True, exist_ok=True)
+    if settings.save_batches:
+        settings.save_batches.mkdir(parents=True, exist_ok=True)
     with Progress(console=console, transient=True) as bar:
         for source in cfg.sources:
             for ni, noise in enumerate(cfg.noise):
@@ -224,18 +223,18 @@ def main(argv: list[str] | None = None) -> int:
                     result["sources"].setdefault(source, {})["error"] = f"{type(exc).__name__}: {exc}"
                     console.print(f"[red]{source}: recording failed: {exc}")
                     break
-                if args.save_batches:
-                    save_rollouts_jsonl(rows, args.save_batches / f"{source}_p{noise}.jsonl")
+                if settings.save_batches:
+                    save_rollouts_jsonl(rows, settings.save_batches / f"{source}_p{noise}.jsonl")
                 result["sources"].setdefault(source, {})[f"p={noise}"] = analyse(rows, cfg.estimators)
                 bar.remove_task(task)
-    for path in args.rollouts:
+    for path in settings.rollouts:
         rows = load_rollouts_jsonl(path)
         result["sources"].setdefault("rollouts", {})[path.name] = analyse(rows, cfg.estimators)
     result["seconds"] = time.perf_counter() - start
     print_table(result, console)
-    save_result(result, args.out)
-    plot(result, args.out.with_suffix(".png"))
-    console.print(f"wrote {args.out} ({result['seconds']:.0f} s)")
+    save_result(result, settings.out)
+    plot(result, settings.out.with_suffix(".png"))
+    console.print(f"wrote {settings.out} ({result['seconds']:.0f} s)")
     return 0
 
 

@@ -74,10 +74,11 @@ def script_path(module_file: str) -> str:
     return Path(module_file).resolve().relative_to(ROOT).as_posix()
 
 
-def option(default: Any, doc: str, **argparse_kwargs: Any) -> Any:
+def option(default: Any, doc: str, flag: str | None = None, **argparse_kwargs: Any) -> Any:
     """A settings field that is also a command-line option: its default, what it means (the option's help),
-    and any ``argparse`` keyword that its type does not imply (``choices``, ``nargs="*"``, ``metavar``)."""
-    metadata = {"doc": doc, "argparse": argparse_kwargs}
+    its flag when it is not ``--field-name`` (``--env`` for a field ``envs``), and any ``argparse`` keyword
+    that its type does not imply (``choices``, ``nargs="*"``, ``action="append"``, ``required``)."""
+    metadata = {"doc": doc, "flag": flag, "argparse": argparse_kwargs}
     if isinstance(default, list | dict):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -103,7 +104,7 @@ def build_parser(cls: type, description: str, prog: str | None = None) -> Comman
     for f in dataclasses.fields(cls):
         default = getattr(base, f.name)
         kwargs = {**_argument(hints[f.name], default), **f.metadata.get("argparse", {})}
-        flag = "--" + f.name.replace("_", "-")
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
         parser.add_argument(flag, dest=f.name, default=default, help=f.metadata.get("doc"), **kwargs)
     return parser
 
