@@ -5,9 +5,10 @@ about itself for the results page and ``progpo bench``.
 what it means); :func:`parse_config` makes the command line from it, one ``--flag-name`` per field (the
 field's type says how to parse it: ``list[int]`` takes several values, ``bool`` is a switch, ``X | None``
 may be left out), with the defaults in ``--help`` and one-line errors with exit status 2
-(:class:`webshop_server.usage.CommandParser`, as every ``progpo`` command). A ``ValueError`` that the
-dataclass raises in ``__post_init__`` is a usage error too. The result file records the command that made it
-(:func:`recorded_command`) and the settings (``dataclasses.asdict``).
+(:class:`webshop_server.usage.CommandParser`, as every ``progpo`` command). A ``ValueError`` or a
+:class:`~webshop_server.usage.UsageError` that the dataclass raises in ``__post_init__`` is a usage error too.
+The result file records the command that made it (:func:`recorded_command`) and the settings
+(``dataclasses.asdict``).
 
 **Spec.** A benchmark module ends with ``SPECS``: one :class:`Benchmark` per result file it writes (a module
 whose settings write several files, such as ``compare_estimators.py``, declares one each), with the renderer
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webshop_server.usage import CommandParser
+from webshop_server.usage import CommandParser, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,7 +117,7 @@ def parse_config(cls: type, argv: Sequence[str] | None, description: str, prog: 
     args = parser.parse_args(argv)
     try:
         return cls(**vars(args))
-    except ValueError as exc:
+    except (ValueError, UsageError) as exc:
         parser.error(str(exc))
 
 
