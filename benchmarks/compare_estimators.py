@@ -43,7 +43,6 @@ under ``runs/compare_estimators/<setting>/``. Reproduce a number with the comman
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -70,7 +69,7 @@ from benchmarks.common import (
     paired_differences,
     save_result,
 )
-from benchmarks.harness import Benchmark, script_path
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 from benchmarks.lib.credit import (
     PROGPO_CHANGES,
     parse_estimator_spec,
@@ -441,56 +440,54 @@ def plot_curves(runs: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--setting", choices=sorted(SETTINGS), default="cpu")
-    parser.add_argument("--seeds", type=int, nargs="+", help="override the setting's seeds")
-    parser.add_argument("--estimators", nargs="+", help="override the setting's estimators")
-    parser.add_argument(
-        "--envs", nargs="+", choices=sorted(ENV_OVERRIDES), help="override the setting's envs"
+@dataclass
+class Settings:
+    setting: str = option("cpu", "the comparison's setting (SETTINGS)", choices=sorted(SETTINGS))
+    seeds: list[int] | None = option(None, "override the setting's seeds")
+    estimators: list[str] | None = option(None, "override the setting's estimators")
+    envs: list[str] | None = option(None, "override the setting's envs", choices=sorted(ENV_OVERRIDES))
+    model_path: str | None = option(None, "start from this local causal-LM folder instead of the tiny model")
+    extra: list[str] = option([], "more progpo train overrides (key=value)", nargs="*")
+    runs_dir: Path | None = option(None, "run folders (default runs/compare_estimators/<setting>)")
+    timeout: float | None = option(None, "seconds per training run (default: the setting's)")
+    out: Path = option(
+        RESULTS_DIR / "compare_estimators.json", "result file (the plots are written beside it)"
     )
-    parser.add_argument(
-        "--model-path", help="start from this local causal-LM folder instead of the tiny model"
-    )
-    parser.add_argument("--extra", nargs="*", default=[], help="more progpo train overrides (key=value)")
-    parser.add_argument(
-        "--runs-dir", type=Path, help="run folders (default runs/compare_estimators/<setting>)"
-    )
-    parser.add_argument("--timeout", type=float, help="seconds per training run (default: the setting's)")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "compare_estimators.json")
-    parser.add_argument(
-        "--jobs", type=int, default=None, help="training runs at once (default: the setting's)"
-    )
-    parser.add_argument(
-        "--reuse",
-        action="store_true",
-        help="keep the warm start and every run whose folder already holds a finished run (its summary.json, "
+    jobs: int | None = option(None, "training runs at once (default: the setting's)")
+    reuse: bool = option(
+        False,
+        "keep the warm start and every run whose folder already holds a finished run (its summary.json, "
         "written at the end of training) instead of running them again; run only what is missing (after an "
         "interruption, or to add estimators or seeds)",
     )
-    parser.add_argument(
-        "--resummarise",
-        action="store_true",
-        help="run nothing: read --out's runs again from their folders with this code and rewrite it",
+    resummarise: bool = option(
+        False, "run nothing: read --out's runs again from their folders with this code and rewrite it"
     )
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
 
     from rich.console import Console
 
-    if args.resummarise:
-        write_result(resummarise(json.loads(args.out.read_text())), args.out, Console(width=160))
+    if settings.resummarise:
+        write_result(resummarise(json.loads(settings.out.read_text())), settings.out, Console(width=160))
         return 0
 
-    setting = SETTINGS[args.setting]
-    seeds = args.seeds if args.seeds is not None else setting.seeds
-    estimators = args.estimators or setting.estimators
+    setting = SETTINGS[settings.setting]
+    seeds = settings.seeds if settings.seeds is not None else setting.seeds
+    estimators = settings.estimators or setting.estimators
     for spec in estimators:
         parse_estimator_spec(spec)  # a bad name or parameter fails here, before any training
-    envs = args.envs or setting.envs
-    timeout_s = args.timeout or setting.timeout_s
-    args.jobs = args.jobs or setting.jobs
-    runs_dir = args.runs_dir or ROOT / "runs" / "compare_estimators" / args.setting
-    base = [*setting.overrides, *([f"model.path={args.model_path}"] if args.model_path else []), *args.extra]
+    envs = settings.envs or setting.envs
+    timeout_s = settings.timeout or setting.timeout_s
+    jobs = settings.jobs or setting.jobs
+    runs_dir = settings.runs_dir or ROOT / "runs" / "compare_estimators" / settings.setting
+    base = [
+        *setting.overrides,
+        *([f"model.path={settings.model_path}"] if settings.model_path else []),
+        *settings.extra,
+    ]
     console = Console(width=160)
     started = time.perf_counter()
     warm_starts: list[dict[str, Any]] = []
@@ -501,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         # seed. Its held-out evaluation is every run's ``before_rl``.
         ws_dir = runs_dir / env / "warm_start"
         ws_overrides = [*env_base, f"seed={seeds[0]}", "iterations=0", "warm_start.enabled=true"]
-        if args.reuse and finished(ws_dir) and (ws_dir / "final").is_dir():
+        if settings.reuse and finished(ws_dir) and (ws_dir / "final").is_dir():
             console.print(f"[bold]{env}: warm start reused from {ws_dir}")
             ws = reused_record(ws_overrides, ws_dir)
         else:
@@ -529,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                     "warm_start.enabled=false",
                     "eval.before_rl=false",
                 ]
-                if args.reuse and finished(run_dir):
+                if settings.reuse and finished(run_dir):
                     record.update(reused_record(overrides, run_dir), **run_results(run_dir, finished=True))
                     jobs.append((record, [], run_dir))
                     continue
@@ -549,21 +546,21 @@ def main(argv: list[str] | None = None) -> int:
 
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:  # runs are subprocesses: threads suffice
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # runs are subprocesses: threads suffice
         runs = list(pool.map(run_one, jobs))
     display, stats, metric_names = summarise(runs)
     result = {
         "benchmark": "compare_estimators",
         "command": "python benchmarks/compare_estimators.py "
         + shlex.join(argv if argv is not None else sys.argv[1:]),
-        "setting": args.setting,
+        "setting": settings.setting,
         "config": {
             **asdict(setting),
             "seeds": seeds,
             "estimators": estimators,
             "envs": envs,
-            "model_path": args.model_path,
-            "extra": args.extra,
+            "model_path": settings.model_path,
+            "extra": settings.extra,
             "timeout_s": timeout_s,
         },
         "machine": machine_info(load_average_1m=os.getloadavg()[0], numpy=np.__version__, **_torch_info()),
@@ -575,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         "warm_starts": warm_starts,
         "runs": runs,
     }
-    write_result(result, args.out, console)
+    write_result(result, settings.out, console)
     return 0 if all(r["status"] == "ok" for r in runs) and runs else 1
 
 
