@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result
-from benchmarks.harness import option, parse_config
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 from training.config import TinyModelConfig
 from training.engines import TransformersEngine
 from training.policy import build_tiny_policy, load_policy
@@ -187,6 +187,23 @@ def main(argv: list[str] | None = None) -> int:
     save_result(result, settings.out)
     console.print(f"wrote {settings.out}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "vllm_engine",
+        script_path(__file__),
+        "Rollout sampling on the CPU with vLLM (`rollout.engine=vllm`) against the transformers engine, "
+        "same quickstart-shaped tiny policy and prompts: tokens per second of wall time and per CPU-second "
+        "at each batch size, and the one-off engine start-up and weight sync. Needs `.venv-vllm` "
+        "(scripts/setup_vllm_cpu.sh): no quick version.",
+        ".venv-vllm/bin/python benchmarks/bench_vllm_engine.py",
+    ),
+)
 
 
 if __name__ == "__main__":
