@@ -39,7 +39,7 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from webshop_server.usage import CommandParser, UsageError
 
@@ -119,6 +119,12 @@ def parse_config(cls: type, argv: Sequence[str] | None, description: str, prog: 
         return cls(**vars(args))
     except (ValueError, UsageError) as exc:
         parser.error(str(exc))
+
+
+def usage_error(message: str, prog: str | None = None) -> NoReturn:
+    """Stop with ``message`` as a usage error found after parsing (one line, exit status 2), as
+    :func:`parse_config` reports one found while parsing."""
+    CommandParser(prog=prog).error(message)
 
 
 def recorded_command(script: str, argv: Sequence[str]) -> str:
