@@ -16,31 +16,42 @@ Writes ``benchmarks/results/advantages.json`` and ``advantages.png``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # before numpy: one core
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import numpy as np  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.progress import track  # noqa: E402
-from rich.table import Table  # noqa: E402
+import numpy as np
+from rich.console import Console
+from rich.progress import track
+from rich.table import Table
+
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from benchmarks.lib.markdown import markdown_table
+from training.advantages import ESTIMATORS, compute_advantages
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "advantages"))
 
-from advantages_batches import random_walk_batch  # noqa: E402
-from advantages_reference import REFERENCES  # noqa: E402
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from training.advantages import ESTIMATORS, compute_advantages  # noqa: E402
+def _test_module(name: str):
+    """A module of ``tests/advantages/`` (the batches and the per-row references live with the tests, which
+    are no package), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "advantages" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+random_walk_batch = _test_module("advantages_batches").random_walk_batch
+REFERENCES = _test_module("advantages_reference").REFERENCES
 
 TARGET_SECONDS = 2.0
 TARGET_SPEEDUP = 10.0
@@ -65,21 +76,25 @@ def _subset(batch: dict, n: int) -> dict:
     return {k: v[:n] for k, v in batch.items()}
 
 
+@dataclass
+class Settings:
+    sizes: list[int] = option([250_000, 500_000, 1_000_000], "step rows per batch")
+    reference_rows: int = option(100_000, "rows the Python references are timed on (then scaled linearly)")
+    repeats: int = option(3, "timed calls per size (the best is kept)")
+    seed: int = option(0, "batch seed")
+    out: Path = option(RESULTS_DIR / "advantages.json", "result file (the plot is written beside it)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[250_000, 500_000, 1_000_000])
-    parser.add_argument("--reference-rows", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "advantages.json")
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.splitlines()[0])
     console = Console(width=150)
     load_at_start = os.getloadavg()[0]
     names = sorted(ESTIMATORS)
-    largest = max(args.sizes)
+    largest = max(settings.sizes)
+    reference_rows, repeats = settings.reference_rows, settings.repeats
 
     n_groups = largest // 200 + 16  # ~250 rows per group of 8 trajectories
-    full = random_walk_batch(n_groups, seed=args.seed, n_rows=largest)
+    full = random_walk_batch(n_groups, seed=settings.seed, n_rows=largest)
     traj_len = np.bincount(full["traj_id"])
     console.print(
         f"batch: {largest} rows, {len(np.unique(full['group_id']))} groups, "
@@ -89,32 +104,34 @@ def main(argv: list[str] | None = None) -> int:
 
     fast: dict[str, dict[int, float]] = {n: {} for n in names}
     wall: dict[str, dict[int, float]] = {n: {} for n in names}
-    for size in args.sizes:
+    for size in settings.sizes:
         batch = _subset(full, size)
         for name in track(names, description=f"fast estimators at {size} rows"):
             fast[name][size], wall[name][size], _ = _timed(
-                lambda b=batch, n=name: compute_advantages(n, b), args.repeats
+                lambda b=batch, n=name: compute_advantages(n, b), settings.repeats
             )
     shuffled = {}
-    perm = np.random.default_rng(args.seed).permutation(largest)
+    perm = np.random.default_rng(settings.seed).permutation(largest)
     shuffled_batch = {k: v[perm] for k, v in full.items()}
     for name in track(names, description=f"fast estimators, {largest} rows in random order"):
-        shuffled[name], _, _ = _timed(lambda n=name: compute_advantages(n, shuffled_batch), args.repeats)
+        shuffled[name], _, _ = _timed(lambda n=name: compute_advantages(n, shuffled_batch), settings.repeats)
 
-    ref_batch = _subset(full, args.reference_rows)
+    ref_batch = _subset(full, settings.reference_rows)
     reference, ref_fast, max_diff = {}, {}, {}
-    for name in track(names, description=f"Python references at {args.reference_rows} rows"):
+    for name in track(names, description=f"Python references at {settings.reference_rows} rows"):
         reference[name], _, ref_out = _timed(lambda n=name: REFERENCES[n](ref_batch), 1)
-        ref_fast[name], _, fast_out = _timed(lambda n=name: compute_advantages(n, ref_batch), args.repeats)
+        ref_fast[name], _, fast_out = _timed(
+            lambda n=name: compute_advantages(n, ref_batch), settings.repeats
+        )
         max_diff[name] = float(np.abs(ref_out - fast_out).max())
 
-    scale = largest / args.reference_rows
-    table = Table(title=f"Advantage estimators: CPU seconds on one core (best of {args.repeats})")
+    scale = largest / settings.reference_rows
+    table = Table(title=f"Advantage estimators: CPU seconds on one core (best of {settings.repeats})")
     for col in (
         "estimator",
-        *[f"{s // 1000}k s" for s in args.sizes],
+        *[f"{s // 1000}k s" for s in settings.sizes],
         f"{largest // 1000}k shuffled s",
-        f"t({largest // 1000}k)/t({min(args.sizes) // 1000}k)",
+        f"t({largest // 1000}k)/t({min(settings.sizes) // 1000}k)",
         f"ref @{largest // 1000}k s (scaled)",
         "speedup",
         "max |diff| vs ref",
@@ -124,15 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         t_big = fast[name][largest]
         ref_big = reference[name] * scale
-        growth = t_big / fast[name][min(args.sizes)]
+        growth = t_big / fast[name][min(settings.sizes)]
         results[name] = {
-            "seconds_by_rows": {str(s): fast[name][s] for s in args.sizes},
-            "wall_seconds_median_by_rows": {str(s): wall[name][s] for s in args.sizes},
-            "seconds_per_million_rows_by_rows": {str(s): fast[name][s] / s * 1e6 for s in args.sizes},
+            "seconds_by_rows": {str(s): fast[name][s] for s in settings.sizes},
+            "wall_seconds_median_by_rows": {str(s): wall[name][s] for s in settings.sizes},
+            "seconds_per_million_rows_by_rows": {str(s): fast[name][s] / s * 1e6 for s in settings.sizes},
             "seconds_shuffled_rows": shuffled[name],
             "growth_largest_over_smallest": growth,
             "reference_seconds_measured": reference[name],
-            "reference_rows": args.reference_rows,
+            "reference_rows": settings.reference_rows,
             "reference_seconds_scaled_to_largest": ref_big,
             "fast_seconds_at_reference_rows": ref_fast[name],
             "speedup_same_size": reference[name] / ref_fast[name],
@@ -143,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         table.add_row(
             name,
-            *[f"{fast[name][s]:.3f}" for s in args.sizes],
+            *[f"{fast[name][s]:.3f}" for s in settings.sizes],
             f"{shuffled[name]:.3f}",
             f"{growth:.2f}",
             f"{ref_big:.1f}",
@@ -166,12 +183,12 @@ def main(argv: list[str] | None = None) -> int:
             "trajectories, up to 50 steps, shared start state, revisits/loops, ~5% invalid actions); smaller "
             "sizes are prefixes of the largest batch; rows in trajectory-major order unless "
             "'shuffled'",
-            "seed": args.seed,
+            "seed": settings.seed,
         },
-        "reference_note": f"Python references timed once on the first {args.reference_rows} rows and scaled "
+        "reference_note": f"Python references timed once on the first {reference_rows} rows and scaled "
         f"linearly (x{scale:g}) to {largest} rows; 'speedup_same_size' compares both at "
-        f"{args.reference_rows} rows",
-        "timing": f"seconds = best of {args.repeats} runs of process CPU time (time.process_time; the code "
+        f"{reference_rows} rows",
+        "timing": f"seconds = best of {repeats} runs of process CPU time (time.process_time; the code "
         "is single-threaded, OMP_NUM_THREADS=1, so this is time on one core); median wall time recorded too. "
         "The Python reference is timed once. The benchmark machine is shared (load average recorded).",
         "results": results,
@@ -184,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             processor=platform.processor(),
         ),
     }
-    save_result(payload, args.out)
-    _plot(results, args.sizes, args.out.with_suffix(".png"))
-    console.print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    save_result(payload, settings.out)
+    _plot(results, settings.sizes, settings.out.with_suffix(".png"))
+    console.print(f"wrote {settings.out} and {settings.out.with_suffix('.png')}")
     return 0
 
 
@@ -211,6 +228,54 @@ def _plot(results: dict, sizes: list[int], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def render_advantages(data: dict) -> str:
+    results = data["results"]
+    largest = str(data["batch"]["rows"])
+    rows = [
+        [
+            name,
+            r["seconds_by_rows"][largest],
+            r["speedup_vs_scaled_reference"],
+            r["growth_largest_over_smallest"],
+            r["max_abs_diff_vs_reference"],
+            r["meets_time_target"],
+            r["meets_speedup_target"],
+        ]
+        for name, r in results.items()
+    ]
+    return f"Claim: {data.get('claim', '—')}\n\n" + markdown_table(
+        [
+            "estimator",
+            f"CPU s at {int(largest):,} rows",
+            "speed-up vs Python reference",
+            "time growth, largest / smallest size",
+            "max abs diff vs reference",
+            "time target met",
+            "speed-up target met",
+        ],
+        rows,
+    )
+
+
+SPECS = (
+    Benchmark(
+        "advantages",
+        script_path(__file__),
+        "Speed of every advantage estimator at three batch sizes (CPU seconds, one core) against per-row "
+        "Python references; the claim checked (time at the largest size, speed-up, linear growth) is the "
+        "result's own.",
+        "python benchmarks/bench_advantages.py",
+        ["--sizes", "100000", "200000", "--reference-rows", "20000", "--repeats", "1"],
+        render_advantages,
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -19,31 +19,34 @@ Run:  ``nice .venv/bin/python benchmarks/bench_alfworld.py [--quick]``  (writes
 
 from __future__ import annotations
 
-import argparse
 import gc
 import os
 import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import gymnasium as gym  # noqa: E402
-import psutil  # noqa: E402
-import textworld  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-from textworld.envs.pddl import PddlEnv  # noqa: E402
+# isort: split
 
-import progpo_envs  # noqa: E402,F401
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from progpo_envs.alfworld import wheel  # noqa: E402
-from progpo_envs.alfworld.data import load_tasks  # noqa: E402
-from progpo_envs.alfworld.engine import EnginePatches, active_patches, clear_caches  # noqa: E402
-from progpo_envs.alfworld.env import ALFWorldEnv  # noqa: E402
-from progpo_envs.alfworld.task_types import TASK_TYPES  # noqa: E402
+import gymnasium as gym
+import psutil
+import textworld
+from rich.console import Console
+from rich.table import Table
+from textworld.envs.pddl import PddlEnv
+
+import progpo_envs  # noqa: F401
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from progpo_envs.alfworld import wheel
+from progpo_envs.alfworld.data import load_tasks
+from progpo_envs.alfworld.engine import EnginePatches, active_patches, clear_caches
+from progpo_envs.alfworld.env import ALFWorldEnv
+from progpo_envs.alfworld.task_types import TASK_TYPES
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO / ".." / "shared" / "data" / "alfworld").resolve()
@@ -227,19 +230,22 @@ def bench_memory(data_dir: Path, split: str, num_envs: int) -> dict:
     return {"rss_mb_per_env": per_env / 2**20, "rss_mb_process": process.memory_info().rss / 2**20}
 
 
+@dataclass
+class Settings:
+    data_dir: Path = option(SHARED_DATA, "folder containing json_2.1.1/")
+    split: str = option("valid_seen", "the ALFWorld split whose games are played")
+    quick: bool = option(False, "fewer games and steps")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=SHARED_DATA, help="folder containing json_2.1.1/")
-    parser.add_argument("--split", default="valid_seen")
-    parser.add_argument("--quick", action="store_true", help="fewer games and steps")
-    args = parser.parse_args(argv)
-    num_games, steps, rounds = (2, 8, 5) if args.quick else (6, 20, 10)
+    settings = parse_config(Settings, argv, __doc__.split("\n")[0])
+    num_games, steps, rounds = (2, 8, 5) if settings.quick else (6, 20, 10)
 
     console = Console()
-    console.print(f"[bold]ALFWorld benchmark[/] on {args.data_dir}/json_2.1.1/{args.split}")
-    single = bench_single(args.data_dir, args.split, num_games, steps)
-    vector = bench_vector(args.data_dir, args.split, rounds)
-    memory = bench_memory(args.data_dir, args.split, 4)
+    console.print(f"[bold]ALFWorld benchmark[/] on {settings.data_dir}/json_2.1.1/{settings.split}")
+    single = bench_single(settings.data_dir, settings.split, num_games, steps)
+    vector = bench_vector(settings.data_dir, settings.split, rounds)
+    memory = bench_memory(settings.data_dir, settings.split, 4)
 
     table = Table(title="progpo/ALFWorld-v0 vs the unpatched engine (same games, same actions)")
     table.add_column("measure")
@@ -282,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "alfworld",
         "machine": machine_info(load_average_1_5_15=load, sched_autogroup=autogroup),
-        "data": {"data_dir": str(args.data_dir), "split": args.split, "quick": args.quick},
+        "data": {"data_dir": str(settings.data_dir), "split": settings.split, "quick": settings.quick},
         "single": single,
         "vector": vector,
         "memory": memory,
@@ -296,6 +302,22 @@ def main(argv: list[str] | None = None) -> int:
     save_result(result, RESULTS)
     console.print(f"wrote {RESULTS.relative_to(REPO)}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "alfworld",
+        script_path(__file__),
+        "ALFWorld env step/reset latency vs the unpatched engine on the same games, group vector env sync vs "
+        "async, memory per env, wrapper overhead.",
+        "python benchmarks/bench_alfworld.py",
+        ["--quick"],
+    ),
+)
 
 
 if __name__ == "__main__":

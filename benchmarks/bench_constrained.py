@@ -18,17 +18,17 @@ Writes ``benchmarks/results/constrained.json`` and ``benchmarks/results/constrai
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SHAPES = {
     "tiny": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2},
@@ -51,7 +51,7 @@ def _policy(shape: dict, folder: str):
     return load_policy(folder, device="cpu")
 
 
-def run_shape(name: str, args) -> dict:
+def run_shape(name: str, settings: Settings) -> dict:
     import torch
 
     from agents.projection import demonstration_text
@@ -71,7 +71,7 @@ def run_shape(name: str, args) -> dict:
     prompt = tok.apply_chat_template(
         [{"role": "user", "content": prompt_text}], add_generation_prompt=True, tokenize=False
     )
-    prompts = [tok(prompt, add_special_tokens=False)["input_ids"]] * args.rows
+    prompts = [tok(prompt, add_special_tokens=False)["input_ids"]] * settings.rows
     fast_projection = sampling.output_projection
     full_vocabulary = lambda model: None  # noqa: E731 - the fallback path, as under FSDP2
 
@@ -79,7 +79,7 @@ def run_shape(name: str, args) -> dict:
         sampling.output_projection = decoding.output_projection = projection
         try:
             sample_s, update_s = [], []
-            for repeat in range(args.repeats):
+            for repeat in range(settings.repeats):
                 started = time.perf_counter()
                 out = decoding.sample_responses(
                     model,
@@ -130,7 +130,7 @@ def run_shape(name: str, args) -> dict:
         "model": name,
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocabulary": model.get_output_embeddings().weight.shape[0],
-        "rows": args.rows,
+        "rows": settings.rows,
         "full_vocabulary": {k: full[k] for k in ("sample_seconds", "update_seconds")},
         "allowed_rows": {k: fast[k] for k in ("sample_seconds", "update_seconds")},
         "sample_speedup": full["sample_seconds"] / fast["sample_seconds"],
@@ -141,18 +141,21 @@ def run_shape(name: str, args) -> dict:
     }
 
 
+@dataclass
+class Settings:
+    models: list[str] = option(list(SHAPES), "policy shapes to run", choices=list(SHAPES))
+    rows: int = option(64, "constrained responses per batch")
+    repeats: int = option(2, "timed repeats (the fastest is kept)")
+    out: str = option(str(RESULTS_DIR / "constrained.json"), "result file (the plot is written beside it)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--rows", type=int, default=64, help="constrained responses per batch")
-    parser.add_argument("--repeats", type=int, default=2, help="timed repeats (the fastest is kept)")
-    parser.add_argument("--out", default=str(RESULTS_DIR / "constrained.json"))
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.splitlines()[0])
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     started = time.time()
-    results = [run_shape(name, args) for name in args.models]
+    results = [run_shape(name, settings) for name in settings.models]
     header = (
         f"{'model':6} {'vocab':>7} {'sample full/rows (s)':>22} {'x':>5} "
         f"{'update full/rows (s)':>22} {'x':>5}"
@@ -169,12 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         {
             "benchmark": "constrained",
             "command": "python benchmarks/bench_constrained.py " + " ".join(argv or sys.argv[1:]),
-            "args": vars(args),
+            "args": asdict(settings),
             "results": results,
             "machine": machine_info(torch=torch.__version__, torch_threads=torch.get_num_threads()),
             "wall_seconds": time.time() - started,
         },
-        args.out,
+        settings.out,
     )
     _plot(results, out.with_suffix(".png"))
     return 0
@@ -207,6 +210,24 @@ def _plot(results: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "constrained",
+        script_path(__file__),
+        "Constrained decoding: computing only the allowed tokens' output rows against the full vocabulary's "
+        "logits, same batch, same run (sampling, and a trainer forward + backward), for the tiny and a "
+        "larger policy (their parameters in the table; both with the quickstart's 65,536-token vocabulary); "
+        "the log-prob difference between the paths.",
+        "python benchmarks/bench_constrained.py",
+        ["--models", "tiny", "--rows", "16", "--repeats", "1"],
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -21,31 +21,32 @@ Run: ``.venv/bin/python benchmarks/bench_eval.py`` (``--quick`` for a short run)
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
-import os
 import re
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
+
+# isort: split
+
+import gymnasium as gym
+from rich.console import Console
+from rich.table import Table
+
+import agents.evaluate as evaluate_module
+import progpo_envs  # noqa: F401
+from agents.evaluate import EvalConfig, evaluate
+from agents.llm_config import OpenAIConfig
+from agents.report import write_reports
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import gymnasium as gym  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-import agents.evaluate as evaluate_module  # noqa: E402
-import progpo_envs  # noqa: E402,F401
-from agents.evaluate import EvalConfig, evaluate  # noqa: E402
-from agents.llm_config import OpenAIConfig  # noqa: E402
-from agents.report import write_reports  # noqa: E402
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
 
 
 def _records(out: Path) -> list[dict]:
@@ -276,28 +277,31 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+@dataclass
+class Settings:
+    quick: bool = option(False, "fewer episodes and repeats")
+    latency: float = option(0.05, "seconds per request of the scripted endpoint")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer episodes and repeats")
-    parser.add_argument(
-        "--latency", type=float, default=0.05, help="seconds per request of the scripted endpoint"
-    )
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
     console = Console()
-    repeats = 2 if args.quick else 5
+    repeats = 2 if settings.quick else 5
     webshop_kwargs = {"split": "test", "num_products": 200}
     alfworld_kwargs = {"split": "train"}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         overhead = [
             bench_overhead(
-                "webshop", "progpo/WebShop-v0", webshop_kwargs, 20 if args.quick else 50, repeats, tmp
+                "webshop", "progpo/WebShop-v0", webshop_kwargs, 20 if settings.quick else 50, repeats, tmp
             ),
             bench_overhead(
-                "alfworld", "progpo/ALFWorld-v0", alfworld_kwargs, 6 if args.quick else 12, repeats, tmp
+                "alfworld", "progpo/ALFWorld-v0", alfworld_kwargs, 6 if settings.quick else 12, repeats, tmp
             ),
         ]
-        openai_rows = bench_openai([1, 8, 32], 32, 3 if args.quick else 5, args.latency, webshop_kwargs, tmp)
+        openai_rows = bench_openai(
+            [1, 8, 32], 32, 3 if settings.quick else 5, settings.latency, webshop_kwargs, tmp
+        )
     result = {
         "benchmark": "eval",
         "machine": machine_info(),
@@ -335,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print(table)
     table = Table(
-        title=f"OpenAI agent on WebShop, 32 env copies, {args.latency * 1000:.0f} ms/request endpoint"
+        title=f"OpenAI agent on WebShop, 32 env copies, {settings.latency * 1000:.0f} ms/request endpoint"
     )
     for column in ("concurrency", "episodes", "requests", "seconds", "episodes/s", "requests/s", "speedup"):
         table.add_column(column, justify="right")
@@ -352,6 +356,22 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     console.print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "eval",
+        script_path(__file__),
+        "Evaluation harness overhead over stepping the env directly; OpenAI-compatible agent throughput at "
+        "concurrency 1/8/32.",
+        "python benchmarks/bench_eval.py",
+        ["--quick"],
+    ),
+)
 
 
 if __name__ == "__main__":

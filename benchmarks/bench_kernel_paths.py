@@ -64,14 +64,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: ``(setting, ATEN_CPU_CAPABILITY)``; None = unset (PyTorch picks the CPU's best kernels). The first is the
 #: reference every other setting is compared with; the second repeats it (same kernels: bit-identical).
@@ -147,7 +147,7 @@ def compare_runs(reference: dict[str, Any], other: dict[str, Any]) -> dict[str, 
     }
 
 
-def run_setting(args) -> dict[str, Any]:
+def run_setting(options: Options) -> dict[str, Any]:
     """One setting in this process (its kernels chosen by the environment it was started with): forward,
     steps, sampling; saves the tensors to ``<out>/<setting>.pt`` and returns the scalars."""
     import torch
@@ -157,7 +157,7 @@ def run_setting(args) -> dict[str, Any]:
 
     config = TrainConfig()
     torch.set_num_threads(config.num_threads)
-    model = AutoModelForCausalLM.from_pretrained(args.policy, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(options.policy, dtype=torch.float32)
     ids = TinyModelConfig().vocab_size  # the BPE ids the tokenizer keeps
     generator = torch.Generator().manual_seed(0)
     probe = torch.randint(0, ids, (BATCH_ROWS, BATCH_TOKENS), generator=generator)
@@ -170,9 +170,9 @@ def run_setting(args) -> dict[str, Any]:
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.warm_start.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 - s / max(args.steps, 1))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 - s / max(options.steps, 1))
     losses = []
-    for step in range(args.steps):
+    for step in range(options.steps):
         batch = corpus[step % NUM_BATCHES]
         loss = model(batch, labels=batch).loss
         optimizer.zero_grad()
@@ -185,7 +185,7 @@ def run_setting(args) -> dict[str, Any]:
     sampler = torch.Generator().manual_seed(1)
     sequences, sampled_logprobs = prompts, []
     with torch.no_grad():
-        for _ in range(args.sample_tokens):
+        for _ in range(options.sample_tokens):
             logprobs = torch.log_softmax(model(sequences, logits_to_keep=1).logits[:, -1], dim=-1)
             next_ids = torch.multinomial(logprobs.exp(), 1, generator=sampler)  # temperature 1
             sampled_logprobs.append(logprobs.gather(1, next_ids))
@@ -197,18 +197,18 @@ def run_setting(args) -> dict[str, Any]:
         "sampled_logprobs": torch.cat(sampled_logprobs, dim=1),
         "losses": losses,
     }
-    torch.save(tensors, Path(args.out) / f"{args.child}.pt")
+    torch.save(tensors, Path(options.out) / f"{options.child}.pt")
     return {
-        "setting": args.child,
+        "setting": options.child,
         "capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": torch.get_num_threads(),
         "losses": losses,
     }
 
 
-def _child(args, setting: str, capability: str | None, policy: Path, out: Path) -> dict[str, Any]:
+def _child(options: Options, setting: str, capability: str | None, policy: Path, out: Path) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", setting, "--policy", str(policy), "--out", str(out)]
-    command += ["--steps", str(args.steps), "--sample-tokens", str(args.sample_tokens)]
+    command += ["--steps", str(options.steps), "--sample-tokens", str(options.sample_tokens)]
     env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
     env["OMP_NUM_THREADS"] = "1"
     if capability is not None:
@@ -223,18 +223,23 @@ def _child(args, setting: str, capability: str | None, policy: Path, out: Path) 
     return result
 
 
+@dataclass
+class Options:
+    steps: int = option(40, "AdamW steps of language modelling")
+    sample_tokens: int = option(32, "tokens sampled per sequence")
+    out: str = option(str(RESULTS_DIR / "kernel_paths.json"), "result file")
+    child: str | None = option(None, argparse.SUPPRESS)  # one setting, in this process
+    policy: str | None = option(None, argparse.SUPPRESS)
+
+    def __post_init__(self):
+        if self.steps < 1 or self.sample_tokens < 1:
+            raise ValueError("--steps and --sample-tokens must be >= 1")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=40, help="AdamW steps of language modelling")
-    parser.add_argument("--sample-tokens", type=int, default=32, help="tokens sampled per sequence")
-    parser.add_argument("--out", default=str(RESULTS_DIR / "kernel_paths.json"), help="result file")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--policy", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.steps < 1 or args.sample_tokens < 1:
-        parser.error("--steps and --sample-tokens must be >= 1")
-    if args.child:
-        print(json.dumps(run_setting(args)))
+    options = parse_config(Options, argv, __doc__.split("\n\n")[0])
+    if options.child:
+        print(json.dumps(run_setting(options)))
         return 0
 
     import torch
@@ -248,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     config = TrainConfig()
     with tempfile.TemporaryDirectory(prefix="kernel_paths_") as tmp:
         policy = build_tiny_policy(Path(tmp) / "policy", TinyModelConfig())
-        runs = [_child(args, name, capability, policy, Path(tmp)) for name, capability in SETTINGS]
+        runs = [_child(options, name, capability, policy, Path(tmp)) for name, capability in SETTINGS]
         tensors = [torch.load(Path(tmp) / f"{r['setting']}.pt") for r in runs]
     results = {}
     for run, outputs in zip(runs, tensors, strict=True):
@@ -260,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     table = Table(
-        title=f"kernel paths vs '{SETTINGS[0][0]}': logits at init, params after {args.steps} AdamW steps, "
-        "sampling at temperature 1"
+        title=f"kernel paths vs '{SETTINGS[0][0]}': logits at init, params after {options.steps} AdamW "
+        "steps, sampling at temperature 1"
     )
     for column in ("setting", "ISA"):
         table.add_column(column)
@@ -287,10 +292,10 @@ def main(argv: list[str] | None = None) -> int:
             "benchmark": "kernel_paths",
             "command": " ".join(["python benchmarks/bench_kernel_paths.py", *(argv or sys.argv[1:])]),
             "reference_setting": SETTINGS[0][0],
-            "steps": args.steps,
+            "steps": options.steps,
             "lr": config.warm_start.lr,
             "batch": f"{BATCH_ROWS} rows x {BATCH_TOKENS} tokens, {NUM_BATCHES} batches cycled",
-            "sampled_tokens": SAMPLE_ROWS * args.sample_tokens,
+            "sampled_tokens": SAMPLE_ROWS * options.sample_tokens,
             "results": results,
             "losses": {r["setting"]: r["losses"] for r in runs},
             "machine": machine_info(
@@ -300,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "wall_seconds": time.time() - started,
         },
-        args.out,
+        options.out,
     )
     _plot(results, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
@@ -350,6 +355,27 @@ def _plot(results: dict[str, dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "kernel_paths",
+        script_path(__file__),
+        "Whether the CPU kernel path changes the quickstart policy's numbers (issue 20: the quickstart did "
+        "not reproduce on a fresh machine): one process per `ATEN_CPU_CAPABILITY` setting (unset: the CPU's "
+        "best kernels; unset again: a repeat; `default`: the generic code another CPU would take), each "
+        "loading the same tiny policy for a forward pass, AdamW steps of language modelling at the warm "
+        "start's learning rate and seeded sampling at temperature one; compared with the first setting: the "
+        "largest logit and parameter differences, the share of parameters that differ, the final loss, the "
+        "share of sampled tokens that agree, and whether the repeat is bit-identical.",
+        "python benchmarks/bench_kernel_paths.py",
+        ["--steps", "10"],
+    ),
+)
 
 
 if __name__ == "__main__":

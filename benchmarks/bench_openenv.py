@@ -25,32 +25,35 @@ nothing). Writes ``benchmarks/results/openenv.json`` and ``benchmarks/results/op
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import json
 import os
+import platform
+import random
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import random  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import gymnasium as gym  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.progress import Progress  # noqa: E402
-from rich.table import Table  # noqa: E402
+import gymnasium as gym
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+import progpo_envs  # noqa: F401
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from benchmarks.lib.hosting import ENVS, percentiles
+from benchmarks.lib.markdown import markdown_table
+from progpo_envs.server.remote import RemoteEnv
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import progpo_envs  # noqa: E402,F401
-from benchmarks.bench_hosting import ENVS, percentiles  # noqa: E402
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
-from progpo_envs.server.remote import RemoteEnv  # noqa: E402
 
 RESULT = RESULTS_DIR / "openenv.json"
 PLOT = RESULTS_DIR / "openenv.png"
@@ -226,51 +229,51 @@ def plot(results: dict, clients: int) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=32, help="concurrent sessions per protocol")
-    parser.add_argument(
-        "--steps", type=int, default=None, help="steps per round, all clients (default: per env)"
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="counted rounds per protocol (after a warm-up)")
-    parser.add_argument("--workers", type=int, default=2, help="env worker processes of each server")
-    parser.add_argument("--env", action="append", dest="envs", help="only these env ids")
-    parser.add_argument(
-        "--openenv-client",
+@dataclass
+class Settings:
+    clients: int = option(32, "concurrent sessions per protocol")
+    steps: int | None = option(None, "steps per round, all clients (default: per env)")
+    rounds: int = option(3, "counted rounds per protocol (after a warm-up)")
+    workers: int = option(2, "env worker processes of each server")
+    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append", nargs=None)
+    openenv_client: str = option(
+        "async",
+        "OpenEnv sessions on one asyncio loop (async) or one thread per .sync() client",
         choices=["async", "sync"],
-        default="async",
-        help="OpenEnv sessions on one asyncio loop (async) or one thread per .sync() client",
     )
-    parser.add_argument("--quick", action="store_true", help="a smoke run: few steps, one round, no files")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.steps, args.rounds, args.clients = 64, 1, 8
+    quick: bool = option(False, "a smoke run: few steps, one round, no files")
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
+    if settings.quick:
+        settings = dataclasses.replace(settings, steps=64, rounds=1, clients=8)
     console = Console()
     results: dict = {}
-    for env_id in args.envs or list(ENVS):
+    for env_id in settings.envs or list(ENVS):
         try:
             gym.make(env_id, **ENVS[env_id]).close()
         except Exception as exc:  # noqa: BLE001 - an env not available here is reported, not fatal
             console.print(f"[yellow]skipping {env_id}: {exc!r}")
             continue
-        steps_each = max(4, (args.steps or DEFAULT_STEPS[env_id]) // args.clients)
+        steps_each = max(4, (settings.steps or DEFAULT_STEPS[env_id]) // settings.clients)
         runs: dict[str, list[dict]] = {"native": [], "openenv": []}
         with Progress(console=console, transient=True) as progress:
-            task = progress.add_task(f"{env_id}: starting both servers", total=2 * (args.rounds + 1))
-            servers = {p: start_server(env_id, args.workers, p) for p in ("native", "openenv")}
+            task = progress.add_task(f"{env_id}: starting both servers", total=2 * (settings.rounds + 1))
+            servers = {p: start_server(env_id, settings.workers, p) for p in ("native", "openenv")}
             try:
-                for round_index in range(-1, args.rounds):  # round -1: the warm-up
+                for round_index in range(-1, settings.rounds):  # round -1: the warm-up
                     order = ("native", "openenv") if round_index % 2 == 0 else ("openenv", "native")
                     for protocol in order:
                         label = "warm-up" if round_index < 0 else f"round {round_index + 1}"
                         progress.update(task, description=f"{env_id}: {label}, {protocol}")
                         url = servers[protocol].url
                         if protocol == "native":
-                            run = run_native(url, env_id, args.clients, steps_each)
-                        elif args.openenv_client == "async":
-                            run = run_openenv_async(url, args.clients, steps_each)
+                            run = run_native(url, env_id, settings.clients, steps_each)
+                        elif settings.openenv_client == "async":
+                            run = run_openenv_async(url, settings.clients, steps_each)
                         else:
-                            run = run_openenv_sync(url, args.clients, steps_each)
+                            run = run_openenv_sync(url, settings.clients, steps_each)
                         if round_index >= 0:
                             runs[protocol].append(run)
                         progress.advance(task)
@@ -285,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             "p99_ratio": openenv["p99_ms"] / native["p99_ms"],
             "p50_ratio": openenv["p50_ms"] / native["p50_ms"],
         }
-    table = Table(title=f"OpenEnv vs native protocol, {args.clients} concurrent sessions")
+    table = Table(title=f"OpenEnv vs native protocol, {settings.clients} concurrent sessions")
     for column in [
         "env",
         "native steps/s",
@@ -308,18 +311,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(n['errors'])} / {len(o['errors'])}",
         )
     console.print(table)
-    if args.quick or not results:
+    if settings.quick or not results:
         return 0
     payload = {
         "benchmark": "openenv",
         "command": "python benchmarks/bench_openenv.py "
         + " ".join(argv if argv is not None else sys.argv[1:]),
         "settings": {
-            "clients": args.clients,
-            "steps_per_round": args.steps or {env_id: DEFAULT_STEPS[env_id] for env_id in results},
-            "rounds": args.rounds,
-            "workers": args.workers,
-            "openenv_client": args.openenv_client,
+            "clients": settings.clients,
+            "steps_per_round": settings.steps or {env_id: DEFAULT_STEPS[env_id] for env_id in results},
+            "rounds": settings.rounds,
+            "workers": settings.workers,
+            "openenv_client": settings.openenv_client,
             "env_kwargs": {env_id: ENVS[env_id] for env_id in results},
         },
         "target_throughput_ratio": TARGET_RATIO,
@@ -335,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     save_result(payload, RESULT)
-    plot(results, args.clients)
+    plot(results, settings.clients)
     lines = [f"wrote {RESULT.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}"]
     for env_id, row in results.items():
         verdict = "meets" if row["throughput_ratio"] >= TARGET_RATIO else "below"
@@ -345,6 +348,58 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print("\n".join(lines))
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def render_openenv(data: dict) -> str:
+    rows = [
+        [
+            env_id,
+            r["native"]["steps_per_s"],
+            r["openenv"]["steps_per_s"],
+            r["throughput_ratio"],
+            r["native"]["p99_ms"],
+            r["openenv"]["p99_ms"],
+            r["p99_ratio"],
+            r["throughput_ratio"] >= data["target_throughput_ratio"],
+            len(r["native"]["errors"]) + len(r["openenv"]["errors"]),
+        ]
+        for env_id, r in data["results"].items()
+    ]
+    clients = data["settings"]["clients"]
+    return f"{clients} concurrent sessions per protocol. {data.get('notes', '')}\n\n" + markdown_table(
+        [
+            "env",
+            "native steps/s",
+            "OpenEnv steps/s",
+            "throughput ratio",
+            "native p99 ms",
+            "OpenEnv p99 ms",
+            "p99 ratio",
+            f"ratio >= {data['target_throughput_ratio']}",
+            "errors",
+        ],
+        rows,
+    )
+
+
+SPECS = (
+    Benchmark(
+        "openenv",
+        script_path(__file__),
+        "The OpenEnv protocol (`progpo serve --protocol openenv`: OpenEnv's own server, `GenericEnvClient` "
+        "sessions) against our native protocol on the same machine in one run: steps/s and p99 step latency "
+        "with many concurrent sessions on ALFWorld and WebShop; claim: OpenEnv keeps the share of the native "
+        "throughput that the result file names as its goal (`target_throughput_ratio`).",
+        "python benchmarks/bench_openenv.py",
+        ["--quick"],
+        render_openenv,
+    ),
+)
 
 
 if __name__ == "__main__":

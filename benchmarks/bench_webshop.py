@@ -23,29 +23,30 @@ Writes ``benchmarks/results/webshop.json`` and ``webshop.png``.
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
-import requests  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.progress import track  # noqa: E402
-from rich.table import Table  # noqa: E402
+import numpy as np
+import psutil
+import requests
+from rich.console import Console
+from rich.progress import track
+from rich.table import Table
+
+from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from progpo_envs.webshop.env import WebShopEnv
+from webshop_server.engine import WebShopEngine, split_range
+from webshop_server.expert import expert_action
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result  # noqa: E402
-from progpo_envs.webshop.env import WebShopEnv  # noqa: E402
-from webshop_server.engine import WebShopEngine, split_range  # noqa: E402
-from webshop_server.expert import expert_action  # noqa: E402
 
 TARGET_P99_SEARCH_MS = 20.0
 TARGET_WORKER_BYTES = 1 << 30
@@ -229,22 +230,25 @@ def bench_session_memory(url: str, pid: int, episodes, total: int, clients: int 
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-products", type=int, default=100_000)
-    parser.add_argument("--episodes", type=int, default=300, help="expert episodes replayed")
-    parser.add_argument("--seconds", type=float, default=4.0, help="duration of each HTTP concurrency level")
-    parser.add_argument("--sessions", type=int, default=10_000, help="sessions for the memory-growth check")
-    parser.add_argument("--threads", type=int, default=8, help="waitress worker threads")
-    parser.add_argument("--processes", type=int, default=2, help="gunicorn worker processes")
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "webshop.json")
-    args = parser.parse_args(argv)
+@dataclass
+class Settings:
+    num_products: int = option(100_000, "catalog size")
+    episodes: int = option(300, "expert episodes replayed")
+    seconds: float = option(4.0, "duration of each HTTP concurrency level")
+    sessions: int = option(10_000, "sessions for the memory-growth check")
+    threads: int = option(8, "waitress worker threads")
+    processes: int = option(2, "gunicorn worker processes")
+    out: Path = option(RESULTS_DIR / "webshop.json", "result file")
 
-    console.print(f"[bold]WebShop benchmark[/] at {args.num_products:,} products")
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
+
+    console.print(f"[bold]WebShop benchmark[/] at {settings.num_products:,} products")
     t0 = time.perf_counter()
-    engine = WebShopEngine.shared(args.num_products, 0)
+    engine = WebShopEngine.shared(settings.num_products, 0)
     load_s = time.perf_counter() - t0
-    goals = split_range("all", engine.num_goals)[: args.episodes]
+    goals = split_range("all", engine.num_goals)[: settings.episodes]
     episodes, expert_scores = expert_episodes(engine, goals)
     in_process = bench_in_process(engine, episodes)
     in_process["expert"] = {
@@ -255,15 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     servers = {}
-    for server, workers in (("waitress", args.threads), ("gunicorn", args.processes)):
+    for server, workers in (("waitress", settings.threads), ("gunicorn", settings.processes)):
         t0 = time.perf_counter()
-        process = start_server(args.num_products, server, workers)
+        process = start_server(settings.num_products, server, workers)
         start_s = time.perf_counter() - t0
         with process:
             memory_idle = server_memory(process.pid)
-            http = [bench_http(process.url, episodes, c, args.seconds) for c in (1, 8, 32)]
+            http = [bench_http(process.url, episodes, c, settings.seconds) for c in (1, 8, 32)]
             memory_loaded = server_memory(process.pid)
-            sessions = bench_session_memory(process.url, process.pid, episodes, args.sessions)
+            sessions = bench_session_memory(process.url, process.pid, episodes, settings.sessions)
         servers[server] = {
             "workers": workers,
             "start_s": start_s,
@@ -276,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     waitress = servers["waitress"]
     results = {
         "machine": machine_info(load_avg_1m=os.getloadavg()[0]),
-        "num_products": args.num_products,
+        "num_products": settings.num_products,
         "num_goals": engine.num_goals,
         "engine_load_s": load_s,
         "in_process": in_process,
@@ -302,9 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             },
         },
     }
-    save_result(results, args.out)
+    save_result(results, settings.out)
 
-    table = Table(title=f"WebShop at {args.num_products:,} products ({os.cpu_count()} CPUs)")
+    table = Table(title=f"WebShop at {settings.num_products:,} products ({os.cpu_count()} CPUs)")
     for column in ("measurement", "value", "p50 ms", "p99 ms"):
         table.add_column(column)
     s = in_process["search_step"]
@@ -350,8 +354,8 @@ def main(argv: list[str] | None = None) -> int:
             "",
         )
     console.print(table)
-    _plot(results, args.out.with_suffix(".png"))
-    console.print(f"wrote {args.out}")
+    _plot(results, settings.out.with_suffix(".png"))
+    console.print(f"wrote {settings.out}")
     return 0
 
 
@@ -381,6 +385,23 @@ def _plot(results: dict, path: Path) -> None:
     right.set_title("server memory over sessions")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "webshop",
+        script_path(__file__),
+        "Self-hosted WebShop: in-process steps/s and search latency vs the bare index, HTTP servers' "
+        "throughput "
+        "and latency at 1/8/32 clients, memory per worker and over 10,000 sessions.",
+        "python benchmarks/bench_webshop.py",
+        ["--num-products", "10000"],
+    ),
+)
 
 
 if __name__ == "__main__":

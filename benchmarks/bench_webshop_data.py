@@ -13,27 +13,29 @@ Writes benchmarks/results/webshop_data.json.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import os
 import platform
 import random
 import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import psutil  # noqa: E402
-import tantivy  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+# isort: split
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from webshop_server.catalog import generate_catalog, load_catalog  # noqa: E402
-from webshop_server.search import SearchIndex, query_terms  # noqa: E402
+import psutil
+import tantivy
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from webshop_server.catalog import generate_catalog, load_catalog
+from webshop_server.search import SearchIndex, query_terms
 
 RESULTS = RESULTS_DIR / "webshop_data.json"
 P99_TARGET_MS = 20.0
@@ -155,18 +157,21 @@ def bench_size(n: int, num_queries: int, workdir: Path, seed: int = 0) -> dict:
     return result
 
 
+@dataclass
+class Settings:
+    sizes: list[int] = option([10_000, 100_000], "catalog sizes (products)")
+    queries: int = option(1000, "search queries per size")
+    out: Path = option(RESULTS, "result file")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.splitlines()[0])
     console = Console()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-webshop-data-") as tmp:
-        for n in args.sizes:
+        for n in settings.sizes:
             console.print(f"[bold]{n} products[/bold]")
-            results.append(bench_size(n, args.queries, Path(tmp)))
+            results.append(bench_size(n, settings.queries, Path(tmp)))
 
     # One row per metric, one column per catalog size (fits a terminal).
     metrics = [
@@ -210,9 +215,24 @@ def main(argv: list[str] | None = None) -> int:
         "p99_target_ms": P99_TARGET_MS,
         "results": results,
     }
-    save_result(payload, args.out)
-    console.print(f"wrote {args.out}")
+    save_result(payload, settings.out)
+    console.print(f"wrote {settings.out}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "webshop_data",
+        script_path(__file__),
+        "WebShop data layer: catalog generation, load, index build, search latency p50/p99 vs raw tantivy.",
+        "python benchmarks/bench_webshop_data.py",
+        ["--sizes", "10000", "--queries", "200"],
+    ),
+)
 
 
 if __name__ == "__main__":

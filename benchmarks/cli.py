@@ -3,7 +3,8 @@
 Each benchmark of :data:`benchmarks.report.BENCHMARKS` runs as a subprocess (``sys.executable script
 QUICK_ARGS``, from the repository root, ``nice``-friendly and with ``OMP_NUM_THREADS=1``); a benchmark whose
 script is missing is skipped, one that fails or runs past ``--timeout`` is reported and the others still run.
-Exit status: 0 when every benchmark that ran succeeded, 1 otherwise.
+Exit status: 0 when every benchmark that ran succeeded, 1 otherwise; a mistyped command line is one line on
+stderr and exit status 2 (:func:`benchmarks.harness.parse_config`).
 
 Example:
     >>> main(["--list"])  # doctest: +ELLIPSIS
@@ -14,13 +15,15 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
+from benchmarks.harness import option, parse_config
 from benchmarks.report import BENCHMARKS, PAGE, RESULTS_DIR, ROOT, render_page
+from progpo_base.usage import one_of
 
 
 def run_benchmark(script: str, args: list[str], timeout_s: float) -> tuple[str, float]:
@@ -42,37 +45,43 @@ def run_benchmark(script: str, args: list[str], timeout_s: float) -> tuple[str, 
     return status, time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> int:
-    names = [b.name for b in BENCHMARKS]
-    parser = argparse.ArgumentParser(
-        prog="progpo bench",
-        description="Run the quick version of every benchmark and regenerate benchmarks/README.md.",
-    )
-    parser.add_argument(
-        "--only", nargs="+", choices=names, metavar="NAME", help=f"run only these ({', '.join(names)})"
-    )
-    parser.add_argument(
-        "--skip", nargs="+", choices=names, default=[], metavar="NAME", help="do not run these"
-    )
-    parser.add_argument("--full", action="store_true", help="run the full settings instead of the quick ones")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per benchmark")
-    parser.add_argument("--report-only", action="store_true", help="only regenerate the results page")
-    parser.add_argument("--list", action="store_true", help="list the benchmarks and their quick commands")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
-    args = parser.parse_args(argv)
+@dataclass
+class Settings:
+    only: list[str] | None = option(None, "run only these benchmarks (--list names them)", metavar="NAME")
+    skip: list[str] = option([], "do not run these", metavar="NAME")
+    full: bool = option(False, "run the full settings instead of the quick ones")
+    timeout: float = option(1800.0, "seconds allowed per benchmark")
+    report_only: bool = option(False, "only regenerate the results page")
+    list_only: bool = option(False, "list the benchmarks and their quick commands", flag="--list")
+    dry_run: bool = option(False, "print the commands without running them")
 
-    selected = [b for b in BENCHMARKS if (not args.only or b.name in args.only) and b.name not in args.skip]
-    if args.list:
+    def __post_init__(self):
+        names = [b.name for b in BENCHMARKS]
+        for name in [*(self.only or []), *self.skip]:
+            if name not in names:
+                raise one_of("benchmark", name, names)
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(
+        Settings,
+        argv,
+        "Run the quick version of every benchmark and regenerate benchmarks/README.md.",
+        prog="progpo bench",
+    )
+    chosen = settings.only or [b.name for b in BENCHMARKS]
+    selected = [b for b in BENCHMARKS if b.name in chosen and b.name not in settings.skip]
+    if settings.list_only:
         for b in BENCHMARKS:
             quick = " ".join(b.quick_args) if b.quick_args is not None else "(no quick version)"
             present = "" if (ROOT / b.script).exists() else "  [script missing]"
             print(f"{b.name:20s} {b.script} {quick}{present}")
         return 0
     failures = 0
-    if not args.report_only:
+    if not settings.report_only:
         summary = []
         for b in selected:
-            run_args = b.full_args if args.full else b.quick_args
+            run_args = b.full_args if settings.full else b.quick_args
             if not (ROOT / b.script).exists():
                 summary.append((b.name, "skipped (script missing)", 0.0))
                 continue
@@ -81,16 +90,16 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             command = f"{sys.executable} {b.script} {' '.join(run_args)}".strip()
             print(f"==> {b.name}: {command}", flush=True)
-            if args.dry_run:
+            if settings.dry_run:
                 summary.append((b.name, "dry run", 0.0))
                 continue
-            status, seconds = run_benchmark(b.script, run_args, args.timeout)
+            status, seconds = run_benchmark(b.script, run_args, settings.timeout)
             failures += status != "ok"
             summary.append((b.name, status, seconds))
         print("\nbenchmark            status                         seconds")
         for name, status, seconds in summary:
             print(f"{name:20s} {status:30s} {seconds:7.0f}")
-    if not args.dry_run:
+    if not settings.dry_run:
         PAGE.write_text(render_page(RESULTS_DIR))
         print(f"wrote {PAGE}")
     return 1 if failures else 0

@@ -7,8 +7,9 @@ as the load of a shared machine); :func:`save_result` writes it. A benchmark of 
 server in its own process (:class:`ServerProcess`, on a :func:`free_port`), so that clients and server do not
 share a GIL, and waits until it answers its readiness URL.
 
-Benchmark scripts run as ``python benchmarks/<script>.py``, so each puts the repository root on ``sys.path``
-before it imports this module.
+A benchmark runs as a module, ``python -m benchmarks.<name>`` from the repository root; ``python
+benchmarks/<name>.py`` works too, because ``scripts/setup.sh`` installs the project (editable), so no script
+edits ``sys.path``.
 
 Example:
     >>> import json, sys
@@ -167,3 +168,39 @@ def mean_spread(values: list[float]) -> dict[str, Any]:
         "max": float(arr.max()),
         "n": int(arr.size),
     }
+
+
+def paired_differences(
+    runs: list[dict[str, Any]], metric: str = "success", baseline: str = "grpo"
+) -> dict[str, dict[str, Any]]:
+    """Per ``env / estimator``: ``metric`` minus the ``baseline`` estimator's, paired by env and seed.
+
+    Runs with the same env and seed start from the same warm start with the same RL seed, and their held-out
+    evaluations play the same tasks with the same sampling seeds, so the per-seed difference removes the
+    noise the estimators share; its mean and sample std over seeds (:func:`mean_spread`) say whether an
+    estimator beats the baseline by more than that spread. Seeds where either run has no ``metric`` are left
+    out; the baseline itself is not listed.
+
+    Example:
+        >>> runs = [
+        ...     {"env": "e", "estimator": "grpo", "seed": 0, "final": {"success": 0.25}},
+        ...     {"env": "e", "estimator": "progpo", "seed": 0, "final": {"success": 0.5}},
+        ...     {"env": "e", "estimator": "progpo", "seed": 1, "final": {"success": 0.5}},
+        ... ]
+        >>> paired_differences(runs)["e / progpo"]["mean"], paired_differences(runs)["e / progpo"]["n"]
+        (0.25, 1)
+    """
+    base = {
+        (r["env"], r["seed"]): r["final"][metric]
+        for r in runs
+        if r["estimator"] == baseline and metric in r.get("final", {})
+    }
+    diffs: dict[str, list[float]] = {}
+    for r in runs:
+        if r["estimator"] == baseline:
+            continue
+        key = f"{r['env']} / {r['estimator']}"
+        diffs.setdefault(key, [])
+        if metric in r.get("final", {}) and (r["env"], r["seed"]) in base:
+            diffs[key].append(r["final"][metric] - base[(r["env"], r["seed"])])
+    return {key: mean_spread(values) for key, values in diffs.items()}

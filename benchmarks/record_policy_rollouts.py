@@ -13,22 +13,21 @@ runs/policy_rollouts.jsonl``.
 
 from __future__ import annotations
 
-import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
-import argparse  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+# isort: split
 
-import torch  # noqa: E402
+import torch
+
+from benchmarks.harness import option, parse_config
+from benchmarks.lib.credit import StepRow, alfworld_source, save_rollouts_jsonl
+from progpo_envs.core.hashing import action_set_key
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.credit_diagnostics import StepRow, alfworld_source, save_rollouts_jsonl  # noqa: E402
-from progpo_envs.core.hashing import action_set_key  # noqa: E402
 
 
 def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list[StepRow]:
@@ -124,20 +123,24 @@ class _PlanLengthAtReset:
         self.agent.close()
 
 
+@dataclass
+class Settings:
+    policy: Path | None = option(None, "a transformers folder (the warm start)", required=True)
+    tasks: int = option(12, "task groups")
+    group_size: int = option(8, "rollouts per task")
+    seed: int = option(0, "recording seed")
+    out: Path | None = option(None, "JSONL to write", required=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policy", type=Path, required=True, help="a transformers folder (the warm start)")
-    parser.add_argument("--tasks", type=int, default=12, help="task groups (default: %(default)s)")
-    parser.add_argument("--group-size", type=int, default=8, help="rollouts per task (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True, help="JSONL to write")
-    args = parser.parse_args(argv)
+    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
     torch.set_num_threads(1)
-    rows = record(args.policy, args.tasks, args.group_size, args.seed)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    save_rollouts_jsonl(rows, args.out)
+    rows = record(settings.policy, settings.tasks, settings.group_size, settings.seed)
+    settings.out.parent.mkdir(parents=True, exist_ok=True)
+    save_rollouts_jsonl(rows, settings.out)
     won = sum(r.won for r in rows)
-    print(f"wrote {len(rows)} steps of {args.tasks * args.group_size} rollouts ({won} won) to {args.out}")
+    rollouts = settings.tasks * settings.group_size
+    print(f"wrote {len(rows)} steps of {rollouts} rollouts ({won} won) to {settings.out}")
     return 0
 
 

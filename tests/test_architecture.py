@@ -48,6 +48,11 @@ RESTRICTED_IMPORTS = {
     "verl": ("progpo_verl.upstream", "progpo_verl.verl_agent.__main__"),
     "agent_system": ("progpo_verl.upstream", "progpo_verl.verl_agent.__main__"),
 }
+#: The benchmarks' shared code: the only modules of ``benchmarks`` a benchmark may import (rule 5). Every
+#: other module of ``benchmarks`` is a benchmark, except the ones that run or show them all.
+BENCHMARK_LIBRARY = ("benchmarks.common", "benchmarks.one_thread", "benchmarks.harness", "benchmarks.lib")
+#: The results page and ``progpo bench``: they read every benchmark's spec, so they may import benchmarks.
+BENCHMARK_RUNNERS = ("benchmarks.report", "benchmarks.cli")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +186,21 @@ def upward_imports(edges: list[Import], modules: dict[str, Module]) -> list[str]
                 found.append(f"{where} (the leaf {leaf} imports nothing from the project)")
         if layer_of(edge.target) > layer_of(edge.importer):
             found.append(f"{where} (a higher layer)")
+    return found
+
+
+def benchmark_imports(edges: list[Import], modules: dict[str, Module]) -> list[str]:
+    """Imports of a benchmark by another benchmark or by the benchmarks' library; one report line each."""
+    found = []
+    for edge in edges:
+        importer, target = edge.importer, edge.target
+        if not _in_package(target, "benchmarks") or target == "benchmarks":
+            continue
+        if any(_in_package(target, lib) for lib in BENCHMARK_LIBRARY):
+            continue
+        if not _in_package(importer, "benchmarks") or importer in BENCHMARK_RUNNERS:
+            continue
+        found.append(f"{modules[importer].rel}:{edge.line}: {importer} imports the benchmark {target}")
     return found
 
 
@@ -410,6 +430,12 @@ def test_nothing_imports_the_dispatcher_and_it_names_each_command_by_its_module(
         assert "main" in functions, f"{name} has no main(argv)"
 
 
+def test_no_benchmark_imports_another():
+    modules, edges = analyse(ROOT)
+    found = benchmark_imports(edges, modules)
+    assert not found, _report("import(s) of a benchmark outside the results page and progpo bench", found)
+
+
 def test_checker_finds_each_kind_of_violation(tmp_path):
     """The checker itself: a small tree with one violation of each rule, and legal code beside them."""
     files = {
@@ -437,6 +463,9 @@ def test_checker_finds_each_kind_of_violation(tmp_path):
         "benchmarks/bench.py": (
             "from progpo_envs._impl import X\nfrom training.trainer import Trainer\nimport progpo.cli\n"
         ),
+        "benchmarks/common.py": "",
+        "benchmarks/other.py": "from benchmarks import bench, common  # a benchmark and the library\n",
+        "benchmarks/report.py": "from benchmarks import bench, other  # the page reads every benchmark\n",
         "progpo_verl/__init__.py": "",
         "progpo_verl/rows.py": "def f():\n    from verl import DataProto  # verl outside its modules\n",
         "progpo_verl/upstream.py": "from verl.trainer.ppo import core_algos  # allowed here\n",
@@ -455,6 +484,9 @@ def test_checker_finds_each_kind_of_violation(tmp_path):
     assert "benchmarks/bench.py:3: benchmarks.bench imports progpo.cli" in " ".join(upward)
     assert any("leaf training.advantages" in line for line in upward)
     assert restricted_imports(modules) == ["progpo_verl/rows.py:2: progpo_verl.rows imports verl"]
+    assert benchmark_imports(edges, modules) == [
+        "benchmarks/other.py:1: benchmarks.other imports the benchmark benchmarks.bench"
+    ]
     assert sorted(line.split(": ", 1)[0] for line in private) == [
         "agents/runner.py:8",
         "agents/runner.py:9",

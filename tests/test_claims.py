@@ -44,6 +44,7 @@ On failure the test prints each figure that no result holds, with its file and l
 
 from __future__ import annotations
 
+import ast
 import bisect
 import json
 import math
@@ -176,9 +177,9 @@ class MeasuredValues:
     @classmethod
     def read(cls, folder: Path = RESULTS) -> MeasuredValues:
         """Every number in ``folder/*.json``, plus the results' documented derivation: each estimator's
-        difference from GRPO paired by seed (:func:`benchmarks.compare_estimators.paired_differences`: mean
+        difference from GRPO paired by seed (:func:`benchmarks.common.paired_differences`: mean
         and sample std, as the results page and the README state it) of every comparison's runs."""
-        from benchmarks.compare_estimators import paired_differences
+        from benchmarks.common import paired_differences
 
         values: list[float] = []
         pairs: list[tuple[float, float]] = []
@@ -334,12 +335,11 @@ def test_figure_rule():
     assert not measured.holds(replace(by_text["26.0%"], spread=by_text["32.3%"]))
 
 
-def test_results_page_generator_types_no_figure():
-    """The results page is generated (its figures are read from the result files, and ``report.py --check``
-    keeps it current); a figure typed into one of the generator's strings would bypass that."""
-    import ast
-
-    tree = ast.parse((ROOT / "benchmarks" / "report.py").read_text())
+def _page_text_nodes(path: Path, functions: set[str] | None = None) -> list[ast.Constant]:
+    """The string constants of ``path`` that can reach the results page, docstrings left out: every one when
+    ``functions`` is None (the page's generator), else those of ``SPECS`` and of the named functions and the
+    module's functions they call (a benchmark's renderer beside its measuring code)."""
+    tree = ast.parse(path.read_text())
     docstrings = {
         id(node.body[0].value)
         for node in ast.walk(tree)
@@ -348,11 +348,43 @@ def test_results_page_generator_types_no_figure():
         and isinstance(node.body[0], ast.Expr)
         and isinstance(node.body[0].value, ast.Constant)
     }
-    typed = [
-        f"benchmarks/report.py:{node.lineno}: {figure.text}"
-        for node in ast.walk(tree)
+    roots: list[ast.AST] = [tree]
+    if functions is not None:
+        defined = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+        todo, seen = list(functions), set()
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in defined:
+                continue
+            seen.add(name)
+            todo += [n.id for n in ast.walk(defined[name]) if isinstance(n, ast.Name) and n.id in defined]
+        specs = [n for n in tree.body if isinstance(n, ast.Assign) and "SPECS" in ast.unparse(n.targets[0])]
+        roots = [defined[name] for name in seen] + specs
+    return [
+        node
+        for root in roots
+        for node in ast.walk(root)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-        for figure in figures_in(node.value, "benchmarks/report.py")
+    ]
+
+
+def test_results_page_generator_types_no_figure():
+    """The results page is generated (its figures are read from the result files, and ``report.py --check``
+    keeps it current); a figure typed into one of the generator's strings, a benchmark's spec or its
+    renderer would bypass that."""
+    from benchmarks import report
+
+    renderers: dict[str, set[str]] = {}
+    for spec in report.BENCHMARKS:
+        functions = renderers.setdefault(spec.script, set())
+        if spec.render is not None:
+            functions.add(spec.render.__name__)
+    sources = [("benchmarks/report.py", None), *sorted(renderers.items())]
+    typed = [
+        f"{rel}:{node.lineno}: {figure.text}"
+        for rel, functions in sources
+        for node in _page_text_nodes(ROOT / rel, functions)
+        for figure in figures_in(node.value, rel)
     ]
     assert not typed, "figures typed into the results page's generator:\n" + "\n".join(typed)
 

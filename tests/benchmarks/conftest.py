@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
+import benchmarks.one_thread  # noqa: F401  (before numpy and torch load, as in the benchmarks)
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+# isort: split
 
-import pytest  # noqa: E402
+import pytest
 
-from progpo_envs.core.text_env import EngineStep, TaskStart, TextEnv  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from progpo_envs.core.text_env import EngineStep, TaskStart, TextEnv
 
 
 class CorridorEnv(TextEnv):

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from benchmarks import cli, report
+from benchmarks.harness import Benchmark
 
 
 def test_help_via_subprocess():
@@ -48,20 +49,26 @@ def test_full_runs_use_each_benchmarks_own_arguments(capsys, monkeypatch, tmp_pa
     )  # its own result file: not the cpu setting's, which a bare run would overwrite
 
 
-def test_unknown_benchmark_is_an_argument_error():
+def test_unknown_benchmark_is_an_argument_error(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--only", "nope"])
     assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--skip", "credit_diagnostic"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith("progpo bench: error: unknown benchmark 'nope'")
+    assert "(did you mean 'credit_diagnostics'?)" in err[1]  # one line, naming the fix
 
 
 def test_missing_and_failing_scripts_are_tolerated(monkeypatch, tmp_path, capsys):
     (tmp_path / "ok.py").write_text("import sys; sys.exit(0)\n")
     (tmp_path / "bad.py").write_text("import sys; sys.exit(3)\n")
     benches = [
-        report.Benchmark("ok", "ok.py", "", "", []),
-        report.Benchmark("bad", "bad.py", "", "", []),
-        report.Benchmark("missing", "missing.py", "", "", []),
-        report.Benchmark("noquick", "ok.py", "", "", None),
+        Benchmark("ok", "ok.py", "", "", []),
+        Benchmark("bad", "bad.py", "", "", []),
+        Benchmark("missing", "missing.py", "", "", []),
+        Benchmark("noquick", "ok.py", "", "", None),
     ]
     monkeypatch.setattr(cli, "BENCHMARKS", benches)
     monkeypatch.setattr(cli, "ROOT", tmp_path)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from benchmarks import compare_estimators as ce
-from benchmarks.credit_diagnostics import PROGPO_FIRST_READING
+from benchmarks.lib.credit import PROGPO_FIRST_READING
 
 RECORDS = [
     {"kind": "warm_start", "iteration": 0},

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import credit_diagnostics as cd
+from benchmarks import credit_diagnostics
+from benchmarks.lib import credit as cd
 from progpo_envs.core.hashing import action_set_key
 from training.advantages import progpo_report
 
@@ -143,7 +144,7 @@ def test_main_on_a_rollout_file(tmp_path):
     cd.save_rollouts_jsonl(TINY, path)
     out = tmp_path / "diag.json"
     assert (
-        cd.main(
+        credit_diagnostics.main(
             [
                 "--sources",
                 "--rollouts",

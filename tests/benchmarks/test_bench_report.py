@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import report
+from benchmarks import credit_diagnostics, report
+from benchmarks.lib.markdown import markdown_table
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -28,7 +29,7 @@ def section(page: str, name: str) -> str:
 
 
 def test_markdown_table_formats_cells():
-    table = report.markdown_table(["a", "b", "c"], [[0.123456, None, "x|y"], [True, [1, 2], 3]])
+    table = markdown_table(["a", "b", "c"], [[0.123456, None, "x|y"], [True, [1, 2], 3]])
     assert table.splitlines() == [
         "| a | b | c |",
         "|---|---|---|",
@@ -88,7 +89,7 @@ def test_credit_summary_ranks_every_column_not_only_the_leader():
     assert (
         "| rollouts | warm_start.jsonl | gigpo 0.9; progpo 0.75 (2/3) | grpo = gigpo 0.5; progpo 0.25 (3/3) "
         "| progpo 0.3 | — | — |"
-    ) in report._credit_summary(data)
+    ) in credit_diagnostics._credit_summary(data)
 
 
 def test_quickstart_section(page):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.credit_diagnostics import analyse, load_rollouts_jsonl
+from benchmarks.lib.credit import analyse, load_rollouts_jsonl
 from benchmarks.record_policy_rollouts import main
 
 
