@@ -18,7 +18,7 @@ import gymnasium as gym
 import pytest
 import requests
 from guess_env import GUESS_ENV_ID, GuessEnv
-from progpo_envs.cli import main as progpo
+from progpo.cli import main as progpo
 
 from progpo_envs.core.checker import check_text_env
 
@@ -63,7 +63,7 @@ def served():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "progpo_envs.cli", "serve", "--port", str(port), "--import", "guess_env"]
+    command = [sys.executable, "-m", "progpo.cli", "serve", "--port", str(port), "--import", "guess_env"]
     command += ["--env", GUESS_ENV_ID, "--env-kwargs", f'{GUESS_ENV_ID}={{"expert": true}}']
     server = subprocess.Popen(
         command, env=_subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -131,7 +131,7 @@ def test_progpo_train_runs_an_iteration_on_it_with_only_its_id_and_held_out_spli
     envs.close()
     run_dir = tmp_path / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "progpo_envs.cli", "train", *overrides, f"run_dir={run_dir}"],
+        [sys.executable, "-m", "progpo.cli", "train", *overrides, f"run_dir={run_dir}"],
         env=_subprocess_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
