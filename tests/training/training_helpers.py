@@ -69,6 +69,22 @@ def tiny_qwen2(seed: int = 0, **shape):
     return Qwen2ForCausalLM(Qwen2Config(**{**TINY_QWEN2, **shape}))
 
 
+def sample_from(policy, prompts, **sampling):
+    """:func:`training.decoding.sample_responses` from a loaded :class:`training.policy.Policy` (its model,
+    stop tokens and pad id); ``sampling``: the other keywords."""
+    from training.decoding import sample_responses
+
+    stops = {"stop_token_ids": policy.stop_token_ids, "pad_token_id": policy.tokenizer.pad_token_id}
+    return sample_responses(policy.model, prompts, **stops, **sampling)
+
+
+def policy_engine(policy):
+    """A :class:`training.engines.TransformersEngine` over a loaded policy's model, stop tokens and pad id."""
+    from training.engines import TransformersEngine
+
+    return TransformersEngine(policy.model, policy.stop_token_ids, policy.tokenizer.pad_token_id)
+
+
 def tiny_config(run_dir, *overrides: str):
     """The quickstart preset as a seconds-long toy run in ``run_dir`` (:data:`TINY_OVERRIDES`), then
     ``overrides``."""
@@ -79,14 +95,16 @@ def tiny_config(run_dir, *overrides: str):
     )
 
 
+#: The tiny run on the real WebShop env in-process (200 products; evaluation on the test goals).
+WEBSHOP_OVERRIDES = ("env.id=progpo/WebShop-v0", "env.kwargs={num_products: 200}", "env.eval_split=test")
 #: A run of one bare RL iteration: no warm start, no evaluation.
 ONE_BARE_ITERATION = ("iterations=1", "warm_start.enabled=false", "eval.num_tasks=0")
 
 
 @contextlib.contextmanager
 def tiny_trainer(run_dir, *overrides: str):
-    """A :class:`training.trainer.Trainer` on :func:`tiny_config`\ ``(run_dir, *overrides)``, closed when the
-    block ends."""
+    """A :class:`training.trainer.Trainer` on :func:`tiny_config` of ``run_dir`` and ``overrides``, closed
+    when the block ends."""
     from training.trainer import Trainer
 
     with contextlib.closing(Trainer(tiny_config(run_dir, *overrides))) as trainer:
