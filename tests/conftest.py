@@ -33,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: A folder holding real ALFWorld trials (`json_2.1.1/`), for the tests that compare against them; .ci/run
 #: sets it where such a folder is at hand, and the tests that need it skip without it.
 REAL_ALFWORLD_DATA_VAR = "PROGPO_TEST_ALFWORLD_DATA"
+#: A verl-agent checkout, for the tests that read verl-agent's own sources; they skip without it.
+VERL_AGENT_SOURCE_VAR = "PROGPO_TEST_VERL_AGENT_SRC"
 
 
 def pytest_unconfigure(config):
@@ -40,13 +42,27 @@ def pytest_unconfigure(config):
         shutil.rmtree(os.environ["PROGPO_CACHE"], ignore_errors=True)
 
 
+def _folder_from_env(var: str, inside: str, what: str, where: str) -> Path:
+    """The folder the environment variable ``var`` names; skips the test unless it holds the folder ``inside``
+    (``what`` is missing: set ``var`` to ``where``)."""
+    path = Path(os.environ.get(var, "/nonexistent"))
+    if not (path / inside).is_dir():
+        pytest.skip(f"no {what}: set {var} to {where}")
+    return path
+
+
 @pytest.fixture(scope="session")
 def shared_alfworld_data() -> Path:
     """The folder that contains the real ALFWorld `json_2.1.1/` trials (skips if not given)."""
-    path = Path(os.environ.get(REAL_ALFWORLD_DATA_VAR, "/nonexistent"))
-    if not (path / "json_2.1.1").is_dir():
-        pytest.skip(f"no real ALFWorld trials: set {REAL_ALFWORLD_DATA_VAR} to a folder with json_2.1.1/")
-    return path
+    return _folder_from_env(
+        REAL_ALFWORLD_DATA_VAR, "json_2.1.1", "real ALFWorld trials", "a folder with json_2.1.1/"
+    )
+
+
+@pytest.fixture(scope="session")
+def verl_agent_source() -> Path:
+    """A verl-agent checkout (skips if not given)."""
+    return _folder_from_env(VERL_AGENT_SOURCE_VAR, "agent_system", "verl-agent checkout", "one")
 
 
 class TricklingServer:

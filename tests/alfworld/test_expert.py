@@ -71,12 +71,17 @@ def task(task_type: str, obj: str, parent: str = "", toggle: str = "") -> dict:
     }
 
 
+def apple_to_table_plan(task_type: str, *facts: Proposition) -> list[str]:
+    """The expert's plan for a ``task_type`` task on an apple and the dining table, in :func:`kitchen` and
+    ``facts``."""
+    return ALFWorldExpert(task(task_type, "Apple", "DiningTable")).plan([*kitchen(), *facts])
+
+
 # --- plan shapes ---
 
 
 def test_pick_opens_closed_source_and_skips_goto_when_already_there():
-    facts = [*kitchen(), at("loc 1"), *item("apple 1", "apple", "cabinet 1")]
-    plan = ALFWorldExpert(task("pick_and_place_simple", "Apple", "DiningTable")).plan(facts)
+    plan = apple_to_table_plan("pick_and_place_simple", at("loc 1"), *item("apple 1", "apple", "cabinet 1"))
     assert plan == [
         "open cabinet 1",
         "take apple 1 from cabinet 1",
@@ -86,13 +91,12 @@ def test_pick_opens_closed_source_and_skips_goto_when_already_there():
 
 
 def test_prefers_the_cheaper_instance():
-    facts = [
-        *kitchen(),
+    plan = apple_to_table_plan(
+        "pick_and_place_simple",
         at("loc 9"),
         *item("apple 1", "apple", "cabinet 1"),
         *item("apple 2", "apple", "countertop 1"),
-    ]
-    plan = ALFWorldExpert(task("pick_and_place_simple", "Apple", "DiningTable")).plan(facts)
+    )
     assert plan[:2] == ["go to countertop 1", "take apple 2 from countertop 1"]
     assert len(plan) == 4
 
@@ -106,8 +110,7 @@ def test_prefers_the_cheaper_instance():
     ],
 )
 def test_transform_tasks_visit_the_appliance_without_opening_it(task_type, step):
-    facts = [*kitchen(), at("loc 9"), *item("apple 1", "apple", "countertop 1")]
-    plan = ALFWorldExpert(task(task_type, "Apple", "DiningTable")).plan(facts)
+    plan = apple_to_table_plan(task_type, at("loc 9"), *item("apple 1", "apple", "countertop 1"))
     assert plan == [
         "go to countertop 1",
         "take apple 1 from countertop 1",
@@ -118,20 +121,20 @@ def test_transform_tasks_visit_the_appliance_without_opening_it(task_type, step)
 
 
 def test_transform_is_skipped_when_the_object_already_has_the_state():
-    facts = [*kitchen(), at("loc 9"), *item("apple 1", "apple", "countertop 1", "ishot")]
-    plan = ALFWorldExpert(task("pick_heat_then_place_in_recep", "Apple", "DiningTable")).plan(facts)
+    plan = apple_to_table_plan(
+        "pick_heat_then_place_in_recep", at("loc 9"), *item("apple 1", "apple", "countertop 1", "ishot")
+    )
     assert "heat apple 1 with microwave 1" not in plan
 
 
 def test_pick_two_counts_an_object_already_in_place():
-    facts = [
-        *kitchen(),
+    plan = apple_to_table_plan(
+        "pick_two_obj_and_place",
         at("loc 9"),
         *item("apple 1", "apple", "diningtable 1"),
         *item("apple 2", "apple", "countertop 1"),
         *item("apple 3", "apple", "cabinet 1"),
-    ]
-    plan = ALFWorldExpert(task("pick_two_obj_and_place", "Apple", "DiningTable")).plan(facts)
+    )
     assert plan == [
         "go to countertop 1",
         "take apple 2 from countertop 1",
@@ -141,13 +144,12 @@ def test_pick_two_counts_an_object_already_in_place():
 
 
 def test_pick_two_from_scratch_places_two_distinct_objects():
-    facts = [
-        *kitchen(),
+    plan = apple_to_table_plan(
+        "pick_two_obj_and_place",
         at("loc 9"),
         *item("apple 1", "apple", "cabinet 1"),
         *item("apple 2", "apple", "countertop 1"),
-    ]
-    plan = ALFWorldExpert(task("pick_two_obj_and_place", "Apple", "DiningTable")).plan(facts)
+    )
     # Both orders take 9 steps; the tie breaks on the command text ("go to cabinet 1" < "go to countertop 1").
     assert plan == [
         "go to cabinet 1",
@@ -163,14 +165,13 @@ def test_pick_two_from_scratch_places_two_distinct_objects():
 
 
 def test_wrong_object_in_hand_is_put_down_first():
-    facts = [
-        *kitchen(),
+    plan = apple_to_table_plan(
+        "pick_and_place_simple",
         at("loc 2"),
         fact("objecttype", ("mug 1", "object"), ("mugtype ", "otype")),
         fact("holds", ("agent1 ", "agent"), ("mug 1", "object")),
         *item("apple 1", "apple", "countertop 1"),
-    ]
-    plan = ALFWorldExpert(task("pick_and_place_simple", "Apple", "DiningTable")).plan(facts)
+    )
     assert plan[:2] == ["move mug 1 to countertop 1", "take apple 1 from countertop 1"]
 
 

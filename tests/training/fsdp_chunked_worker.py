@@ -1,6 +1,6 @@
 """One rank of ``test_chunked_logprobs.py::test_fsdp2_chunked_gradients_on_two_gloo_ranks`` (``torchrun
---nproc_per_node 2 fsdp_chunked_worker.py OUT.json``: float32, then bfloat16 compute), and the tiny model and
-batch that test module uses.
+--nproc_per_node 2 fsdp_chunked_worker.py OUT.json``: float32, then bfloat16 compute), and the tiny batch and
+objective that test module uses (on :func:`training_helpers.tiny_qwen2`).
 
 Every rank builds the same model and batch; FSDP2 averages the ranks' gradients, so the sharded model's
 gradients equal one plain model's on that batch. Rank 0 writes the comparison to ``OUT.json``.
@@ -12,24 +12,9 @@ import json
 import sys
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from training_helpers import tiny_qwen2
 
 from training.sampling import PackedBatch, pack_sequences
-
-
-def tiny_model(seed: int = 0) -> Qwen2ForCausalLM:
-    """A 2-layer Qwen2 with a 300-token tied vocabulary, seeded."""
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config)
 
 
 def tiny_batch(seed: int = 1) -> tuple[PackedBatch, list[list[int]]]:
@@ -59,7 +44,7 @@ def compare(compute: str) -> dict:
     )
 
     dtype = getattr(torch, compute)
-    plain = tiny_model()
+    plain = tiny_qwen2()
     sharded = shard_model(copy.deepcopy(plain), compute_dtype=dtype)
     packed, responses = tiny_batch()
     mask = packed.response_mask.float()

@@ -103,3 +103,23 @@ def kill_job(launcher: subprocess.Popen) -> None:
             process.kill()
     psutil.wait_procs(processes, timeout=60)
     launcher.wait()
+
+
+def kill_after_first_checkpoint_and_resume(
+    command: list[str], env: dict[str, str], run_dir: Path, log_path: Path, timeout_s: float
+) -> subprocess.CompletedProcess:
+    """Run ``command`` (its output to ``log_path``) until iteration 1's checkpoint is intact, SIGKILL the
+    whole job mid-way through iteration 2, check that only iteration 1 was recorded, then run it again with
+    ``--resume``; the resumed run (each run within ``timeout_s``)."""
+    with log_path.open("w") as log:
+        first = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            wait_for_checkpoint(first, run_dir / "checkpoints" / "iter_000001", timeout_s=timeout_s)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{log_path.read_text()[-4000:]}") from None
+        finally:
+            kill_job(first)  # the whole torchrun job, mid-way through iteration 2
+    assert [r["iteration"] for r in train_records(run_dir)] == [1]
+    return subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=timeout_s)

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from training_helpers import tiny_config
+from training_helpers import tiny_config, tiny_qwen2
 
 from training.async_rollout import AsyncRollout
 from training.engine_loop import EngineLoop
@@ -185,21 +185,15 @@ def test_stale_rows_are_reweighted_and_current_rows_are_not(tmp_path):
 
 def test_weights_of_a_sync_reach_the_stale_sampler_only_after_it_drained():
     """The engine loop drains before a weight sync: no response mixes two policies."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     from training.engines import TransformersEngine
     from training.sampling import SampleRequest
 
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-    )
-    torch.manual_seed(0)
-    sampler, trained = Qwen2ForCausalLM(config).eval(), Qwen2ForCausalLM(config)
+    shape = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1}
+    sampler = tiny_qwen2(**shape, num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
+    trained = Qwen2ForCausalLM(sampler.config)  # the next draws of the same seeded generator
+    sampler.eval()
     loop = EngineLoop(TransformersEngine(sampler, stop_token_ids=[0], pad_token_id=0, batch_size=4))
     try:
         long = loop.submit(SampleRequest([1, 2, 3], seed=1, temperature=1.0, max_new_tokens=200))

@@ -13,8 +13,7 @@ import pytest
 import torch
 from fsdp_chunked_worker import objective as _objective
 from fsdp_chunked_worker import tiny_batch as _batch
-from fsdp_chunked_worker import tiny_model as _model
-from training_helpers import subprocess_env
+from training_helpers import subprocess_env, tiny_qwen2
 
 from training.sampling import (
     chunked_logprobs_and_entropy,
@@ -35,7 +34,7 @@ def _unchunked(model, packed, temperature):
 @pytest.mark.parametrize("chunk_tokens", [1, 7, 16, 0])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_chunked_values_and_gradients_equal_the_full_logits(chunk_tokens, temperature):
-    model = _model()
+    model = tiny_qwen2()
     packed, responses = _batch()
     mask = packed.response_mask.float()
     reference_lp, reference_ent = _unchunked(model, packed, temperature)
@@ -57,7 +56,7 @@ def test_chunked_values_and_gradients_equal_the_full_logits(chunk_tokens, temper
 
 def test_the_check_can_fail():
     """A wrong temperature or a misaligned position gives different numbers (the comparison has teeth)."""
-    model = _model()
+    model = tiny_qwen2()
     packed, _ = _batch()
     hidden, weight = response_hidden_states(model, packed)
     reference, _ = _unchunked(model, packed, 1.0)
@@ -73,7 +72,7 @@ def test_the_check_can_fail():
 def test_backward_keeps_no_vocabulary_sized_tensor():
     """What autograd saves for backward: no ``(positions, V)`` logits, however many positions (the
     checkpointed chunks keep only their inputs)."""
-    model = _model()
+    model = tiny_qwen2()
     packed, _ = _batch()
     hidden, weight = response_hidden_states(model, packed)
     vocab = weight.shape[0]
@@ -93,7 +92,7 @@ def test_backward_keeps_no_vocabulary_sized_tensor():
 
 
 def test_no_grad_path_for_the_reference():
-    model = _model()
+    model = tiny_qwen2()
     packed, responses = _batch()
     with torch.no_grad():
         logprobs = policy_logprobs(model, packed, responses, [[]] * 3, 1.0, chunk_tokens=5)

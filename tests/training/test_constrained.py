@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from training_helpers import subprocess_env, tiny_config
+from training_helpers import WEBSHOP_OVERRIDES, sample_from, subprocess_env, tiny_trainer
 
 from agents.projection import demonstration_text
 from agents.prompts import get_style
@@ -19,7 +19,6 @@ from training.constrained import (
     allowed_token_sets,
     constrained_logprobs_and_entropy,
 )
-from training.decoding import sample_responses
 from training.policy import load_policy
 from training.sampling import (
     allowed_logits,
@@ -75,12 +74,10 @@ def _prompts(tok) -> list[list[int]]:
 
 
 def _sample_constrained(policy, prompts, candidates, seed: int, temperature: float):
-    return sample_responses(
-        policy.model,
+    return sample_from(
+        policy,
         prompts,
         max_new_tokens=40,
-        stop_token_ids=policy.stop_token_ids,
-        pad_token_id=policy.tokenizer.pad_token_id,
         temperature=temperature,
         seeds=[2 * seed + k for k in range(len(prompts))],
         candidates=candidates,
@@ -111,12 +108,10 @@ def test_constrained_responses_are_whole_candidates_whatever_max_new_tokens(tiny
     policy = load_policy(tiny_policy_dir, device="cpu")
     tok = policy.tokenizer
     candidates = _candidates(tok)
-    out = sample_responses(
-        policy.model,
+    out = sample_from(
+        policy,
         _prompts(tok),
         max_new_tokens=2,  # shorter than every candidate
-        stop_token_ids=policy.stop_token_ids,
-        pad_token_id=tok.pad_token_id,
         seeds=[0, 1],
         candidates=candidates,
     )
@@ -198,40 +193,21 @@ def test_webshop_search_is_made_concrete_as_the_instruction():
 
 @pytest.mark.parametrize(
     "env_overrides",
-    [
-        [],
-        [
-            "env.id=progpo/WebShop-v0",
-            "env.kwargs={num_products: 200}",
-            "env.eval_split=test",
-            "env.max_steps=5",
-            "rollout.max_new_tokens=64",
-        ],
-    ],
+    [[], [*WEBSHOP_OVERRIDES, "env.max_steps=5", "rollout.max_new_tokens=64"]],
     ids=["toy-alfworld", "webshop"],
 )
 def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, monkeypatch, env_overrides):
-    from training.trainer import Trainer
+    from training.warm_start import warm_start
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = tiny_config(
-        tmp_path,
-        *env_overrides,
-        "iterations=1",
-        "eval.num_tasks=0",
-        "rollout.constrained_actions=true",
-        "warm_start.lm_epochs=2",
-        *([] if env_overrides else ["rollout.max_new_tokens=40"]),
-    )
-    trainer = Trainer(config)
-    try:
-        from training.warm_start import warm_start
-
+    constrained = ("rollout.constrained_actions=true", "warm_start.lm_epochs=2")
+    longer = [] if env_overrides else ["rollout.max_new_tokens=40"]
+    with tiny_trainer(
+        tmp_path, *env_overrides, "iterations=1", "eval.num_tasks=0", *constrained, *longer
+    ) as trainer:
         # demonstrations carry their candidates; the SFT loss is constrained
         stats = warm_start(trainer.config, trainer.model, trainer.tokenizer, trainer.device, trainer.dist)
         metrics = trainer.train_iteration(0)
-    finally:
-        trainer.close()
     assert stats["demo_steps"] > 0 and np.isfinite(stats["sft_loss_last_epoch"])
     assert 1 < stats["lm_texts"] <= stats["demo_steps"]  # distinct prompts
     assert stats["lm_loss_last_epoch"] < stats["lm_loss_first_epoch"]  # the prompt text was learned from

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from training_helpers import sample_from
 
 from training.constrained import ChoiceTrie
-from training.decoding import DecodeBatch, inverse_cdf_draw, sample_responses
+from training.decoding import DecodeBatch, inverse_cdf_draw
 from training.policy import load_policy
 from training.sampling import SampleRequest, pack_sequences, policy_logprobs
 
@@ -35,12 +36,10 @@ def _prompts(tokenizer):
 
 
 def _sample(policy, prompts, seeds, batch_size, max_new_tokens=12, candidates=None):
-    return sample_responses(
-        policy.model,
+    return sample_from(
+        policy,
         prompts,
         max_new_tokens=max_new_tokens,
-        stop_token_ids=policy.stop_token_ids,
-        pad_token_id=policy.tokenizer.pad_token_id,
         seeds=seeds,
         batch_size=batch_size,
         candidates=candidates,

@@ -28,10 +28,9 @@ import pytest
 from rehearsal_helpers import (
     assert_learning_numerics,
     assert_memory_budget,
-    kill_job,
+    kill_after_first_checkpoint_and_resume,
     train_command,
     train_records,
-    wait_for_checkpoint,
 )
 from training_helpers import REPO, subprocess_env
 
@@ -44,20 +43,7 @@ def test_webshop_preset_rehearsal_kill_resume_export_eval(tmp_path):
     env = subprocess_env()
     run_dir = tmp_path / "run"
     command = train_command("webshop_progpo_qwen2.5-1.5b.yaml", run_dir, "iterations=2")
-    log_path = tmp_path / "first.log"
-    with log_path.open("w") as log:
-        first = subprocess.Popen(
-            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            wait_for_checkpoint(first, run_dir / "checkpoints" / "iter_000001", timeout_s=900)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{log_path.read_text()[-4000:]}") from None
-        finally:
-            kill_job(first)  # the whole torchrun job, mid-way through iteration 2
-    assert [r["iteration"] for r in train_records(run_dir)] == [1]
-
-    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=900)
+    resumed = kill_after_first_checkpoint_and_resume(command, env, run_dir, tmp_path / "first.log", 900)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     records = train_records(run_dir)
     assert [r["iteration"] for r in records] == [1, 2]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from training_helpers import policy_engine
 
 from agents.projection import demonstration_text
 from progpo_envs.core.hashing import action_set_key, text_digest
 from training.advantages import ESTIMATORS, compute_advantages
-from training.engines import TransformersEngine
 from training.policy import load_policy
 from training.rollout import RolloutWorker
 
@@ -51,15 +51,8 @@ def test_scripted_expert_rollout_rows(toy_vec, policy):
 
 
 def test_policy_rollout_records_logprobs_per_response_token(toy_vec, policy):
-    engine = TransformersEngine(policy.model, policy.stop_token_ids, policy.tokenizer.pad_token_id)
-    result = _worker(toy_vec, policy).run(
-        seed=0,
-        task_indices=[1, 2],
-        engine=engine,
-        temperature=1.0,
-        max_new_tokens=6,
-        sampling_seed=0,
-    )
+    sampling = {"engine": policy_engine(policy), "temperature": 1.0, "max_new_tokens": 6, "sampling_seed": 0}
+    result = _worker(toy_vec, policy).run(seed=0, task_indices=[1, 2], **sampling)
     rows = result.rows
     assert rows.num_rows == 4 * 4  # a random policy never wins: every episode runs to max_steps=4
     pairs = zip(rows.response_ids, rows.old_logprobs, strict=True)
@@ -89,17 +82,8 @@ def test_every_estimator_plugs_in(toy_vec, policy, name):
     rows = worker.run(
         seed=2, task_indices=[0, 1], scripted=lambda info: demonstration_text(info["expert_action"])
     ).rows
-    engine = TransformersEngine(policy.model, policy.stop_token_ids, policy.tokenizer.pad_token_id)
-    rows.extend(
-        worker.run(
-            seed=2,
-            task_indices=[0, 1],
-            engine=engine,
-            max_new_tokens=4,
-            sampling_seed=1,
-            traj_offset=4,
-        ).rows
-    )
+    sampling = {"engine": policy_engine(policy), "max_new_tokens": 4, "sampling_seed": 1, "traj_offset": 4}
+    rows.extend(worker.run(seed=2, task_indices=[0, 1], **sampling).rows)
     adv = compute_advantages(name, rows.estimator_columns(), invalid_penalty=0.1)
     assert adv.shape == (rows.num_rows,) and np.isfinite(adv).all()
     winners = np.asarray(rows.traj_id) < 4

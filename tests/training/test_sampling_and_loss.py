@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
+from training_helpers import sample_from
 
-from training.decoding import sample_responses
 from training.loss import kl_k3, policy_loss_terms
 from training.policy import load_policy
 from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy
@@ -36,12 +36,10 @@ def _prompts(tokenizer):
 def test_sampler_logprobs_match_trainer_forward(policy, temperature):
     tok = policy.tokenizer
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in _prompts(tok)]
-    out = sample_responses(
-        policy.model,
+    out = sample_from(
+        policy,
         prompts,
         max_new_tokens=10,
-        stop_token_ids=policy.stop_token_ids,
-        pad_token_id=tok.pad_token_id,
         temperature=temperature,
         seeds=[3, 4, 5],
         batch_size=2,
@@ -67,17 +65,7 @@ def test_sampler_logprobs_match_trainer_forward(policy, temperature):
 def test_sampling_is_reproducible_from_the_seeds(policy):
     tok = policy.tokenizer
     prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in _prompts(tok)]
-    runs = [
-        sample_responses(
-            policy.model,
-            prompts,
-            max_new_tokens=8,
-            stop_token_ids=policy.stop_token_ids,
-            pad_token_id=tok.pad_token_id,
-            seeds=[7, 8, 9],
-        ).token_ids
-        for _ in range(2)
-    ]
+    runs = [sample_from(policy, prompts, max_new_tokens=8, seeds=[7, 8, 9]).token_ids for _ in range(2)]
     assert runs[0] == runs[1]
 
 

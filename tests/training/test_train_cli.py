@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -15,7 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from training_helpers import TINY_OVERRIDES, subprocess_env, tiny_config
+from training_helpers import (
+    ONE_BARE_ITERATION,
+    TINY_OVERRIDES,
+    WEBSHOP_OVERRIDES,
+    subprocess_env,
+    tiny_trainer,
+)
 
 from training.cli import main
 
@@ -148,9 +155,7 @@ def test_algo_flag_selects_the_estimator(tmp_path, algo, monkeypatch):
             str(CONFIGS / "quickstart.yaml"),
             *TINY_OVERRIDES,
             f"run_dir={tmp_path}",
-            "iterations=1",
-            "warm_start.enabled=false",
-            "eval.num_tasks=0",
+            *ONE_BARE_ITERATION,
             "--algo",
             algo,
         ]
@@ -207,23 +212,13 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, straight_run):
 def test_lora_run_trains_adapters_only_and_exports_a_plain_model(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from training.trainer import Trainer
-
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = tiny_config(
-        tmp_path,
-        "iterations=1",
-        "warm_start.enabled=false",
-        "eval.num_tasks=0",
-        "model.lora_rank=4",
-        "model.lora_target_modules=[q_proj]",
-    )
-    trainer = Trainer(config)
-    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
-    assert trainable and all("lora_" in n for n in trainable)
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    trainer.run()
-    trainer.close()
+    lora = ("model.lora_rank=4", "model.lora_target_modules=[q_proj]")
+    with tiny_trainer(tmp_path, *ONE_BARE_ITERATION, *lora) as trainer:
+        trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+        assert trainable and all("lora_" in n for n in trainable)
+        before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        trainer.run()
     changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all("lora_" in n for n in changed)
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
@@ -255,11 +250,8 @@ def test_gpu_presets_run_two_iterations_on_cpu(tmp_path, preset, tiny_policy_dir
         ],
     )
     assert config.model.gradient_checkpointing and config.env.vector_mode == "async"
-    trainer = Trainer(config)
-    try:
+    with contextlib.closing(Trainer(config)) as trainer:
         summary = trainer.run()
-    finally:
-        trainer.close()
     assert summary["iterations"] == 2
     records = trainer.metrics.read()
     assert [r["label"] for r in records if r["kind"] == "eval"] == ["before_rl", "periodic", "after_rl"]
@@ -268,23 +260,10 @@ def test_gpu_presets_run_two_iterations_on_cpu(tmp_path, preset, tiny_policy_dir
 def test_free_text_iteration_on_the_real_webshop_env(tmp_path, monkeypatch):
     """The WebShop env in-process (its info nests ``available_actions``), free text as in the papers: every
     step becomes a row with its hashes, invalid text is penalised, not a crash."""
-    from training.trainer import Trainer
-
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = tiny_config(
-        tmp_path,
-        "env.id=progpo/WebShop-v0",
-        "env.kwargs={num_products: 200}",
-        "env.eval_split=test",
-        "env.max_steps=3",
-        "warm_start.enabled=false",
-    )
-    trainer = Trainer(config)
-    try:
+    with tiny_trainer(tmp_path, *WEBSHOP_OVERRIDES, "env.max_steps=3", "warm_start.enabled=false") as trainer:
         result = _collect(trainer, 0)
         metrics = trainer.train_iteration(1)
-    finally:
-        trainer.close()
     rows = result.rows
     assert rows.num_rows >= 4 and all(key != 0 for key in rows.obs_key)
     first_prompt = trainer.tokenizer.decode(rows.prompt_ids[0])
@@ -293,47 +272,24 @@ def test_free_text_iteration_on_the_real_webshop_env(tmp_path, monkeypatch):
 
 
 def test_dynamic_sampling_runs_more_rounds(tmp_path, monkeypatch):
-    from training.trainer import Trainer
-
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = tiny_config(
-        tmp_path,
-        "iterations=1",
-        "warm_start.enabled=false",
-        "eval.num_tasks=0",
-        "rollout.dynamic_sampling=true",
-        "rollout.max_sampling_rounds=2",
-        "algo.name=dapo",
-    )
-    trainer = Trainer(config)
-    try:
+    dapo = ("rollout.dynamic_sampling=true", "rollout.max_sampling_rounds=2", "algo.name=dapo")
+    with tiny_trainer(tmp_path, *ONE_BARE_ITERATION, *dapo) as trainer:
         result = _collect(trainer, 0)
-    finally:
-        trainer.close()
     # an untrained policy never wins: no group has mixed outcomes, both rounds run, the last one is kept
-    assert result.env_steps == 2 * 4 * config.env.max_steps
-    assert result.rows.num_rows == 4 * config.env.max_steps
+    max_steps = trainer.config.env.max_steps
+    assert result.env_steps == 2 * 4 * max_steps
+    assert result.rows.num_rows == 4 * max_steps
 
 
 def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypatch):
     """One update on real rollout rows: responses with A > 0 gain log-probability, A < 0 lose it."""
     from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy
-    from training.trainer import Trainer
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = tiny_config(
-        tmp_path,
-        "iterations=1",
-        "warm_start.enabled=false",
-        "eval.num_tasks=0",
-        "loss.kl_coef=0",
-        "optim.lr=1e-3",
-    )
-    trainer = Trainer(config)
-    try:
+    with tiny_trainer(tmp_path, *ONE_BARE_ITERATION, "loss.kl_coef=0", "optim.lr=1e-3") as trainer:
         rows = _collect(trainer, 0).rows
-    finally:
-        trainer.close()
+    config = trainer.config
     advantages = np.where(np.arange(rows.num_rows) % 2 == 0, 1.0, -1.0)
 
     def sequence_logprobs() -> np.ndarray:
@@ -355,26 +311,15 @@ def test_task_pool_limits_rl_tasks_and_is_evaluated_before_and_after(tmp_path, m
     """``rollout.task_pool``: RL draws from N tasks spread over the split; ``eval.rl_tasks`` measures them."""
     from agents.envs import num_tasks
     from training.envs import spread_tasks
-    from training.trainer import Trainer
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
-    config = tiny_config(
-        tmp_path,
-        "iterations=2",
-        "warm_start.enabled=false",
-        "rollout.num_groups=3",
-        "rollout.task_pool=2",
-        "eval.rl_tasks=true",
-        "eval.seeds=2",
-        "checkpoint_every=0",
-    )
-    trainer = Trainer(config)
-    try:
+    pooled = ("rollout.num_groups=3", "rollout.task_pool=2", "eval.rl_tasks=true", "eval.seeds=2")
+    with tiny_trainer(
+        tmp_path, "iterations=2", "warm_start.enabled=false", *pooled, "checkpoint_every=0"
+    ) as trainer:
         pool = {f"train-{t}" for t in spread_tasks(num_tasks(trainer.rollout_worker.envs), 2)}
         drawn = {e.task_id for it in range(4) for e in _collect(trainer, it).episodes}
         summary = trainer.run()
-    finally:
-        trainer.close()
     assert len(pool) == 2 and pool != {"train-0", "train-1"}  # spread over the split, not its first tasks
     assert drawn <= pool and drawn  # 12 group draws, only from the pool
     for label in ("rl_tasks_before_rl", "rl_tasks_after_rl"):

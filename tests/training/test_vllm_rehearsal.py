@@ -19,10 +19,9 @@ import sys
 import pytest
 from rehearsal_helpers import (
     assert_learning_numerics,
-    kill_job,
+    kill_after_first_checkpoint_and_resume,
     train_command,
     train_records,
-    wait_for_checkpoint,
 )
 from training_helpers import REPO, subprocess_env
 
@@ -49,20 +48,7 @@ def test_two_ranks_each_with_its_own_vllm_engine_train_evaluate_resume_and_expor
         "optim.micro_batch_rows=2",
     )
     env = {**subprocess_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    log_path = tmp_path / "first.log"
-    with log_path.open("w") as log:
-        first = subprocess.Popen(
-            command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            wait_for_checkpoint(first, run_dir / "checkpoints" / "iter_000001", timeout_s=1500)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{log_path.read_text()[-4000:]}") from None
-        finally:
-            kill_job(first)  # the whole torchrun job, mid-way through iteration 2
-    assert [r["iteration"] for r in train_records(run_dir)] == [1]
-
-    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=1500)
+    resumed = kill_after_first_checkpoint_and_resume(command, env, run_dir, tmp_path / "first.log", 1500)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "Initializing a V1 LLM engine" in resumed.stdout + resumed.stderr  # vLLM sampled
     records = train_records(run_dir)

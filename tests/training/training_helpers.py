@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -46,6 +47,44 @@ TINY_OVERRIDES = [
 ]
 
 
+#: The tiny Qwen2 of the tests that build a model without a tokenizer: 2 layers, a 300-token tied vocabulary.
+TINY_QWEN2 = {
+    "vocab_size": 300,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
+
+
+def tiny_qwen2(seed: int = 0, **shape):
+    """A random-initialised Qwen2 of :data:`TINY_QWEN2`'s shape (``shape`` overrides fields), after
+    ``torch.manual_seed(seed)``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(Qwen2Config(**{**TINY_QWEN2, **shape}))
+
+
+def sample_from(policy, prompts, **sampling):
+    """:func:`training.decoding.sample_responses` from a loaded :class:`training.policy.Policy` (its model,
+    stop tokens and pad id); ``sampling``: the other keywords."""
+    from training.decoding import sample_responses
+
+    stops = {"stop_token_ids": policy.stop_token_ids, "pad_token_id": policy.tokenizer.pad_token_id}
+    return sample_responses(policy.model, prompts, **stops, **sampling)
+
+
+def policy_engine(policy):
+    """A :class:`training.engines.TransformersEngine` over a loaded policy's model, stop tokens and pad id."""
+    from training.engines import TransformersEngine
+
+    return TransformersEngine(policy.model, policy.stop_token_ids, policy.tokenizer.pad_token_id)
+
+
 def tiny_config(run_dir, *overrides: str):
     """The quickstart preset as a seconds-long toy run in ``run_dir`` (:data:`TINY_OVERRIDES`), then
     ``overrides``."""
@@ -54,6 +93,22 @@ def tiny_config(run_dir, *overrides: str):
     return load_config(
         REPO / "configs" / "quickstart.yaml", [*TINY_OVERRIDES, f"run_dir={run_dir}", *overrides]
     )
+
+
+#: The tiny run on the real WebShop env in-process (200 products; evaluation on the test goals).
+WEBSHOP_OVERRIDES = ("env.id=progpo/WebShop-v0", "env.kwargs={num_products: 200}", "env.eval_split=test")
+#: A run of one bare RL iteration: no warm start, no evaluation.
+ONE_BARE_ITERATION = ("iterations=1", "warm_start.enabled=false", "eval.num_tasks=0")
+
+
+@contextlib.contextmanager
+def tiny_trainer(run_dir, *overrides: str):
+    """A :class:`training.trainer.Trainer` on :func:`tiny_config` of ``run_dir`` and ``overrides``, closed
+    when the block ends."""
+    from training.trainer import Trainer
+
+    with contextlib.closing(Trainer(tiny_config(run_dir, *overrides))) as trainer:
+        yield trainer
 
 
 def subprocess_env() -> dict[str, str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from training_helpers import tiny_qwen2
 
 from training.checkpoint import gather_training_state
 from training.config import LossConfig
@@ -25,22 +26,6 @@ from training.update import Numerics, UpdateSettings, plan_update, ppo_update
 
 GROUPS, TRAJECTORIES, STEPS = 4, 2, 3
 MINI_BATCH_ROWS, MICRO_BATCH_ROWS, EPOCHS = 5, 2, 2
-
-
-def tiny_model() -> torch.nn.Module:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config)
 
 
 def all_rows() -> tuple[StepRows, np.ndarray]:
@@ -71,7 +56,7 @@ def all_rows() -> tuple[StepRows, np.ndarray]:
 def main(out: Path) -> None:
     dist = DistContext.from_env()
     torch.set_num_threads(1)
-    model = tiny_model()
+    model = tiny_qwen2()
     rows, advantages = all_rows()
     mine_groups = set(dist.shard(list(range(GROUPS))))
     mine = [i for i, g in enumerate(rows.group_id) if g in mine_groups]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
@@ -21,16 +20,7 @@ from progpo_verl.estimator import estimator_spec
 from progpo_verl.rows import RowOptions
 from progpo_verl.verl_agent.contract import BUILTIN_ESTIMATORS, HOOKS
 
-VERL_AGENT_SRC = "PROGPO_TEST_VERL_AGENT_SRC"
 PENALTY = 0.1
-
-
-@pytest.fixture(scope="module")
-def source() -> Path:
-    path = Path(os.environ.get(VERL_AGENT_SRC, "/nonexistent"))
-    if not (path / "agent_system").is_dir():
-        pytest.skip(f"no verl-agent checkout: set {VERL_AGENT_SRC} to one")
-    return path
 
 
 def module_file(source: Path, module: str) -> Path:
@@ -59,20 +49,21 @@ def defined_parameters(source: Path, module: str, name: str) -> tuple[str, ...]:
     raise AssertionError(f"{module}.{name} not found")
 
 
-def test_the_wrapped_functions_have_the_contracts_parameters(source):
+def test_the_wrapped_functions_have_the_contracts_parameters(verl_agent_source):
     for hook in HOOKS:
-        assert defined_parameters(source, hook.module, hook.name) == hook.parameters, hook
+        assert defined_parameters(verl_agent_source, hook.module, hook.name) == hook.parameters, hook
 
 
-def test_verl_agent_ships_the_estimators_the_contract_lists(source):
-    tree = ast.parse(module_file(source, "verl.trainer.ppo.ray_trainer").read_text(encoding="utf-8"))
+def test_verl_agent_ships_the_estimators_the_contract_lists(verl_agent_source):
+    ray_trainer = module_file(verl_agent_source, "verl.trainer.ppo.ray_trainer")
+    tree = ast.parse(ray_trainer.read_text(encoding="utf-8"))
     enum = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AdvantageEstimator")
     values = [ast.literal_eval(n.value) for n in enum.body if isinstance(n, ast.Assign)]
     assert tuple(values) == BUILTIN_ESTIMATORS
 
 
 @pytest.fixture(scope="module")
-def core_gigpo(source):
+def core_gigpo(verl_agent_source):
     """verl-agent's ``gigpo/core_gigpo.py``, loaded with a bare ``verl`` module (it only names DataProto)."""
     stub = types.ModuleType("verl")
     stub.DataProto = object
@@ -80,7 +71,7 @@ def core_gigpo(source):
     sys.modules["verl"] = stub
     try:
         spec = importlib.util.spec_from_file_location(
-            "verl_agent_core_gigpo", source / "gigpo" / "core_gigpo.py"
+            "verl_agent_core_gigpo", verl_agent_source / "gigpo" / "core_gigpo.py"
         )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -241,6 +241,18 @@ def _real_format_files(directory: Path) -> Path:
         "small_description_old": "",
         "page": 1,
     }
+    # Two products told apart only by name and ASIN (an over-long ASIN, a duplicate one: both dropped).
+    placeholder = {
+        **base,
+        "full_description": "",
+        "pricing": "$1",
+        "images": ["x"],
+        "product_category": "x",
+        "small_description": [],
+        "customization_options": "",
+        "category": "beauty",
+        "query": "x",
+    }
     items = [
         {
             **base,
@@ -288,32 +300,8 @@ def _real_format_files(directory: Path) -> Path:
             "category": "beauty",
             "query": "shampoo",
         },
-        {
-            **base,
-            "name": "Too Long",
-            "asin": "B0000000003X",
-            "full_description": "",
-            "pricing": "$1",
-            "images": ["x"],
-            "product_category": "x",
-            "small_description": [],
-            "customization_options": "",
-            "category": "beauty",
-            "query": "x",
-        },
-        {
-            **base,
-            "name": "Duplicate",
-            "asin": "B000000001",
-            "full_description": "",
-            "pricing": "$1",
-            "images": ["x"],
-            "product_category": "x",
-            "small_description": [],
-            "customization_options": "",
-            "category": "beauty",
-            "query": "x",
-        },
+        {**placeholder, "name": "Too Long", "asin": "B0000000003X"},
+        {**placeholder, "name": "Duplicate", "asin": "B000000001"},
         {
             **base,
             "name": "Acme Tea Kettle",
