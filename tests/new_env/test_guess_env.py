@@ -18,8 +18,8 @@ import gymnasium as gym
 import pytest
 import requests
 from guess_env import GUESS_ENV_ID, GuessEnv
-from progpo.cli import main as progpo
 
+from progpo.cli import main as progpo
 from progpo_envs.core.checker import check_text_env
 
 HERE = Path(__file__).resolve().parent
