@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.common import RESULTS_DIR, machine_info, save_figure, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
 from benchmarks.lib.markdown import markdown_table
 from training.advantages import ESTIMATORS, compute_advantages
@@ -225,9 +225,7 @@ def _plot(results: dict, sizes: list[int], path: Path) -> None:
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result  # noqa: E402
+from benchmarks.common import RESULTS_DIR, machine_info, save_figure, save_result  # noqa: E402
 from benchmarks.harness import Benchmark, script_path
 from benchmarks.lib.markdown import fmt, markdown_table
 
@@ -396,9 +396,7 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("per-episode / lock-step (higher is faster)")
     ax.set_title("rollouts without a turn barrier (blue, orange: measured on CPU; green: a model)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def print_table(result: dict, out: Path) -> None:

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.common import RESULTS_DIR, machine_info, save_figure, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -352,9 +352,7 @@ def _plot(results: dict[str, dict], path: Path) -> None:
     fig.suptitle(
         f"vs '{next(iter(results))}': same machine and packages, only the kernels differ", fontsize=9
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------------------

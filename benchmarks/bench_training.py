@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.common import RESULTS_DIR, machine_info, save_figure, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,9 +217,7 @@ def _plot(results: list[dict], path: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     ax.set_ylabel("seconds per iteration")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------------------

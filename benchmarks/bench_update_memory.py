@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.common import RESULTS_DIR, machine_info, save_figure, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,9 +218,7 @@ def _plot(results: list[dict], path: Path) -> None:
         )
     ax.set_ylabel("peak memory of one micro-batch (GiB)")
     ax.set_title("update micro-batch, vocabulary 151,936", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------------------

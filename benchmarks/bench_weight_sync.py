@@ -44,7 +44,7 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.common import RESULTS_DIR, machine_info, save_figure, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
 from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
 
@@ -232,9 +232,7 @@ def plot(result: dict, path: Path) -> None:
         f"{result['host_memory_ratio']:.1f}x less host memory (baseline extrapolated)",
         fontsize=9,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 @dataclass

@@ -204,3 +204,12 @@ def paired_differences(
         if metric in r.get("final", {}) and (r["env"], r["seed"]) in base:
             diffs[key].append(r["final"][metric] - base[(r["env"], r["seed"])])
     return {key: mean_spread(values) for key, values in diffs.items()}
+
+
+def save_figure(fig, path: Path) -> None:
+    """Lay ``fig`` out, write it to ``path`` as the results page shows plots (110 dpi) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

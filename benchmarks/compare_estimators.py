@@ -67,6 +67,7 @@ from benchmarks.common import (
     machine_info,
     mean_spread,
     paired_differences,
+    save_figure,
     save_result,
 )
 from benchmarks.harness import Benchmark, option, parse_config, script_path
@@ -435,9 +436,7 @@ def plot_curves(runs: list[dict[str, Any]], path: Path) -> None:
             ylim=(-0.02, 1.02),
         )
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 @dataclass

@@ -51,7 +51,7 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
 import numpy as np
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_figure, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
 from benchmarks.lib.credit import (
     QUICK,
@@ -143,9 +143,7 @@ def plot(result: dict, path: Path) -> None:
         axes[row][1].set(title=f"{source}: {corr_key.replace('_', '(A, ')})", xlabel="noise p")
         axes[row][1].axhline(0, color="grey", lw=0.5)
     axes[0][0].legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 @dataclass

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, machine_info, save_result
+from benchmarks.common import RESULTS_DIR, machine_info, save_figure, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
 from training.config import load_config
 from training.costs import GIB, QWEN25_SHAPES, config_budget
@@ -76,9 +76,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.tick_params(axis="x", labelrotation=60, labelsize=7)
     axes[0].set_ylabel("GiB per GPU (budget)")
     axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 @dataclass

@@ -48,6 +48,7 @@ from benchmarks.common import (
     machine_info,
     mean_spread,
     paired_differences,
+    save_figure,
     save_result,
 )
 from benchmarks.harness import Benchmark, option, parse_config, script_path
@@ -262,9 +263,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.axhline(0, color="grey", lw=0.5)
         ax.set(title=f"RL: {metric.replace('_minus_grpo', '')} − GRPO", xticks=x)
         ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 @dataclass

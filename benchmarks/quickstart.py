@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_result
+from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_figure, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path, usage_error
 from benchmarks.lib.markdown import fmt, markdown_table
 
@@ -374,9 +374,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_xticks(x, labels)
         ax.set(title=f"quickstart: success on {title}", ylabel="success", ylim=(0, 1))
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 @dataclass
