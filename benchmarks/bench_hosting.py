@@ -51,7 +51,7 @@ from rich.table import Table
 import progpo_envs  # noqa: F401
 from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
-from benchmarks.lib.hosting import ENVS, percentiles
+from benchmarks.lib.hosting import ENVS, available_envs, percentiles
 from progpo_envs.server.policy import KWARG_BOUNDS
 from progpo_envs.server.remote import RemoteEnv, step_batch
 from progpo_envs.testing import KEY_DOOR_ENV_ID
@@ -363,12 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"updated the fair_share section of {RESULT.relative_to(ROOT)}")
         return 0
     results: dict = {}
-    for env_id in settings.envs or list(ENVS):
-        try:
-            gym.make(env_id, **ENVS[env_id]).close()
-        except Exception as exc:  # noqa: BLE001 - an env not available here is reported, not fatal
-            console.print(f"[yellow]skipping {env_id}: {exc!r}")
-            continue
+    for env_id in available_envs(settings.envs or list(ENVS), console):
         console.print(f"[bold]{env_id}[/]: starting the server ({settings.workers} env workers)")
         server = start_server(env_id, settings.workers)
         per_env: dict = {"concurrency": {}}

@@ -41,7 +41,6 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
 # isort: split
 
-import gymnasium as gym
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -49,7 +48,7 @@ from rich.table import Table
 import progpo_envs  # noqa: F401
 from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
-from benchmarks.lib.hosting import ENVS, percentiles
+from benchmarks.lib.hosting import ENVS, available_envs, percentiles
 from benchmarks.lib.markdown import markdown_table
 from progpo_envs.server.remote import RemoteEnv
 
@@ -90,6 +89,19 @@ def start_server(env_id: str, workers: int, protocol: str) -> ServerProcess:
     return ServerProcess(command, port, ready_path="/ready" if protocol == "native" else "/health")
 
 
+def run_threads(client, clients: int, barrier: threading.Barrier) -> float:
+    """Run ``client(i)`` for ``i < clients`` in threads that all wait on ``barrier``; the seconds from their
+    release to the last one's end."""
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - start
+
+
 def run_native(url: str, env_id: str, clients: int, steps_each: int) -> dict:
     """``clients`` threads, each stepping its own ``progpo/Remote-v0`` env."""
     envs = [RemoteEnv(url, env_id) for _ in range(clients)]
@@ -111,14 +123,7 @@ def run_native(url: str, env_id: str, clients: int, steps_each: int) -> dict:
         except Exception as exc:  # noqa: BLE001 - reported in the results
             errors.append(repr(exc))
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
+    elapsed = run_threads(client, clients, barrier)
     for env in envs:
         env.close()
     return {"latencies": [x for per in latencies for x in per], "elapsed_s": elapsed, "errors": errors}
@@ -180,14 +185,7 @@ def run_openenv_sync(url: str, clients: int, steps_each: int) -> dict:
         except Exception as exc:  # noqa: BLE001 - reported in the results
             errors.append(repr(exc))
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
+    elapsed = run_threads(client, clients, barrier)
     for session in sessions:
         session.close()
     return {"latencies": [x for per in latencies for x in per], "elapsed_s": elapsed, "errors": errors}
@@ -250,12 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = dataclasses.replace(settings, steps=64, rounds=1, clients=8)
     console = Console()
     results: dict = {}
-    for env_id in settings.envs or list(ENVS):
-        try:
-            gym.make(env_id, **ENVS[env_id]).close()
-        except Exception as exc:  # noqa: BLE001 - an env not available here is reported, not fatal
-            console.print(f"[yellow]skipping {env_id}: {exc!r}")
-            continue
+    for env_id in available_envs(settings.envs or list(ENVS), console):
         steps_each = max(4, (settings.steps or DEFAULT_STEPS[env_id]) // settings.clients)
         runs: dict[str, list[dict]] = {"native": [], "openenv": []}
         with Progress(console=console, transient=True) as progress:

@@ -20,3 +20,19 @@ def percentiles(latencies: list[float]) -> dict[str, float]:
     """The median and 99th percentile of ``latencies`` (seconds), in milliseconds."""
     data = np.asarray(latencies) * 1000
     return {"p50_ms": float(np.percentile(data, 50)), "p99_ms": float(np.percentile(data, 99))}
+
+
+def available_envs(env_ids, console) -> list[str]:
+    """The envs of ``env_ids`` that can be made here (each one made once with its :data:`ENVS` kwargs); the
+    others are reported on ``console`` and left out, not fatal."""
+    import gymnasium as gym
+
+    available = []
+    for env_id in env_ids:
+        try:
+            gym.make(env_id, **ENVS[env_id]).close()
+        except Exception as exc:  # noqa: BLE001 - an env not available here is reported, not fatal
+            console.print(f"[yellow]skipping {env_id}: {exc!r}")
+            continue
+        available.append(env_id)
+    return available
