@@ -117,6 +117,36 @@ def test_compose_services_use_the_entry_point_scripts():
         assert (REPO / path).is_file(), path
 
 
+def test_image_copies_every_package_its_code_imports_and_the_context_admits_them():
+    """The Dockerfile copies each first-party package the copied code imports, and .dockerignore lets each in.
+
+    A package added to the repo (``progpo_base``) but not to the build context fails only at ``docker compose
+    build``, which runs in the compose stage alone; this catches it in the fast suite.
+    """
+    dockerfile = (REPO / "docker/Dockerfile").read_text()
+    copied = set()
+    for line in dockerfile.splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(word.startswith("--from") for word in words):
+            copied.update(source.rstrip("/").replace("[e]", "e") for source in words[1:-1])
+    admitted = {
+        line[1:].rstrip("/")
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    }
+    assert {Path(source).parts[0] for source in copied} <= admitted
+
+    first_party = {path.parent.name for path in REPO.glob("*/__init__.py")}
+    copied_packages = {source for source in copied if source in first_party}
+    imported = set()
+    for package in copied_packages:
+        for source in (REPO / package).rglob("*.py"):
+            imported.update(re.findall(r"^\s*(?:from|import) (\w+)", source.read_text(), flags=re.MULTILINE))
+    # benchmarks and progpo_verl are not served; code that reaches them does so only behind their own commands
+    missing = (imported & first_party) - copied_packages - {"benchmarks", "progpo_verl", "tests"}
+    assert not missing, f"the image's code imports {sorted(missing)}, which docker/Dockerfile does not copy"
+
+
 def test_vllm_entry_point_without_a_model_stops_with_one_line(tmp_path):
     """An empty MODEL_DIR: one clear line and a non-zero exit (compose does not restart `vllm`)."""
     result = subprocess.run(
