@@ -112,17 +112,15 @@ def _check_env(env_id: str) -> None:
 
 
 def _valid_splits(env_id: str, env_kwargs: dict) -> list[str] | None:
-    """The splits the env can play with ``env_kwargs`` here (its class's ``split_names``; ALFWorld: the
-    data's folders, or the generated ones), or ``None`` when it does not list them."""
-    from agents.envs import env_class, env_spec
+    """The splits the env can play with ``env_kwargs`` here (:func:`agents.envs.listed_splits`); an env
+    that lists none here is a usage error."""
+    from agents.envs import listed_splits
 
-    listed = getattr(env_class(env_id), "split_names", None)
-    fixed = env_spec(env_id).kwargs or {}
-    splits = listed(**{**fixed, **env_kwargs}) if callable(listed) else None
+    splits = listed_splits(env_id, env_kwargs)
     if splits is not None and not splits:
         where = f" with --data-dir {env_kwargs['data_dir']}" if env_kwargs.get("data_dir") else ""
         raise UsageError(f"{env_id} has no splits here{where}: give the folder that contains its data")
-    return None if splits is None else list(splits)
+    return splits
 
 
 def _check_out(out: str) -> None:

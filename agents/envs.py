@@ -43,6 +43,16 @@ def env_class(env_id: str) -> Any:
     return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
 
 
+def listed_splits(env_id: str, env_kwargs: dict[str, Any]) -> list[str] | None:
+    """The splits the registered env can be made with under ``env_kwargs`` here (its class's
+    ``split_names``; ALFWorld: the data's folders, or the generated ones), or ``None`` when it does not list
+    them (any plain name is tried)."""
+    listed = getattr(env_class(env_id), "split_names", None)
+    fixed = env_spec(env_id).kwargs or {}
+    splits = listed(**{**fixed, **env_kwargs}) if callable(listed) else None
+    return None if splits is None else list(splits)
+
+
 def accepts_url(env_id: str) -> bool:
     """Whether the registered env's constructor has a ``url`` parameter."""
     return "url" in inspect.signature(env_class(env_id)).parameters

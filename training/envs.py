@@ -12,13 +12,26 @@ Example:
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 import numpy as np
 
 from agents.envs import make_group_envs
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from training.config import EnvConfig
-from training.preflight import data_dir_value
+
+
+def data_dir_value(data_dir: str) -> str:
+    """``env.data_dir`` with a leading ``$VAR`` replaced by that environment variable's value (empty when
+    unset).
+
+    Example:
+        >>> os.environ["PROGPO_DOCTEST_DATA"] = "/data/alfworld"
+        >>> data_dir_value("$PROGPO_DOCTEST_DATA"), data_dir_value("generated")
+        ('/data/alfworld', 'generated')
+    """
+    return os.environ.get(data_dir[1:], "") if data_dir.startswith("$") else data_dir
 
 
 def split_env_kwargs(env: EnvConfig, split: str, expert: bool = False) -> dict:

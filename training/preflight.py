@@ -3,8 +3,8 @@
 :func:`preflight` turns the mistakes a researcher makes most on a new machine into one line each, with the
 fix: a model folder that is not there (nothing is ever downloaded at run time), ALFWorld's data named by an
 unset ``$ALFWORLD_DATA`` (the presets refuse to fall back to generated games silently: their numbers would
-not be comparable with the papers'), a prompt and response longer than the model's context, and the vLLM
-engine asked for where vLLM is not installed.
+not be comparable with the papers'), a training or held-out split the env does not have, a prompt and
+response longer than the model's context, and the vLLM engine asked for where vLLM is not installed.
 
 Example:
     >>> from training.config import load_config
@@ -18,24 +18,15 @@ import json
 import os
 from pathlib import Path
 
-from training.config import ConfigError, TrainConfig
-
-
-def data_dir_value(data_dir: str) -> str:
-    """``env.data_dir`` with a leading ``$VAR`` replaced by that environment variable's value (empty when
-    unset).
-
-    Example:
-        >>> os.environ["PROGPO_DOCTEST_DATA"] = "/data/alfworld"
-        >>> data_dir_value("$PROGPO_DOCTEST_DATA"), data_dir_value("generated")
-        ('/data/alfworld', 'generated')
-    """
-    return os.environ.get(data_dir[1:], "") if data_dir.startswith("$") else data_dir
+from agents.envs import listed_splits
+from training.config import ConfigError, EnvConfig, TrainConfig
+from training.envs import data_dir_value, split_env_kwargs
 
 
 def preflight(config: TrainConfig) -> None:
     """Raise :class:`~training.config.ConfigError` (one line, with the fix) on what would fail later."""
     _check_data_dir(config.env.data_dir)
+    _check_splits(config.env)
     context = _check_model(config)
     needed = config.rollout.max_prompt_tokens + config.rollout.max_new_tokens
     if needed > context:
@@ -48,6 +39,17 @@ def preflight(config: TrainConfig) -> None:
             "rollout.engine=vllm, but vLLM is not installed: pip install 'progpo-suite[vllm]' (GPU) or "
             "scripts/setup_vllm_cpu.sh (CPU), or use rollout.engine=transformers"
         )
+
+
+def _check_splits(env: EnvConfig) -> None:
+    """The training and held-out splits are splits the env lists here (an env server checks its own)."""
+    if env.url:
+        return
+    for key, split in (("env.train_split", env.train_split), ("env.eval_split", env.eval_split)):
+        kwargs = {k: v for k, v in split_env_kwargs(env, split).items() if k != "split"}
+        splits = listed_splits(env.id, kwargs)
+        if splits is not None and split not in splits:
+            raise ConfigError(f"{key} is {split!r}, which {env.id} does not have here: one of {splits}")
 
 
 def _check_data_dir(data_dir: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from training.config import TrainConfig
-from training.preflight import data_dir_value
+from training.envs import data_dir_value
 
 PREFIX = "[progpo train]"
 

@@ -29,6 +29,7 @@ from progpo_envs.alfworld import data
 from progpo_envs.alfworld.data import ALFWorldTask, load_tasks
 from progpo_envs.alfworld.engine import NOTHING_HAPPENS, AlfredEngine, EnginePatches
 from progpo_envs.alfworld.expert import ALFWorldExpert, ExpertMode, SearchingExpert
+from progpo_envs.alfworld.task_types import TASK_TYPES
 from progpo_envs.core.text_env import EngineStep, TaskStart, TextEnv
 
 #: Admissible command the engine always offers and prompts leave out.
@@ -58,7 +59,7 @@ class ALFWorldEnv(TextEnv):
         render_mode: ``"ansi"`` or ``None``.
     """
 
-    metadata = {**TextEnv.metadata, "prompt_style": "alfworld"}
+    metadata = {**TextEnv.metadata, "prompt_style": "alfworld", "task_types": TASK_TYPES}
 
     @classmethod
     def split_names(cls, data_dir: str | Path | None = None, **_: Any) -> tuple[str, ...]:

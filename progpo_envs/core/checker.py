@@ -14,8 +14,9 @@ env's ``info`` and metadata; :data:`INFO_KEYS` is that contract, one line per ke
   action (not a string, empty, over ``max_action_length``) is an invalid action, never an exception; once
   ended, ``step`` returns the final observation again with reward 0 and the same flags;
 * what the env states about itself: ``metadata["prompt_style"]`` a name (the agents layer checks it is a
-  registered style when it plays the env), ``metadata["agentgym_flavor"]`` one of AgentGym's two, and
-  :meth:`~progpo_envs.core.text_env.TextEnv.split_names` ``None`` or split names.
+  registered style when it plays the env), ``metadata["agentgym_flavor"]`` one of AgentGym's two,
+  ``metadata["openenv_observation"]`` one of :data:`OPENENV_OBSERVATIONS`, ``metadata["task_types"]`` names,
+  and :meth:`~progpo_envs.core.text_env.TextEnv.split_names` ``None`` or split names.
 
 Every env's tests run it (ALFWorld, WebShop, the toy envs of :mod:`progpo_envs.testing`); a failure is an
 ``AssertionError`` naming the key and the step, as Gymnasium's checker does.
@@ -55,6 +56,8 @@ INFO_KEYS: Mapping[str, str] = {
 REQUIRED_KEYS = ("task_index", "task_id", "obs_hash", "history_key", "admissible_actions", "won")
 #: The AgentGym payload shapes an env may ask for (``metadata["agentgym_flavor"]``).
 AGENTGYM_FLAVORS = ("alfworld", "webshop")
+#: The OpenEnv observation models an env may ask for (``metadata["openenv_observation"]``).
+OPENENV_OBSERVATIONS = ("text", "webshop")
 #: Malformed actions every text env must take as invalid actions.
 _MALFORMED: tuple[Any, ...] = ("", "   ", 12345, None)
 
@@ -108,6 +111,17 @@ def _check_statements(env: gym.Env) -> None:
         raise _fail(
             "metadata", f"metadata['agentgym_flavor'] must be one of {AGENTGYM_FLAVORS}, got {flavor!r}"
         )
+    observation = env.metadata.get("openenv_observation")
+    if observation is not None and observation not in OPENENV_OBSERVATIONS:
+        raise _fail(
+            "metadata",
+            f"metadata['openenv_observation'] must be one of {OPENENV_OBSERVATIONS}, got {observation!r}",
+        )
+    types = env.metadata.get("task_types")
+    if types is not None and not (
+        isinstance(types, (tuple, list)) and all(isinstance(t, str) and t for t in types)
+    ):
+        raise _fail("metadata", f"metadata['task_types'] must be a sequence of names, got {types!r}")
     listed = getattr(type(env), "split_names", None)
     if callable(listed):
         names = listed()

@@ -21,6 +21,9 @@ What a subclass states about itself, for the layers above that play it (which ne
   absent: the generic ``"text"`` style; the styles are registered in ``agents.prompts``);
 * ``metadata["agentgym_flavor"]``: which AgentGym server's payloads ``progpo serve --agentgym`` speaks for it
   (``"webshop"``; absent: ALFWorld's shape);
+* ``metadata["openenv_observation"]``: which observation model ``progpo serve --protocol openenv`` answers
+  with (``"webshop"``: the page's ``available_actions``; absent: ``"text"``, the ``admissible_actions``);
+* ``metadata["task_types"]``: the values its ``info["task_type"]`` takes (absent: none, one task family);
 * :meth:`TextEnv.split_names`: the split names it can be made with, if it lists them.
 
 The ``info`` contract every text env keeps (checked by :func:`progpo_envs.core.checker.check_text_env`) is in

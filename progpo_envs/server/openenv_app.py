@@ -56,7 +56,6 @@ from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig, WSErrorCode, WSErrorResponse
 
-from progpo_envs.alfworld.task_types import TASK_TYPES
 from progpo_envs.server.app import ServerConfig
 from progpo_envs.server.openenv_models import CommandAction, TextEnvState, observation_class
 from progpo_envs.server.openenv_session import (
@@ -66,7 +65,7 @@ from progpo_envs.server.openenv_session import (
     SessionHost,
     environment_metadata,
 )
-from progpo_envs.server.policy import PolicyError, split_names
+from progpo_envs.server.policy import PolicyError, env_statements, split_names
 from progpo_envs.server.pool import EnvPool
 from progpo_envs.server.request_args import MAX_REQUEST_BYTES
 from progpo_envs.server.serving import DEFAULT_THREADS
@@ -175,10 +174,6 @@ class SessionGuard:
         return guarded
 
 
-def _task_types(env_id: str) -> tuple[str, ...]:
-    return tuple(TASK_TYPES) if "alfworld" in env_id.lower() else ()
-
-
 def create_openenv_app(
     config: ServerConfig, pool: EnvPool | None = None, threads: int = DEFAULT_THREADS
 ) -> FastAPI:
@@ -196,6 +191,7 @@ def create_openenv_app(
         pool = EnvPool(config.policies(), config.pool)
         atexit.register(pool.shutdown)
     policy = pool.policies[env_id]
+    statements = env_statements(policy.entry_point)  # the env class's own metadata, never its id
     host = SessionHost(
         pool=pool,
         env_id=env_id,
@@ -203,15 +199,16 @@ def create_openenv_app(
         metadata=environment_metadata(
             env_id,
             split_names(policy.entry_point, policy.fixed_kwargs),
-            _task_types(env_id),
+            tuple(statements.get("task_types", ())),
             policy.fixed_kwargs.get("split") if "split" in policy.fixed_kwargs else None,
         ),
+        observation_cls=observation_class(statements),
     )
     idle = pool.config.idle_timeout
     app = create_app(
         functools.partial(PoolSession, host),
         CommandAction,
-        observation_class(env_id),
+        host.observation_cls,
         env_name=env_id.split("/")[-1],
         concurrency_config=ConcurrencyConfig(
             max_concurrent_envs=pool.config.max_instances,

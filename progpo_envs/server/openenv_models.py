@@ -115,9 +115,10 @@ class TextEnvState(State):
     done: bool = Field(default=False, description="The episode has ended")
 
 
-def observation_class(env_id: str) -> type[TextObservation]:
-    """The observation model of a hosted env: WebShop's for WebShop, ALFWorld's (admissible actions) else."""
-    return WebShopObservation if "webshop" in env_id.lower() else ALFWorldObservation
+def observation_class(statements: Mapping[str, Any]) -> type[TextObservation]:
+    """The observation model an env asks for (``metadata["openenv_observation"]``): WebShop's page actions for
+    ``"webshop"``, the admissible actions (ALFWorld's model) for ``"text"`` or none."""
+    return WebShopObservation if statements.get("openenv_observation") == "webshop" else ALFWorldObservation
 
 
 def _task_score(info: Mapping[str, Any]) -> float:

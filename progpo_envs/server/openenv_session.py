@@ -45,7 +45,6 @@ from progpo_envs.server.openenv_models import (
     CommandAction,
     TextEnvState,
     TextObservation,
-    observation_class,
     observation_of,
 )
 from progpo_envs.server.policy import PolicyError
@@ -74,16 +73,15 @@ class SessionHost:
         env_id: The hosted env.
         executor: Threads that wait on the pool's workers (the event loop never blocks).
         metadata: What ``/metadata`` answers.
+        observation_cls: The observation model the env asks for
+            (:func:`~progpo_envs.server.openenv_models.observation_class`).
     """
 
     pool: EnvPool
     env_id: str
     executor: ThreadPoolExecutor
     metadata: EnvironmentMetadata
-
-    @property
-    def observation_cls(self) -> type[TextObservation]:
-        return observation_class(self.env_id)
+    observation_cls: type[TextObservation]
 
 
 def _task_index_arg(value: Any) -> int | None:

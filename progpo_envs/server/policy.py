@@ -106,6 +106,12 @@ def default_allowed_kwargs(entry_point: str) -> frozenset[str]:
     return frozenset(allowed)
 
 
+def env_statements(entry_point: str) -> Mapping[str, Any]:
+    """What the env class states about itself (its Gymnasium ``metadata``: prompt style, AgentGym flavour,
+    OpenEnv observation, task types; :mod:`progpo_envs.core.text_env`)."""
+    return getattr(load_env_creator(entry_point), "metadata", {})
+
+
 def split_names(entry_point: str, fixed_kwargs: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The split names an env offers with the operator's kwargs, or ``None`` if it does not list them: the
     env class's own :meth:`~progpo_envs.core.text_env.TextEnv.split_names` (ALFWorld's are the folders of

@@ -220,7 +220,12 @@ class WebShopEnv(TextEnv):
         history_depths, max_action_length, render_mode: See :class:`~progpo_envs.core.text_env.TextEnv`.
     """
 
-    metadata = {**TextEnv.metadata, "prompt_style": "webshop", "agentgym_flavor": "webshop"}
+    metadata = {
+        **TextEnv.metadata,
+        "prompt_style": "webshop",
+        "agentgym_flavor": "webshop",
+        "openenv_observation": "webshop",
+    }
 
     @classmethod
     def split_names(cls, **_: Any) -> tuple[str, ...]:

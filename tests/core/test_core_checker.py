@@ -93,6 +93,14 @@ class _BadFlavor(KeyDoorEnv):
     metadata = {**KeyDoorEnv.metadata, "agentgym_flavor": "babyai"}
 
 
+class _BadObservation(KeyDoorEnv):
+    metadata = {**KeyDoorEnv.metadata, "openenv_observation": "pixels"}
+
+
+class _BadTaskTypes(KeyDoorEnv):
+    metadata = {**KeyDoorEnv.metadata, "task_types": "keys and doors"}
+
+
 @pytest.mark.parametrize(
     ("env_class", "message"),
     [
@@ -104,6 +112,8 @@ class _BadFlavor(KeyDoorEnv):
         (_NoLatch, "an ended episode must return its final observation, reward 0"),
         (_BadStyle, "prompt_style'] must be a style's name"),
         (_BadFlavor, "agentgym_flavor'] must be one of"),
+        (_BadObservation, "openenv_observation'] must be one of"),
+        (_BadTaskTypes, "task_types'] must be a sequence of names"),
     ],
 )
 def test_a_broken_rule_fails_by_name(env_class, message):

@@ -334,3 +334,18 @@ def test_openenv_validate_refuses_a_manifest_without_a_validation_block(tmp_path
 def test_openenv_validate_accepts_the_running_servers(real_server):
     code, output = openenv_validate("--url", real_server.url, "--timeout", "60")
     assert code == 0 and "Verdict: PASS" in output, output
+
+
+def test_the_observation_model_and_task_types_are_the_env_classs_statements():
+    """The OpenEnv door reads what the env class states (its metadata), never its id: WebShop's page actions,
+    ALFWorld's six task types, the admissible-action model and no types for an env that states neither."""
+    from progpo_envs.alfworld.task_types import TASK_TYPES
+    from progpo_envs.server.openenv_models import ALFWorldObservation, WebShopObservation, observation_class
+    from progpo_envs.server.policy import env_statements
+
+    webshop = env_statements(gym.spec("progpo/WebShop-v0").entry_point)
+    alfworld = env_statements(gym.spec("progpo/ALFWorld-v0").entry_point)
+    toy = env_statements(gym.spec(TOY_ENV_ID).entry_point)
+    assert observation_class(webshop) is WebShopObservation and "task_types" not in webshop
+    assert observation_class(alfworld) is ALFWorldObservation and alfworld["task_types"] == TASK_TYPES
+    assert observation_class(toy) is ALFWorldObservation and "task_types" not in toy

@@ -10,7 +10,8 @@ import pytest
 from training_helpers import REPO, subprocess_env
 
 from training.config import ConfigError, load_config
-from training.preflight import data_dir_value, preflight
+from training.envs import data_dir_value
+from training.preflight import preflight
 
 ALFWORLD_PRESET = REPO / "configs" / "alfworld_progpo_qwen2.5-1.5b.yaml"
 
@@ -46,6 +47,8 @@ def test_generated_games_are_asked_for_by_name(model_folder, monkeypatch):
 
 
 def test_the_alfworld_preset_reads_its_data_folder_from_the_variable(tmp_path, model_folder, monkeypatch):
+    for split in ("train", "valid_seen"):
+        (tmp_path / "json_2.1.1" / split).mkdir(parents=True)
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
     config = load_config(ALFWORLD_PRESET, [f"model.path={model_folder}"])
     preflight(config)
@@ -65,6 +68,8 @@ def test_the_alfworld_preset_reads_its_data_folder_from_the_variable(tmp_path, m
         (["model.path=Qwen/Qwen2.5-1.5B-Instruct"], "nothing is downloaded at run time"),
         (["rollout.max_prompt_tokens=4000", "rollout.max_new_tokens=200"], "longer than the model's context"),
         (["env.data_dir=$PROGPO_TEST_UNSET_VARIABLE"], "PROGPO_TEST_UNSET_VARIABLE, which is not set"),
+        (["env.train_split=trian"], "env.train_split is 'trian', which progpo/ALFWorld-v0 does not have"),
+        (["env.eval_split=valid_sen"], r"env.eval_split is 'valid_sen'.*one of \['train', 'valid_seen'"),
     ],
 )
 def test_mistakes_a_new_machine_makes_are_one_line_each(overrides, message, monkeypatch):
@@ -72,6 +77,16 @@ def test_mistakes_a_new_machine_makes_are_one_line_each(overrides, message, monk
     with pytest.raises(ConfigError, match=message) as raised:
         preflight(load_config(None, overrides))
     assert "\n" not in str(raised.value)
+
+
+def test_a_real_data_folder_without_the_presets_training_split_is_named(tmp_path, model_folder, monkeypatch):
+    """Real trials holding only valid_seen and valid_train (a subset): the preset's train split is missing."""
+    for split in ("valid_seen", "valid_train"):
+        (tmp_path / "json_2.1.1" / split).mkdir(parents=True)
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"env.train_split is 'train'.*\['valid_seen', 'valid_train'\]"):
+        preflight(load_config(ALFWORLD_PRESET, [f"model.path={model_folder}"]))
+    preflight(load_config(ALFWORLD_PRESET, [f"model.path={model_folder}", "env.train_split=valid_train"]))
 
 
 def test_the_model_folders_context_bounds_prompt_and_response(model_folder):
