@@ -59,5 +59,7 @@ def test_the_same_rows_land_on_the_same_weights_on_one_and_two_ranks(one_rank, t
     single, sharded = one_rank[1], two_ranks[1]
     assert single.keys() == sharded.keys()
     moved = max(float((single[k] - sharded[k]).abs().max()) for k in single)
-    assert moved < 1e-5, moved
+    # the two reductions sum in different orders, and AdamW's normalised step turns that rounding into up to
+    # ~1e-5 (1.04e-5 on AVX512 kernels, less on AVX2); a wrong split or step count moves weights by ~lr, 1e-2
+    assert moved < 1e-4, moved
     assert one_rank[0]["params_changed_frac"] > 0.9  # the update did move the weights (lr 1e-2)
