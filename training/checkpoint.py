@@ -20,6 +20,9 @@ never mistaken for a fresh one. Every ``.pt`` file is read with ``torch.load(wei
 states are stored as tensors and plain containers, so a planted pickle payload fails to load instead of
 running.
 
+The trainer saves and resumes a (possibly FSDP2-sharded) model and its optimizer with
+:func:`save_training_state` and :func:`restore_training_state`.
+
 Example:
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -540,3 +543,49 @@ def load_fitting_checkpoint(
         root,
         check=lambda checkpoint: check_training_state(checkpoint, shapes, parameter_shapes, last_iteration),
     )
+
+
+def save_training_state(
+    root: Path,
+    iteration: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    state: dict,
+    config: dict,
+    keep: int,
+    writer: bool,
+) -> None:
+    """Checkpoint ``iteration`` of a (possibly FSDP2) model and its optimizer with the run's ``state`` and
+    ``config`` (:func:`gather_training_state`, then :func:`save_checkpoint` by the ``writer``, rank 0). Every
+    rank calls it: the gathering is a collective."""
+    model_state, optimizer_state = gather_training_state(model, optimizer)
+    if writer:
+        save_checkpoint(
+            root,
+            iteration,
+            save_model=lambda path: torch.save(model_state, path),
+            optimizer_state=optimizer_state,
+            state=state,
+            config=config,
+            keep=keep,
+        )
+
+
+def restore_training_state(
+    root: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, last_iteration: int
+) -> Checkpoint | None:
+    """Resume from the newest checkpoint under ``root`` that fits (:func:`load_fitting_checkpoint`): its
+    weights and optimizer state loaded into ``model`` and the fresh ``optimizer``
+    (:func:`apply_training_state`), the RNG states set; the checkpoint, or ``None`` (nothing changed) when
+    there is none.
+
+    Raises:
+        CheckpointError: Checkpoints exist but none can be used (nothing is deleted).
+    """
+    parameters = [p for group in optimizer.param_groups for p in group["params"]]
+    checkpoint = load_fitting_checkpoint(root, model, parameters, last_iteration)
+    if checkpoint is not None:
+        apply_training_state(checkpoint, model, optimizer)
+        set_rng_state(checkpoint.rng_state)
+    return checkpoint

@@ -439,6 +439,15 @@ class TrainConfig:
             if not ok:
                 raise ConfigError(message)
 
+    def check_world_size(self, world_size: int) -> None:
+        """Raise :class:`ConfigError` when a job of ``world_size`` processes cannot run this config: each rank
+        plays whole task groups, so ``rollout.num_groups`` must be at least ``world_size``."""
+        if world_size > self.rollout.num_groups:
+            raise ConfigError(
+                f"rollout.num_groups ({self.rollout.num_groups}) must be >= the number of "
+                f"processes ({world_size}): groups are never split across ranks"
+            )
+
     def _check_algo(self) -> None:
         """``algo.name`` is a registered estimator and ``algo.params`` are its parameters (at load time, so a
         typo fails before any env or model is built)."""

@@ -4,6 +4,8 @@ An :class:`Evaluation` names what is measured (``eval.num_tasks`` tasks spread o
 with ``eval.rl_tasks`` every task of ``rollout.task_pool``); :class:`Evaluator` plays it with the rollout
 engine, each task once per sampling seed (``eval.seeds``), the tasks shared out over ranks, and returns the
 metrics record: success mean, its spread over seeds, per task type, invalid and admissible rates.
+:class:`RunEvaluations` schedules them in a training run (before RL, every ``eval.every`` iterations, after
+RL) and keeps their records, which the run checkpoints.
 
 Example:
     >>> from training.config import TrainConfig
@@ -14,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,7 +26,7 @@ from training.config import TrainConfig
 from training.distributed import DistContext
 from training.engines import GenerationEngine
 from training.envs import make_split_envs, spread_tasks
-from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND, episode_metrics
+from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND, MetricsLog, episode_metrics
 from training.rollout import RolloutWorker
 from training.seeds import derive_seed
 
@@ -139,3 +142,87 @@ class Evaluator:
         for worker in self._workers.values():
             worker.envs.close()
         self._workers.clear()
+
+
+class RunEvaluations:
+    """A training run's evaluations (:func:`evaluations`), played when the run is at each point, and their
+    records: each is written to the metrics log and kept in :attr:`records` (the run's checkpointed
+    ``state["evaluations"]``), labelled ``before_rl``, ``periodic`` or ``after_rl``.
+
+    Args:
+        config: The run's configuration.
+        tokenizer: The policy's tokenizer.
+        dist: This process's place in the job.
+        metrics: The run's metrics log.
+    """
+
+    def __init__(self, config: TrainConfig, tokenizer, dist: DistContext, metrics: MetricsLog):
+        self.config, self.dist, self.metrics = config, dist, metrics
+        self.planned = evaluations(config)
+        self.evaluator = Evaluator(config, tokenizer, dist)
+        self.records: list[dict[str, Any]] = []
+
+    def before_rl(self, engine: GenerationEngine) -> None:
+        """Every evaluation, before the first RL iteration (with ``eval.before_rl``)."""
+        if self.config.eval.before_rl:
+            for evaluation in self.planned:
+                self.play(evaluation, engine, 0, "before_rl")
+
+    def periodic(self, engine: GenerationEngine, iteration: int) -> None:
+        """The held-out evaluation after every ``eval.every``-th iteration but the last (after RL measures
+        that one), without log lines."""
+        every = self.config.eval.every
+        if every and iteration % every == 0 and iteration < self.config.iterations:
+            for evaluation in self.planned:
+                if evaluation.kind == HELD_OUT_EVAL_KIND:
+                    self.play(evaluation, engine, iteration, "periodic", quiet=True)
+
+    def after_rl(self, engine: GenerationEngine, iteration: int, checkpoint: Callable[[], None]) -> None:
+        """Every evaluation not yet recorded after RL, each followed by ``checkpoint()``, so that a resumed
+        run does not play it again. Without RL iterations the policy is the one measured before RL: that
+        record is reused, not played again."""
+        for evaluation in self.planned:
+            done = {r["label"]: r for r in self.records if r["kind"] == evaluation.kind}
+            if "after_rl" in done:
+                continue
+            if "before_rl" in done and iteration == 0:
+                self.record({**done["before_rl"], "label": "after_rl"})
+            else:
+                self.play(evaluation, engine, iteration, "after_rl")
+            checkpoint()
+
+    def play(
+        self,
+        evaluation: Evaluation,
+        engine: GenerationEngine,
+        iteration: int,
+        label: str,
+        quiet: bool = False,
+    ) -> dict[str, Any]:
+        """Play ``evaluation`` with ``engine`` now (:meth:`Evaluator.run`) and record it; logs its size and
+        success unless ``quiet``."""
+        when = label.replace("_rl", " RL").replace("_", " ")
+        if not quiet:
+            seeds = self.config.eval.seeds
+            size = f"{evaluation.num_tasks} tasks of {evaluation.split} x {seeds} seed{'s' * (seeds > 1)}"
+            self.dist.log(f"{evaluation.name} success {when}: playing {size}")
+        record = self.record(self.evaluator.run(evaluation, engine, iteration, label))
+        if not quiet:
+            self.dist.log(
+                f"{evaluation.name} success {when}: {record['success']:.3f} ± {record['success_std']:.3f}"
+            )
+        return record
+
+    def record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Write ``record`` to the metrics log and keep it in :attr:`records`."""
+        self.metrics.write(record)
+        self.records.append(record)
+        return record
+
+    def summary(self) -> dict[str, Any]:
+        """``summary.json``'s evaluation entries (:func:`evaluation_summary`) of the records so far."""
+        return evaluation_summary(self.planned, self.records)
+
+    def close(self) -> None:
+        """Close the evaluation envs."""
+        self.evaluator.close()

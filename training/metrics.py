@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from training.config import RolloutConfig
     from training.distributed import DistContext
     from training.rollout import Episode, RolloutResult, StepRows
 
@@ -116,20 +117,19 @@ def train_metrics(
     staleness: np.ndarray,
     marks: dict[str, float],
     dist: DistContext,
-    *,
-    max_staleness: int,
-    asynchronous: bool,
+    rollout: RolloutConfig,
 ) -> dict[str, float]:
     """The ``kind: train`` record of iteration ``iteration`` (0-based; recorded as ``iteration + 1``): its
     episodes (gathered from every rank: a collective), update statistics, advantages, rows, phase times from
     ``marks`` (``time.perf_counter()`` at ``start``, ``rollout``, ``advantages``, ``update``, ``sync``),
-    throughputs and the staleness histogram (``staleness``: per row, policy versions behind)."""
-    rows = result.rows
+    throughputs and the staleness histogram (``staleness``: per row, policy versions behind; its bins up to
+    ``rollout.max_staleness``)."""
+    asynchronous, rows = rollout.mode == "async", result.rows
     episodes = [e for part in dist.gather_objects(result.episodes) for e in part]
     # wall-clock throughput of the batch's rollout, comparable across modes: lock step's is the rollout
     # phase, an asynchronous batch's runs from its first group's start to its last one's end
     span = result.sample_seconds if asynchronous else marks["rollout"] - marks["start"]
-    histogram = np.bincount(staleness.clip(min=0), minlength=max_staleness + 1)
+    histogram = np.bincount(staleness.clip(min=0), minlength=rollout.max_staleness + 1)
     update_seconds = marks["update"] - marks["advantages"]
     return {
         "kind": "train",

@@ -31,6 +31,7 @@ from transformers import (
 )
 
 from training.config import ModelConfig, TinyModelConfig
+from training.distributed import shard_model
 from training.tokenizer import QWEN25_CHAT_TEMPLATE, qwen25_tokenizer_truncated
 from training.weight_sync import stream_weights
 
@@ -234,6 +235,18 @@ def load_reference(
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def load_kl_reference(
+    path: str | Path, device: torch.device, config: ModelConfig, *, sharded: bool
+) -> torch.nn.Module:
+    """A training run's frozen KL reference from ``path`` (:func:`load_reference`) in ``model.compute_dtype``.
+    With ``sharded`` (under torchrun) it is loaded on the CPU and sharded with FSDP2 like the trained model,
+    computing in the compute dtype on ``device``: a whole copy per rank is too much at 7B."""
+    reference = load_reference(path, "cpu" if sharded else device, config.compute_dtype)
+    if sharded:
+        shard_model(reference, compute_dtype=resolve_dtype(config.compute_dtype, device))
+    return reference
 
 
 def export_policy(

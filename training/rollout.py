@@ -44,7 +44,7 @@ from progpo_envs.core.hashing import action_set_key, text_digest
 from training.config import TrainConfig
 from training.distributed import DistContext
 from training.engines import GenerationEngine
-from training.envs import spread_tasks
+from training.envs import make_split_envs, spread_tasks
 from training.seeds import derive_seed, request_seed
 
 
@@ -394,6 +394,14 @@ class RolloutWorker:
             template=config.rollout.template,
             constrained_actions=config.rollout.constrained_actions,
         )
+
+    @classmethod
+    def for_training(cls, config: TrainConfig, tokenizer, dist: DistContext) -> RolloutWorker:
+        """The worker that plays this rank's share of the ``rollout.num_groups`` training groups: envs of the
+        training split for its groups (at least one), ``rollout.group_size`` copies each."""
+        groups = max(len(dist.shard(list(range(config.rollout.num_groups)))), 1)
+        envs = make_split_envs(config.env, config.env.train_split, groups, config.rollout.group_size)
+        return cls.from_config(envs, config, tokenizer)
 
     def answer_ids(self, action: str) -> list[int]:
         """Token ids of ``action`` in the answer format, ending with the end-of-turn token (cached)."""

@@ -13,6 +13,16 @@ from training.engines import GenerationEngine, TransformersEngine
 from training.policy import Policy, load_reference
 
 
+def samples_from_a_copy(config: TrainConfig, *, torchrun: bool) -> bool:
+    """Whether the run's sampler holds its own copy of the weights, which every update syncs: with vLLM, under
+    ``torchrun`` (FSDP2's shards cannot decode alone) and when rollouts overlap the update
+    (``rollout.mode=async`` with ``rollout.max_staleness`` ≥ 1: they must not sample from weights the
+    optimizer is changing). Otherwise, on one process with the transformers engine, it is the trained model
+    itself."""
+    overlapped = config.rollout.mode == "async" and config.rollout.max_staleness > 0
+    return torchrun or config.rollout.engine == "vllm" or overlapped
+
+
 def make_sampler(
     config: TrainConfig,
     policy: Policy,

@@ -12,6 +12,10 @@ objective with KL to the reference and the entropy bonus (:mod:`training.loss`) 
 between the sampler's log-probs and the trained policy's (:class:`LogprobGap`), which a broken weight sync
 makes grow (:class:`SamplerGapError`).
 
+The trainer builds its optimizer with :func:`make_optimizer`, and each iteration calls :func:`step_advantages`
+(one advantage per row from the configured estimator), :func:`rows_to_train` (the rows the update keeps) and
+:func:`update_policy` (the seeded plan and the PPO update over it).
+
 Example:
     >>> metrics = UpdateMetrics()
     >>> metrics.add_grad_norm(2.0)
@@ -29,12 +33,14 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from training.config import LossConfig, TrainConfig
+from training.advantages import compute_advantages
+from training.config import AlgoConfig, LossConfig, OptimConfig, TrainConfig
 from training.distributed import DistContext
 from training.loss import PolicyLossTerms, kl_k3, masked_sum, policy_loss_terms
 from training.policy import compute_context
-from training.rollout import StepRows
+from training.rollout import RolloutResult, StepRows, mixed_outcome_groups
 from training.sampling import PackedBatch, pack_sequences, policy_logprobs, policy_logprobs_and_entropy
+from training.seeds import derive_seed
 from training.update_size import snapshot_parameters, update_size
 
 
@@ -624,3 +630,78 @@ def _check_sampler_gap(gap: LogprobGap, bound: float) -> None:
             f"rollout.max_sampler_logprob_gap={bound:g}): the rollouts were not sampled from the weights "
             "being trained — most likely the weight sync into the rollout engine is broken"
         )
+
+
+# ------------------------------------------------------------------------------------- the trainer's calls
+def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
+    """AdamW over the model's trainable parameters (``optim.lr``, ``optim.betas``, ``optim.weight_decay``)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
+
+
+def step_advantages(rows: StepRows, algo: AlgoConfig) -> np.ndarray:
+    """One advantage per step row from the configured estimator (``algo.name``,
+    :func:`training.advantages.compute_advantages` on the rows' columns, with ``algo.invalid_penalty``)."""
+    if rows.num_rows == 0:
+        return np.zeros(0)
+    return compute_advantages(
+        algo.name, rows.estimator_columns(), invalid_penalty=algo.invalid_penalty, **algo.params
+    )
+
+
+def rows_to_train(result: RolloutResult, exclude_uniform_groups: bool) -> np.ndarray:
+    """Bool per row of ``result``: the rows the update trains on. Every row, or with
+    ``loss.exclude_uniform_groups`` (DAPO) only the rows of groups whose episodes did not all score the same:
+    such a group's advantages teach nothing."""
+    kept = np.ones(result.rows.num_rows, dtype=bool)
+    if exclude_uniform_groups:
+        kept[:] = False
+        kept[mixed_outcome_groups(result)[0]] = True
+    return kept
+
+
+def update_policy(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    reference: torch.nn.Module | None,
+    rows: StepRows,
+    advantages: np.ndarray,
+    kept: np.ndarray,
+    *,
+    config: TrainConfig,
+    iteration: int,
+    numerics: Numerics,
+    dist: DistContext,
+    pad_token_id: int,
+    stale: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Iteration ``iteration``'s PPO update (:func:`ppo_update` over :func:`plan_update`'s mini-batches of the
+    ``kept`` rows); ``{"update_skipped": 1.0}`` when no rank kept a row. ``stale``: bool per row, rows an
+    older policy sampled (none by default).
+
+    The shuffle is seeded alike on every rank (the mini-batches are global); its seed's last part, 0, is the
+    rank a single process always had, so a single-process run repeats earlier runs exactly."""
+    if dist.all_reduce_sum(int(kept.sum())) == 0:
+        return {"update_skipped": 1.0}
+    plan = plan_update(
+        rows,
+        kept,
+        epochs=config.loss.ppo_epochs,
+        mini_batch_rows=config.optim.mini_batch_rows,
+        micro_batch_rows=config.optim.micro_batch_rows,
+        rng=np.random.default_rng(derive_seed(config.seed, "shuffle", iteration, 0)),
+        dist=dist,
+    )
+    return ppo_update(
+        model,
+        optimizer,
+        reference,
+        rows,
+        advantages,
+        plan,
+        UpdateSettings.from_config(config),
+        numerics=numerics,
+        dist=dist,
+        pad_token_id=pad_token_id,
+        stale=stale,
+    )
