@@ -1,8 +1,9 @@
 """The walk of one training iteration through the code: how often a reader following it leaves a file and
 comes back (issue 28's measure of the trainer as a recipe).
 
-One lock-step iteration of a tiny ALFWorld run (generated games, a random-init 2-layer policy, 2 groups × 2,
-4 steps, no KL, no evaluation) is played once untraced (imports, envs), then once under ``sys.setprofile``.
+One lock-step iteration of a small ALFWorld run (generated games, the quickstart's random-init policy,
+2 groups × 2, 4 steps, no KL, no evaluation) is played once untraced (imports, envs), then once under
+``sys.setprofile``.
 Every call into, and return to, a function of the project's packages at most ``--depth`` project frames
 below ``Trainer.train_iteration`` is a visit to that function's file; consecutive visits to one file are one
 *stay*; a stay in a file visited before is a *return*. Depth 1 is what ``train_iteration`` calls itself.
@@ -26,9 +27,6 @@ OVERRIDES = [
     "env.id=progpo/ALFWorld-v0",
     "env.data_dir=",  # generated games (ALFWORLD_DATA unset), in every version of the config
     "env.max_steps=4",
-    "model.tiny.vocab_size=2048",
-    "model.tiny.hidden_size=64",
-    "model.tiny.intermediate_size=128",
     "rollout.num_groups=2",
     "rollout.group_size=2",
     "rollout.max_new_tokens=8",
