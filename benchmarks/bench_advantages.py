@@ -2,12 +2,12 @@
 
 Claim measured (issue 3): each estimator handles 1,000,000 rows in under 2 s on one core, at least 10x
 faster than a straightforward per-row Python-dict implementation of the same formula, with cost linear in
-rows. Batches come from ``tests/advantages/advantages_batches.py``: task groups of 8 trajectories of up to 50
-steps over small deterministic worlds (shared start state, revisits, loops, ~5% invalid actions, ~55%
-success), i.e. blocks shaped like one 128-group training batch, repeated until the row count is reached.
-The Python references (``tests/advantages/advantages_reference.py``) are timed on ``--reference-rows`` rows
-and scaled linearly to 1M (they are linear: dict lookups per row); the JSON says so. Their output is also
-compared with the fast estimators' on that batch.
+rows. Batches come from ``tests/training/advantages/advantages_batches.py``: task groups of 8 trajectories
+of up to 50 steps over small deterministic worlds (shared start state, revisits, loops, ~5% invalid actions,
+~55% success), i.e. blocks shaped like one 128-group training batch, repeated until the row count is
+reached. The Python references (``tests/training/advantages/advantages_reference.py``) are timed on
+``--reference-rows`` rows and scaled linearly to 1M (they are linear: dict lookups per row); the JSON says
+so. Their output is also compared with the fast estimators' on that batch.
 
 Run: ``.venv/bin/python benchmarks/bench_advantages.py`` (about 2-4 minutes on a quiet core).
 Times are process CPU seconds (single-threaded code), which a shared machine disturbs far less than wall time.
@@ -42,9 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _test_module(name: str):
-    """A module of ``tests/advantages/`` (the batches and the per-row references live with the tests, which
-    are no package), loaded from its file."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "advantages" / f"{name}.py")
+    """A module of ``tests/training/advantages/`` (the batches and the per-row references live with the
+    tests), loaded from its file: the benchmark needs no ``tests`` package on ``sys.path``."""
+    path = ROOT / "tests" / "training" / "advantages" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             "trajectory_length_mean": float(traj_len.mean()),
             "trajectory_length_max": int(traj_len.max()),
             "success_rate": float(full["won"].sum() / traj_len.size),
-            "generator": "tests/advantages/advantages_batches.py:random_walk_batch (groups of 8 "
+            "generator": "tests/training/advantages/advantages_batches.py:random_walk_batch (groups of 8 "
             "trajectories, up to 50 steps, shared start state, revisits/loops, ~5% invalid actions); smaller "
             "sizes are prefixes of the largest batch; rows in trajectory-major order unless "
             "'shuffled'",

@@ -1,4 +1,5 @@
-"""Settings shared by every test: single-threaded math, no hub access, the real ALFWorld trials when given."""
+"""Settings shared by every test: single-threaded math, no hub access, the real ALFWorld trials when given,
+the tests' toy estimator registered."""
 
 from __future__ import annotations
 
@@ -23,13 +24,16 @@ if _OWN_CACHE:
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
+# The toy estimator, defined in the tests only, is registered before any test module is collected: every test
+# parametrised over ``training.advantages.ESTIMATORS``, in whichever folder and order, covers it.
+import tests.training.advantages.advantages_toy  # noqa: E402,F401
+
 # Property tests draw the same examples on every run and machine, so CI never fails by chance;
 # `HYPOTHESIS_PROFILE=explore` draws fresh random examples when hunting for new failures.
 settings.register_profile("deterministic", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 #: A folder holding real ALFWorld trials (`json_2.1.1/`), for the tests that compare against them; .ci/run
 #: sets it where such a folder is at hand, and the tests that need it skip without it.
 REAL_ALFWORLD_DATA_VAR = "PROGPO_TEST_ALFWORLD_DATA"

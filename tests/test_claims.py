@@ -54,7 +54,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO_ROOT as ROOT
+
 RESULTS = ROOT / "benchmarks" / "results"
 
 

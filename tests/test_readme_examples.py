@@ -6,11 +6,10 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO_ROOT as ROOT
 
 
 def readme_block(section: str) -> str:

@@ -19,9 +19,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from tests.paths import REPO_ROOT as REPO
+
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11; the lock is made with 3.11 (its header)
 
-REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "lock.txt"
 SETUP = REPO / "scripts" / "setup.sh"
 #: The extras setup.sh installs (``--dev`` adds ``dev``).

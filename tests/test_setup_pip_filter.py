@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import REPO_ROOT as REPO
+
 FILTER = REPO / "scripts" / "pip_expected_conflicts.awk"
 HEADING = (
     "ERROR: pip's dependency resolver does not currently take into account all the packages that are "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,10 +12,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # the toy envs' entry points ("agents_toy_envs:...") must import in workers too
 
-from agents_toy_envs import hint_policy  # noqa: E402  (importing registers agents-test/Toy*-v0)
+from tests.agents.agents_toy_envs import hint_policy  # noqa: E402  (importing registers agents-test/Toy*-v0)
 
 
 class ScriptedEndpoint:

@@ -11,11 +11,11 @@ import json
 from collections import Counter
 
 import pytest
-from eval_run_checks import check_run, prompt_key, read_records
 
 from agents.cli import main
 from agents.evaluate import EvalConfig, evaluate
 from agents.llm_config import OpenAIConfig, TransformersConfig
+from tests.agents.eval_run_checks import check_run, prompt_key, read_records
 
 TOY_TASKS = {"agents-test/ToyALFWorld-v0": 12, "agents-test/ToyWebShop-v0": 8}
 

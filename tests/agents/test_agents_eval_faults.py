@@ -17,9 +17,8 @@ import pytest
 
 from agents.cli import main
 from agents.evaluate import DAMAGED_FILE, MAX_STORED_OUTPUT_CHARS, EvalConfig, evaluate
+from tests.paths import REPO_ROOT as REPO
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 TOY = "agents-test/ToyALFWorld-v0"
 
 
@@ -126,7 +125,7 @@ def test_two_runs_on_one_out_do_not_both_write(tmp_path):
 
 def test_a_huge_completion_is_cut_in_the_trajectory(endpoint, tmp_path):
     """A 2 MB answer is stored up to MAX_STORED_OUTPUT_CHARS (before: in full, 126 MB for 12 steps)."""
-    from agents_toy_envs import hint_policy
+    from tests.agents.agents_toy_envs import hint_policy
 
     endpoint.policy = lambda messages, body: hint_policy(messages, body) + "x" * 2_000_000
     assert main(_argv(endpoint.base_url, tmp_path, "--episodes", "1", "--max-steps", "2")) == 0
@@ -158,7 +157,7 @@ def test_ctrl_c_stops_eval_at_once_and_keeps_the_finished_episodes(trickling_ser
     server = trickling_server(["/chat/completions"], after=2, reply=COMPLETION)
     out = tmp_path / "run"
     code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r}); import agents_toy_envs; "
+        "import sys, tests.agents.agents_toy_envs; "  # run with cwd=REPO: `python -c` puts it on sys.path
         "from agents.cli import main; raise SystemExit(main(sys.argv[1:]))"
     )
     argv = [sys.executable, "-c", code, *_argv(server.url + "/v1", out, "--episodes", "6", "--num-envs", "2")]
@@ -205,7 +204,7 @@ def test_an_uncached_hub_id_is_one_line_and_no_network(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env |= {"HF_ENDPOINT": f"http://127.0.0.1:{listener.getsockname()[1]}", "HF_HOME": str(tmp_path / "hf")}
     code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r}); import agents_toy_envs; "
+        "import sys, tests.agents.agents_toy_envs; "  # run with cwd=REPO: `python -c` puts it on sys.path
         "from agents.cli import main; raise SystemExit(main(sys.argv[1:]))"
     )
     argv = [sys.executable, "-c", code, "--env", TOY, "--agent", "transformers", "--model", "someorg/some"]

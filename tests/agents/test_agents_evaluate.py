@@ -16,9 +16,7 @@ from agents.cli import main
 from agents.evaluate import EvalConfig, evaluate, load_finished
 from agents.report import task_family
 from agents.scripted import HumanAgent
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+from tests.paths import REPO_ROOT as REPO
 
 
 def _lines(out: Path) -> list[dict]:
@@ -143,7 +141,7 @@ def test_resume_plays_only_missing_tasks_and_drops_a_cut_line(tmp_path):
 def test_resume_after_the_process_is_killed(tmp_path):
     out = tmp_path / "run"
     code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r}); import agents_toy_envs; "
+        "import sys, tests.agents.agents_toy_envs; "  # run with cwd=REPO: `python -c` puts it on sys.path
         "from agents.cli import main; "
         "raise SystemExit(main(sys.argv[1:]))"
     )

@@ -102,7 +102,7 @@ def test_agent_memory_feeds_the_prompt(endpoint):
 
 
 def _malformed_every_fourth(endpoint):
-    from agents_toy_envs import hint_policy
+    from tests.agents.agents_toy_envs import hint_policy
 
     def policy(messages, body):
         text = hint_policy(messages, body)

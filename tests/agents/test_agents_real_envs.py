@@ -4,13 +4,13 @@ Skipped with a reason when an env package cannot be imported (e.g. the engine is
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
 from agents.evaluate import EvalConfig, evaluate
+from tests.paths import REPO_ROOT
 
-SHARED_ALFWORLD = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "alfworld"
+SHARED_ALFWORLD = REPO_ROOT.parent / "shared" / "data" / "alfworld"
 
 
 def _require(module: str) -> None:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from eval_run_checks import check_run
 
 from agents.vllm_server import requests_finished, serve_command, server_environment
+from tests.agents.eval_run_checks import check_run
+from tests.paths import REPO_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PROGPO = REPO / ".venv" / "bin" / "progpo"
 MAX_MODEL_LEN = 4096
 #: Short runs: the model is random, so episodes end at --max-steps; the point is the plumbing.

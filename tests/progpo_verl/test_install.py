@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from verl_batches import Batch, ScriptedActor, VocabTokenizer
 
 import progpo_envs.testing  # noqa: F401  (registers agents-test/ToyALFWorld-v0)
 from progpo_verl.rows import ACTION_COLUMN, STEP_COLUMN
 from progpo_verl.verl_agent import contract
 from progpo_verl.verl_agent.envs import ProGPOEnvManager
 from progpo_verl.verl_agent.install import WRAPPED, action_text, install
+from tests.progpo_verl.verl_batches import Batch, ScriptedActor, VocabTokenizer
 from training.advantages import compute_advantages
 from training.config import algo_parameters
 

@@ -12,7 +12,6 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
-from verl_batches import pad_and_shuffle, rollout_batch
 
 from progpo_verl.estimator import estimator_spec
 from progpo_verl.rows import (
@@ -24,6 +23,7 @@ from progpo_verl.rows import (
     step_tags,
     token_advantages,
 )
+from tests.progpo_verl.verl_batches import pad_and_shuffle, rollout_batch
 from training.advantages import ESTIMATORS, compute_advantages
 
 PENALTY = 0.1

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from verl_batches import pad_and_shuffle, rollout_batch
 
 from progpo_verl.estimator import estimator_spec
 from progpo_verl.rows import RowOptions
 from progpo_verl.verl_agent.contract import BUILTIN_ESTIMATORS, HOOKS
+from tests.progpo_verl.verl_batches import pad_and_shuffle, rollout_batch
 
 PENALTY = 0.1
 

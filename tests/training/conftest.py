@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from training_helpers import TINY_OVERRIDES, subprocess_env  # noqa: E402,F401
+from tests.training.training_helpers import TINY_OVERRIDES, subprocess_env  # noqa: E402,F401
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """One rank of ``test_chunked_logprobs.py::test_fsdp2_chunked_gradients_on_two_gloo_ranks`` (``torchrun
---nproc_per_node 2 fsdp_chunked_worker.py OUT.json``: float32, then bfloat16 compute), and the tiny batch and
-objective that test module uses (on :func:`training_helpers.tiny_qwen2`).
+--nproc_per_node 2 -m tests.training.fsdp_chunked_worker OUT.json``: float32, then bfloat16 compute), and the
+tiny batch and objective that test module uses (on :func:`tests.training.training_helpers.tiny_qwen2`).
 
 Every rank builds the same model and batch; FSDP2 averages the ranks' gradients, so the sharded model's
 gradients equal one plain model's on that batch. Rank 0 writes the comparison to ``OUT.json``.
@@ -12,8 +12,8 @@ import json
 import sys
 
 import torch
-from training_helpers import tiny_qwen2
 
+from tests.training.training_helpers import tiny_qwen2
 from training.sampling import PackedBatch, pack_sequences
 
 

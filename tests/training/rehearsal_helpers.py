@@ -11,7 +11,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from training_helpers import REPO, torchrun_train
+
+from tests.training.training_helpers import REPO, torchrun_train
 
 #: Qwen2.5-1.5B-Instruct's config.json, as ``model.tiny`` fields, cut to 2 decoder layers.
 QWEN25_1_5B_TWO_LAYERS = {

@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 import torch
-from training_helpers import tiny_config, tiny_qwen2
 
+from tests.training.training_helpers import tiny_config, tiny_qwen2
 from training.async_rollout import AsyncRollout
 from training.engine_loop import EngineLoop
 from training.rollout import StepRows, collect_groups

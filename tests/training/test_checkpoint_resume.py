@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from training_helpers import TINY_OVERRIDES, subprocess_env
 
+from tests.paths import REPO_ROOT
+from tests.training.training_helpers import TINY_OVERRIDES, subprocess_env
 from training.checkpoint import (
     MANIFEST,
     CheckpointError,
@@ -40,7 +41,7 @@ from training.checkpoint import (
     write_manifest,
 )
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = REPO_ROOT / "configs"
 
 
 # ------------------------------------------------------------------------------------ helpers

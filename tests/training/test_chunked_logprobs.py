@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from fsdp_chunked_worker import objective as _objective
-from fsdp_chunked_worker import tiny_batch as _batch
-from training_helpers import subprocess_env, tiny_qwen2
 
+from tests.training.fsdp_chunked_worker import objective as _objective
+from tests.training.fsdp_chunked_worker import tiny_batch as _batch
+from tests.training.training_helpers import subprocess_env, tiny_qwen2
 from training.sampling import (
     chunked_logprobs_and_entropy,
     policy_logprobs,
@@ -23,8 +23,6 @@ from training.sampling import (
     response_logits,
     token_logprobs_and_entropy,
 )
-
-HERE = Path(__file__).resolve().parent
 
 
 def _unchunked(model, packed, temperature):
@@ -112,7 +110,8 @@ def test_fsdp2_chunked_gradients_on_two_gloo_ranks(tmp_path):
         "--standalone",
         "--nproc_per_node",
         "2",
-        str(HERE / "fsdp_chunked_worker.py"),
+        "-m",  # the worker as a module of the tests package (subprocess_env puts the repo root on PYTHONPATH)
+        "tests.training.fsdp_chunked_worker",
         str(out),
     ]
     done = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300)

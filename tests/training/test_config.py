@@ -3,10 +3,9 @@ unknown keys."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.paths import REPO_ROOT
 from training.config import (
     DAPO_RECIPE,
     ENV_SPECIFIC_KEYS,
@@ -20,7 +19,7 @@ from training.config import (
     load_config,
 )
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = REPO_ROOT / "configs"
 
 
 def _leaves(data: dict, prefix: str = "") -> dict:

@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from training_helpers import subprocess_env
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+from tests.paths import REPO_ROOT
+from tests.training.training_helpers import subprocess_env
+
+CONFIGS = REPO_ROOT / "configs"
 
 
 def _progpo() -> list[str]:

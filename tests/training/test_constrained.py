@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
-from training_helpers import WEBSHOP_OVERRIDES, sample_from, subprocess_env, tiny_trainer
 
 from agents.projection import demonstration_text
 from agents.prompts import get_style
+from tests.paths import REPO_ROOT
+from tests.training.training_helpers import WEBSHOP_OVERRIDES, sample_from, subprocess_env, tiny_trainer
 from training import sampling
 from training.config import ConfigError, load_config
 from training.constrained import (
@@ -27,7 +26,7 @@ from training.sampling import (
     response_logits,
 )
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = REPO_ROOT / "configs"
 ACTIONS = [
     ["go to bed 1", "go to desk 1", "go to desk 2", "take book 1 from bed 1", "look"],
     ["inventory", "look", "examine desk 1"],

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from training_helpers import sample_from
 
+from tests.training.training_helpers import sample_from
 from training.constrained import ChoiceTrie
 from training.decoding import DecodeBatch, inverse_cdf_draw
 from training.policy import load_policy

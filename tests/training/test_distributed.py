@@ -7,9 +7,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from training_helpers import TINY_OVERRIDES, subprocess_env, torchrun_train
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+from tests.paths import REPO_ROOT
+from tests.training.training_helpers import TINY_OVERRIDES, subprocess_env, torchrun_train
+
+CONFIGS = REPO_ROOT / "configs"
 
 
 def _command(run_dir: Path, *extra: str) -> list[str]:

@@ -25,14 +25,15 @@ import subprocess
 import sys
 
 import pytest
-from rehearsal_helpers import (
+
+from tests.training.rehearsal_helpers import (
     assert_learning_numerics,
     assert_memory_budget,
     kill_after_first_checkpoint_and_resume,
     train_command,
     train_records,
 )
-from training_helpers import REPO, subprocess_env
+from tests.training.training_helpers import REPO, subprocess_env
 
 # Each rehearsal runs several bf16 processes of a vocabulary-sized model on CPU: ~10 min on 2 cores, so the
 # suite-wide 600 s per-test timeout is too tight for them.

@@ -15,7 +15,7 @@ import json
 import subprocess
 import sys
 
-from training_helpers import TINY_OVERRIDES, subprocess_env
+from tests.training.training_helpers import TINY_OVERRIDES, subprocess_env
 
 
 def test_rl_raises_held_out_success_beyond_imitation(tmp_path):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fsdp_chunked_worker import tiny_batch
 from safetensors import safe_open
-from training_helpers import sample_from, tiny_qwen2
 
+from tests.training.fsdp_chunked_worker import tiny_batch
+from tests.training.training_helpers import sample_from, tiny_qwen2
 from training.policy import Policy, compute_context, export_policy, load_policy
 from training.sampling import pack_sequences, policy_logprobs_and_entropy
 from training.update_size import UpdateSize, snapshot_parameters, update_size

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from training_helpers import REPO, subprocess_env
 
+from tests.training.training_helpers import REPO, subprocess_env
 from training.config import ConfigError, load_config
 from training.envs import data_dir_value
 from training.preflight import preflight

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training_helpers import TINY_OVERRIDES, subprocess_env
-
+from tests.paths import REPO_ROOT
+from tests.training.training_helpers import TINY_OVERRIDES, subprocess_env
 from training.cli import main
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = REPO_ROOT / "configs"
 VOLATILE = ("time", "per_s", "peak")
 #: The training toy env under a hostable id (env servers host ``progpo/*`` ids only).
 HOSTED_ID = "progpo/ToyALFWorldTraining-v0"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from training_helpers import policy_engine
 
 from agents.projection import demonstration_text
 from progpo_envs.core.hashing import action_set_key, text_digest
+from tests.training.training_helpers import policy_engine
 from training.advantages import ESTIMATORS, compute_advantages
 from training.policy import load_policy
 from training.rollout import RolloutWorker

@@ -8,8 +8,8 @@ import copy
 import json
 
 import pytest
-from training_helpers import tiny_config
 
+from tests.training.training_helpers import tiny_config
 from training.engines import TransformersEngine
 from training.trainer import Trainer
 from training.update import SamplerGapError

@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from training_helpers import sample_from
 
+from tests.training.training_helpers import sample_from
 from training.loss import kl_k3, policy_loss_terms
 from training.policy import load_policy
 from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy

@@ -16,17 +16,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from training_helpers import (
+
+from tests.paths import REPO_ROOT
+from tests.training.training_helpers import (
     ONE_BARE_ITERATION,
     TINY_OVERRIDES,
     WEBSHOP_OVERRIDES,
     subprocess_env,
     tiny_trainer,
 )
-
 from training.cli import main
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = REPO_ROOT / "configs"
 VOLATILE = ("time", "per_s", "peak")  # wall-clock measurements differ between runs; everything else must not
 
 

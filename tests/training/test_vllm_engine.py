@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from training_helpers import TINY_OVERRIDES, subprocess_env
 
+from tests.paths import REPO_ROOT
+from tests.training.training_helpers import TINY_OVERRIDES, subprocess_env
 from training.config import TinyModelConfig
 from training.policy import build_tiny_policy, load_policy
 from training.sampling import pack_sequences, response_logits, token_logprobs_and_entropy
@@ -30,7 +31,7 @@ from training.weight_sync import policy_weights
 
 LOGPROB_ATOL = 1e-4
 TEMPERATURE = 0.7
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = REPO_ROOT / "configs"
 #: head size 128 / 4 = 32, the smallest vLLM's CPU attention supports
 VLLM_TINY = TinyModelConfig(vocab_size=2048, hidden_size=128, intermediate_size=256)
 VLLM_TINY_OVERRIDES = ["model.tiny.hidden_size=128", "model.tiny.intermediate_size=256"]

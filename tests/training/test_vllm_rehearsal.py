@@ -17,13 +17,14 @@ import subprocess
 import sys
 
 import pytest
-from rehearsal_helpers import (
+
+from tests.training.rehearsal_helpers import (
     assert_learning_numerics,
     kill_after_first_checkpoint_and_resume,
     train_command,
     train_records,
 )
-from training_helpers import REPO, subprocess_env
+from tests.training.training_helpers import REPO, subprocess_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]
 

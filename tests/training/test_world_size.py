@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from training_helpers import HERE, subprocess_env
-from world_size_worker import EPOCHS, GROUPS, MINI_BATCH_ROWS, STEPS, TRAJECTORIES
+
+from tests.training.training_helpers import subprocess_env
+from tests.training.world_size_worker import EPOCHS, GROUPS, MINI_BATCH_ROWS, STEPS, TRAJECTORIES
 
 ROWS = GROUPS * TRAJECTORIES * STEPS
 
@@ -27,7 +28,8 @@ def _run(out: Path, processes: int) -> tuple[dict, dict]:
         "--standalone",
         "--nproc_per_node",
         str(processes),
-        str(HERE / "world_size_worker.py"),
+        "-m",  # the worker as a module of the tests package (subprocess_env puts the repo root on PYTHONPATH)
+        "tests.training.world_size_worker",
     ]
     done = subprocess.run(
         [*command, str(out)], env=subprocess_env(), capture_output=True, text=True, timeout=300

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+from tests.paths import REPO_ROOT, repo_on_pythonpath
+
+REPO = REPO_ROOT
 
 #: Make the toy env (``progpo_envs.testing.DrawerEnv``) from any process (Gymnasium imports the module first).
 TOY_ENV_ID = "progpo_envs.testing:progpo-test/ToyALFWorld-v0"
@@ -112,9 +112,9 @@ def tiny_trainer(run_dir, *overrides: str):
 
 
 def subprocess_env() -> dict[str, str]:
-    """Environment for CLI subprocesses: repo and the toy env importable, one thread, offline."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")])
+    """Environment for CLI subprocesses: the repository (the source and the ``tests`` packages) importable,
+    one thread, offline."""
+    env = repo_on_pythonpath()
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return env
 

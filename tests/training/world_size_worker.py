@@ -1,4 +1,5 @@
-"""One rank of ``test_world_size.py`` (``torchrun --nproc_per_node N world_size_worker.py OUT``): the PPO
+"""One rank of ``test_world_size.py`` (``torchrun --nproc_per_node N -m
+tests.training.world_size_worker OUT``): the PPO
 update of :mod:`training.update` on the same 24 step rows, whatever the number of ranks.
 
 Every rank builds the same tiny model (seeded) and the same rows (4 groups × 2 trajectories × 3 steps), keeps
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from training_helpers import tiny_qwen2
 
+from tests.training.training_helpers import tiny_qwen2
 from training.checkpoint import gather_training_state
 from training.config import LossConfig
 from training.distributed import DistContext, shard_model

@@ -10,6 +10,7 @@ from bs4 import BeautifulSoup
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.webshop_server.shop_fixtures import make_tiny_engine
 from webshop_server.app import ServerConfig, create_app
 from webshop_server.engine import Session
 from webshop_server.sessions import (
@@ -19,8 +20,6 @@ from webshop_server.sessions import (
     SqliteSessionStore,
     UnknownSession,
 )
-
-from .conftest import make_tiny_engine
 
 
 @pytest.fixture(params=["memory", "sqlite"])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO_ROOT as REPO
 from webshop_server.catalog import (
     DATA_FILES,
     CatalogFormatError,
@@ -25,8 +26,6 @@ from webshop_server.catalog import taxonomy as tx
 from webshop_server.catalog.loader import iter_json_list
 from webshop_server.goals import NO_PRICE_BOUND, PRICE_RANGE
 from webshop_server.reward import fuzzy_match, normalize_color
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _file_bytes(directory: Path) -> dict[str, bytes]:

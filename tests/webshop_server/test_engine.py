@@ -7,6 +7,7 @@ import types
 import pytest
 
 from progpo_envs.webshop.browser import html_available_actions, html_to_text
+from tests.webshop_server.shop_fixtures import PRODUCTS, WordOverlapIndex, make_tiny_catalog
 from webshop_server.engine import (
     PRODUCT_WINDOW,
     ObservationMode,
@@ -15,8 +16,6 @@ from webshop_server.engine import (
     parse_action,
     split_range,
 )
-
-from .conftest import PRODUCTS, WordOverlapIndex, make_tiny_catalog
 
 
 def walk(engine, session, actions):

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import webshop_server.app as app_module
 import webshop_server.engine as engine_module
+from tests.webshop_server.shop_fixtures import make_tiny_engine
 from webshop_server.app import ServerConfig, create_app
 from webshop_server.engine import PageKind, Session
 from webshop_server.sessions import (
@@ -28,8 +29,6 @@ from webshop_server.sessions import (
     SessionLimitReached,
     SqliteSessionStore,
 )
-
-from .conftest import make_tiny_engine
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 ALICE = {"REMOTE_ADDR": "10.0.0.1"}

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.paths import REPO_ROOT as REPO
 from webshop_server.clients import ClientTokens
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class Site:
@@ -274,8 +273,7 @@ def test_a_read_only_cache_with_a_complete_catalog_and_index_serves(site, tmp_pa
     ).json()
     assert step["valid"] and len(step["available_actions"]["clickables"]) > 3
 
-    sys.path.insert(0, str(REPO / "tests" / "server"))
-    from hosting_helpers import CliServer
+    from tests.progpo_envs.server.hosting_helpers import CliServer
 
     kwargs = 'progpo/WebShop-v0={"num_products": 200}'
     server = CliServer("--env", "progpo/WebShop-v0", "--env-kwargs", kwargs)

@@ -210,12 +210,9 @@ def test_a_damaged_game_in_a_read_only_cache_is_a_server_fault_naming_it(
 ):
     """The env server answers 500 naming the file and the fix, logged once (before: 400 JSONDecodeError, the
     client blamed, on every reset)."""
-    import sys
-
     import requests
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-    from hosting_helpers import CliServer
+    from tests.progpo_envs.server.hosting_helpers import CliServer
 
     data_root = tmp_path / "data"
     _data_trial_from(generated_root, data_root)

@@ -2,8 +2,10 @@
 
 ``progpo/Guess-v0``: guess a secret number from 1 to 8; each wrong guess is answered "higher" or "lower".
 Nothing in the project names it: the harness, the env server and the trainer learn everything from the env
-itself (its ``metadata``, ``split_names``, ``info``). Played as ``guess_env:progpo/Guess-v0`` (Gymnasium
-imports this module first), or hosted with ``progpo serve --import guess_env --env progpo/Guess-v0``.
+itself (its ``metadata``, ``split_names``, ``info``). Played as
+``tests.progpo_envs.new_env.guess_env:progpo/Guess-v0`` (Gymnasium imports this module first), or hosted with
+``progpo serve --import tests.progpo_envs.new_env.guess_env --env progpo/Guess-v0`` (the repository root on
+``PYTHONPATH``; a contributor's own module is named as it is imported, e.g. ``guess_env``).
 
 Its prompt style is its own, registered here by name: it is the generic ``text`` style with a role line
 about the game (an env module that may not import ``agents`` names the ``text`` style, or none, instead).

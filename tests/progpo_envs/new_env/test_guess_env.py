@@ -7,24 +7,24 @@ See docs/adding_an_environment.md; the env's module is the recipe the page descr
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
 import requests
-from guess_env import GUESS_ENV_ID, GuessEnv
 
 from progpo.cli import main as progpo
 from progpo_envs.core.checker import check_text_env
+from tests.paths import repo_on_pythonpath
+from tests.progpo_envs.new_env.guess_env import GUESS_ENV_ID, GuessEnv
 
-HERE = Path(__file__).resolve().parent
+#: The env's module, by its name in the tests package (subprocesses get the repo root on their PYTHONPATH).
+GUESS_MODULE = GuessEnv.__module__
 #: The env by Gymnasium's ``module:id``: any process imports its module first, as gym.make does.
-PLAYED_ID = f"guess_env:{GUESS_ENV_ID}"
+PLAYED_ID = f"{GUESS_MODULE}:{GUESS_ENV_ID}"
 #: The trainer's tiny settings (the env's own settings are not among them: none are needed).
 TINY_TRAIN = [
     "iterations=1",
@@ -51,19 +51,19 @@ TINY_TRAIN = [
 
 
 def _subprocess_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env = repo_on_pythonpath()
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return env
 
 
 @pytest.fixture(scope="module")
 def served():
-    """``progpo serve --import guess_env --env progpo/Guess-v0`` on a free loopback port (expert fixed on)."""
+    """``progpo serve --import tests.progpo_envs.new_env.guess_env --env progpo/Guess-v0`` on a free loopback
+    port (expert fixed on)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "progpo.cli", "serve", "--port", str(port), "--import", "guess_env"]
+    command = [sys.executable, "-m", "progpo.cli", "serve", "--port", str(port), "--import", GUESS_MODULE]
     command += ["--env", GUESS_ENV_ID, "--env-kwargs", f'{GUESS_ENV_ID}={{"expert": true}}']
     server = subprocess.Popen(
         command, env=_subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from hosting_helpers import serve_toy  # noqa: E402
+from tests.progpo_envs.server.hosting_helpers import serve_toy
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.pool import PoolConfig
 from progpo_envs.server.serving import BackgroundServer
 from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
+from tests.paths import repo_on_pythonpath
 
 
 def same(a, b) -> bool:
@@ -42,7 +43,8 @@ def serve_toy(**pool_kwargs) -> BackgroundServer:
 
 class CliServer:
     """``progpo serve`` (the CLI's ``main``) in a subprocess, as the containers and CI run it; in a process
-    group of its own (its id is the server's pid), as a service manager starts it."""
+    group of its own (its id is the server's pid), as a service manager starts it. The repository root is on
+    its ``PYTHONPATH``, so ``--import tests.<package>.<module>`` finds a test module."""
 
     def __init__(self, *args: str, ready_timeout: float = 120.0):
         import socket
@@ -60,6 +62,7 @@ class CliServer:
         self.log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty server never blocks on it
         self.process = subprocess.Popen(
             [sys.executable, "-m", "progpo_envs.server.cli", "--port", str(self.port), *args],
+            env=repo_on_pythonpath(),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             text=True,

@@ -1,4 +1,5 @@
-"""A slow env for the env server's drain test: ``--import hosting_slow_env`` registers ``progpo/SlowToy-v0``.
+"""A slow env for the env server's drain test: ``--import tests.progpo_envs.server.hosting_slow_env``
+registers ``progpo/SlowToy-v0``.
 
 It is the toy ALFWorld (:class:`progpo_envs.testing.ToyALFWorldEnv`, whose ``step_delay`` makes each step
 sleep) under a ``progpo/`` id, so ``progpo serve`` may host it; the workers build it from the entry point, so

@@ -15,8 +15,6 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 import requests
-from agentgym_client import AlfWorldClient, WebShopClient, is_success, play
-from hosting_helpers import TOY_ENV_ID, CliServer
 
 from progpo_envs.alfworld.data import load_tasks
 from progpo_envs.server.app import ServerConfig, create_app
@@ -24,6 +22,8 @@ from progpo_envs.server.cli import build_config, parse_args
 from progpo_envs.server.pool import EnvPool, PoolConfig
 from progpo_envs.server.remote import RemoteEnv
 from progpo_envs.server.serving import BackgroundServer
+from tests.progpo_envs.server.agentgym_client import AlfWorldClient, WebShopClient, is_success, play
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer
 
 
 def test_agentgym_client_has_a_deadline_against_a_trickling_server(trickling_server):

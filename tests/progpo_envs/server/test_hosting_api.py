@@ -6,9 +6,9 @@ import time
 
 import pytest
 import requests
-from hosting_helpers import TOY_ENV_ID, serve_toy
 
 from progpo_envs.server.codec import decode
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, serve_toy
 
 
 def create(url: str, **body) -> str:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hosting_helpers import TOY_ENV_ID
 
 from progpo_base.usage import UsageError
 from progpo_envs.server.cli import app_from_environment, build_config, parse_args
 from progpo_envs.server.policy import EnvPolicy, PolicyError
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID
 
 
 def test_defaults_and_agentgym_auto():

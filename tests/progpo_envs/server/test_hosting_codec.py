@@ -7,12 +7,12 @@ import math
 
 import numpy as np
 import pytest
-from hosting_helpers import same
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from progpo_envs.core.history import HistoryTracker
 from progpo_envs.server.codec import CodecError, decode, dumps, encode, loads
+from tests.progpo_envs.server.hosting_helpers import same
 
 
 def test_history_keys_round_trip_exactly():

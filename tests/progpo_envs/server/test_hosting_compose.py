@@ -24,9 +24,9 @@ from bs4 import BeautifulSoup
 
 from progpo_envs.webshop.browser import WebShopBrowserEnv, chromium_available
 from progpo_envs.webshop.env import WebShopEnv
+from tests.paths import REPO_ROOT as REPO
 from webshop_server.engine import WebShopEngine, parse_action
 
-REPO = Path(__file__).resolve().parents[2]
 SITE_URL = os.environ.get("PROGPO_COMPOSE_SITE_URL")
 compose_site = pytest.mark.skipif(SITE_URL is None, reason="needs the compose services: .ci/compose_stage.sh")
 

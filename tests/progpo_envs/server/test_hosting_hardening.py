@@ -14,7 +14,6 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from hosting_helpers import TOY_ENV_ID, CliServer, serve_toy, session_from
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +21,7 @@ from progpo_envs.server.codec import CodecError, decode
 from progpo_envs.server.policy import KWARG_BOUNDS, EnvPolicy, PolicyError
 from progpo_envs.server.remote import RemoteEnv
 from progpo_envs.server.serving import BackgroundServer
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, serve_toy, session_from
 from webshop_server.clients import ClientTokens
 from webshop_server.serving import CONNECTION_LIMIT, connections_per_host
 
@@ -505,13 +505,10 @@ def test_seq_replay_matches_a_model(toy_url, calls):
             assert answer.status_code == 409
 
 
-def test_sigterm_finishes_the_requests_in_flight_then_exits(monkeypatch):
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
-    )
+def test_sigterm_finishes_the_requests_in_flight_then_exits():
     server = CliServer(
         "--import",
-        "hosting_slow_env",
+        "tests.progpo_envs.server.hosting_slow_env",  # CliServer puts the repo root on PYTHONPATH
         "--env",
         "progpo/SlowToy-v0",
         "--env-kwargs",
@@ -545,16 +542,13 @@ def test_sigterm_finishes_the_requests_in_flight_then_exits(monkeypatch):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_whole_process_group_drains_a_batch_in_flight(monkeypatch, sig):
+def test_a_signal_to_the_whole_process_group_drains_a_batch_in_flight(sig):
     """Ctrl-C, systemd's KillMode=control-group and ``kill -TERM -PGID`` signal the workers too: they keep
     serving, the batch in flight is answered in full, no worker is restarted (before: the workers died at
     once, 118 of 849 items came back ok, and the supervisor restarted workers during the drain)."""
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
-    )
     server = CliServer(
         "--import",
-        "hosting_slow_env",
+        "tests.progpo_envs.server.hosting_slow_env",  # CliServer puts the repo root on PYTHONPATH
         "--env",
         "progpo/SlowToy-v0",
         "--env-kwargs",

@@ -21,7 +21,6 @@ import os
 import random
 import signal
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -34,8 +33,8 @@ from progpo_envs.server.app import ServerConfig
 from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app
 from progpo_envs.server.pool import PoolConfig
 from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
+from tests.paths import REPO_ROOT as REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ALFWORLD = "progpo/ALFWorld-v0"
 WEBSHOP = "progpo/WebShop-v0"
 #: Small settings of each env, fixed by the operator on the server and passed in-process.

@@ -10,13 +10,13 @@ import random
 import gymnasium as gym
 import pytest
 import requests
-from hosting_helpers import same
 
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.pool import PoolConfig
 from progpo_envs.server.remote import RemoteEnv, step_batch
 from progpo_envs.server.serving import BackgroundServer
+from tests.progpo_envs.server.hosting_helpers import same
 
 ALFWORLD = "progpo/ALFWorld-v0"
 WEBSHOP = "progpo/WebShop-v0"
@@ -99,7 +99,7 @@ def test_alfworld_agentgym_protocol(alfworld_url):
     ).json()
     local = gym.make(ALFWORLD, **ENV_KWARGS[ALFWORLD])
     obs, info = local.reset(options={"task_index": 0})
-    # AgentGym's forms (tests/server/test_hosting_agentgym.py): no banner, task_type "<task folder>/<trial>"
+    # AgentGym's forms (test_hosting_agentgym.py): no banner, task_type "<task folder>/<trial>"
     assert reset["observation"] == "\n".join(obs.split("\n\n")[1:])
     assert reset["available_actions"] == info["admissible_actions"] and reset["task_type"] == info["task_id"]
     action = info["admissible_actions"][0]

@@ -12,11 +12,11 @@ import time
 import psutil
 import pytest
 import requests
-from hosting_helpers import TOY_ENV_ID, serve_toy
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from progpo_envs.server.remote import InstanceLostError, RemoteEnv, RemoteEnvError
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, serve_toy
 
 
 def run_clients(url: str, clients: int, steps: int) -> list[str]:

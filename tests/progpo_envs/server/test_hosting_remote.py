@@ -8,7 +8,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import requests
-from hosting_helpers import TOY_ENV_ID, same
 
 from progpo_envs.server.remote import (
     REMOTE_ENV_ID,
@@ -19,6 +18,7 @@ from progpo_envs.server.remote import (
     ServerUnavailableError,
     step_batch,
 )
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, same
 
 ACTIONS = [
     "go left",
@@ -149,7 +149,7 @@ def test_server_gone_is_a_clear_error():
 
 
 def test_server_process_killed_mid_episode():
-    from hosting_helpers import CliServer
+    from tests.progpo_envs.server.hosting_helpers import CliServer
 
     server = CliServer("--import", "progpo_envs.testing", "--env", TOY_ENV_ID)
     env = RemoteEnv(server.url, TOY_ENV_ID, retries=2, backoff=0.01, connect_timeout=0.5, timeout=5)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO_ROOT as REPO
 
 
 def run(command: list[str], **env: str) -> tuple[int, list[str]]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import gymnasium as gym
 import requests
-from hosting_helpers import TOY_ENV_ID, same
 
 from progpo_envs.core.worker_protocol import VectorBackend
 from progpo_envs.server.remote import REMOTE_ENV_ID, RemoteEnv
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, same
 
 
 def _requests(url: str) -> int:

@@ -9,8 +9,7 @@ import pytest
 import progpo_envs  # noqa: F401  (registers the ids)
 from progpo_envs.core.checker import check_text_env
 from progpo_envs.webshop.env import DEFAULT_MAX_STEPS, SUCCESS_REWARD, WebShopEnv
-
-from .conftest import make_tiny_engine
+from tests.webshop_server.shop_fixtures import make_tiny_engine
 
 
 def make(**kwargs):

@@ -456,6 +456,6 @@ REFERENCES = {
 def reference(name: str):
     """The reference oracle of estimator ``name``; a missing one fails naming what to add."""
     if name not in REFERENCES:
-        where = "tests/advantages/advantages_reference.py"
+        where = "tests/training/advantages/advantages_reference.py"
         raise LookupError(f"estimator {name!r} has no reference oracle: add ref_{name} to {where}")
     return REFERENCES[name]

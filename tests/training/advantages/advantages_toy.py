@@ -3,9 +3,9 @@
     A = A^E + step_weight * normalize_{task group}(R_t)       R_t = GiGPO's step return minus the penalty
 
 The registration states every fact the suite reads (its parameters, the switch that leaves the episode term,
-a renamed keyword), so every test that iterates ``ESTIMATORS`` covers it: the API and property tests of this
-folder and, in a whole-suite run (this folder's ``conftest.py`` imports the module at collection), the
-credit-diagnostics and rollout tests collected after it. Its reference oracle is
+a renamed keyword), so every test that iterates ``ESTIMATORS`` covers it: ``tests/conftest.py`` imports this
+module before any test is collected, so the API and property tests of this folder, the credit-diagnostics
+tests and the verl rows tests all do. Its reference oracle is
 ``advantages_reference.ref_toy_return_baseline``.
 """
 

@@ -1,19 +1,19 @@
 """Shared fixtures for the advantage-estimator tests.
 
-Helper modules of this folder (``advantages_batches``, ``advantages_reference``, ``advantages_toy``; names
-prefixed so they cannot clash with other test areas) are imported by name: pytest's default ``prepend`` import
-mode puts this folder (it has no ``__init__.py``) on ``sys.path``. Importing ``advantages_toy`` registers the
-toy estimator before any test module is collected, so every test parametrised over ``ESTIMATORS`` covers it.
+Helper modules of this folder (``advantages_batches``, ``advantages_reference``, ``advantages_toy``) are
+imported by their package names, ``tests.training.advantages.<module>`` (pytest's importlib mode; the
+repository root is on ``sys.path``). ``tests/conftest.py`` imports ``advantages_toy``, which registers the toy
+estimator, before any test module is collected, so every test parametrised over ``ESTIMATORS`` covers it.
 """
 
 from __future__ import annotations
 
 import os
 
-import advantages_toy  # noqa: F401  (registers the toy estimator)
 import numpy as np
 import pytest
-from advantages_batches import build_batch
+
+from tests.training.advantages.advantages_batches import build_batch
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
-from advantages_batches import build_batch, random_walk_batch
-from advantages_reference import reference
 
+from tests.paths import REPO_ROOT
+from tests.training.advantages.advantages_batches import build_batch, random_walk_batch
+from tests.training.advantages.advantages_reference import reference
 from training.advantages import (
     ESTIMATORS,
     SharedParams,
@@ -59,8 +59,9 @@ def test_the_package_imports_every_module_that_registers_an_estimator():
         "[importlib.import_module(m.name) for m in pkgutil.iter_modules(a.__path__, 'training.advantages.')];"
         "print(sorted(set(a.ESTIMATORS) - before))"
     )
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
     assert done.stdout.strip() == "[]", f"import these in training/advantages/__init__.py: {done.stdout}"
     assert ESTIMATORS is REGISTRY
     assert {"grpo", "rloo", "dapo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage"} <= set(NAMES)

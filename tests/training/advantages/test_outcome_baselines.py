@@ -6,8 +6,8 @@ import statistics
 
 import numpy as np
 import pytest
-from advantages_batches import build_batch
 
+from tests.training.advantages.advantages_batches import build_batch
 from training.advantages import compute_advantages
 
 EPS = 1e-6

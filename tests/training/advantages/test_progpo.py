@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from advantages_batches import build_batch, random_walk_batch
 
+from tests.training.advantages.advantages_batches import build_batch, random_walk_batch
 from training.advantages import compute_advantages, progpo_report
 from training.advantages.batch import StepBatch
 from training.advantages.progpo import ProGPOConfig, progpo_components

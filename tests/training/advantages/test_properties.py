@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from advantages_batches import random_walk_batch
-from advantages_reference import reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.paths import REPO_ROOT
+from tests.training.advantages.advantages_batches import random_walk_batch
+from tests.training.advantages.advantages_reference import reference
 from training.advantages import ESTIMATORS, compute_advantages
 
 NAMES = sorted(ESTIMATORS)
@@ -131,7 +132,7 @@ def test_a_generic_test_of_an_estimator_without_an_oracle_fails_naming_it():
     register_estimator("test_no_oracle", params=SharedParams)(lambda steps, params: np.zeros(steps.n_rows))
     try:
         with pytest.raises(
-            LookupError, match="add ref_test_no_oracle to tests/advantages/advantages_reference.py"
+            LookupError, match="add ref_test_no_oracle to tests/training/advantages/advantages_reference.py"
         ):
             test_matches_reference_on_random_walk_batches("test_no_oracle", 0)
     finally:
@@ -211,12 +212,10 @@ def test_same_output_in_a_fresh_process():
     """No process-dependent state (Python's salted hash(), dict order) leaks into the advantages."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    here = Path(__file__).resolve().parent
-    code = (
-        "import sys, numpy as np; sys.path.insert(0, sys.argv[1]);"
-        "import advantages_toy; from advantages_batches import random_walk_batch;"
+    code = (  # run in the repository root: `python -c` puts it on sys.path, so the tests package imports
+        "import numpy as np; import tests.training.advantages.advantages_toy;"
+        "from tests.training.advantages.advantages_batches import random_walk_batch;"
         "from training.advantages import compute_advantages, ESTIMATORS;"
         "b = random_walk_batch(8, seed=5, with_text=True);"
         "b['obs_key'] = np.array([f'o{k}' for k in b['obs_key']], dtype=object);"
@@ -224,11 +223,11 @@ def test_same_output_in_a_fresh_process():
     )
     env = {"PYTHONHASHSEED": "12345", "OMP_NUM_THREADS": "1", "PATH": ""}
     out = subprocess.run(
-        [sys.executable, "-c", code, str(here)],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         check=True,
-        cwd=here.parents[1],
+        cwd=REPO_ROOT,
         env=env,
     )
     batch = random_walk_batch(8, seed=5, with_text=True)

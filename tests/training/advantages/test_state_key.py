@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from advantages_batches import build_batch
 
+from tests.training.advantages.advantages_batches import build_batch
 from training.advantages import StepBatch, compute_advantages
 
 G = 0.95

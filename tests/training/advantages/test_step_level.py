@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from advantages_batches import build_batch
 
+from tests.training.advantages.advantages_batches import build_batch
 from training.advantages import compute_advantages
 
 G = 0.95

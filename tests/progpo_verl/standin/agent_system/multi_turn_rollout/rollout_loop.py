@@ -10,7 +10,8 @@ import uuid
 
 import numpy as np
 import torch
-from verl_batches import Batch
+
+from tests.progpo_verl.verl_batches import Batch
 
 
 class TrajectoryCollector:

@@ -1,0 +1,1 @@
+"""Tests of progpo_envs.core."""
