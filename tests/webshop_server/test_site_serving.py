@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.net import half_open, session_from
 from tests.paths import REPO_ROOT as REPO
 from webshop_server.clients import ClientTokens
 
@@ -68,36 +69,6 @@ def site(tmp_path):
         one.stop()
 
 
-def _half_open(port: int, addresses: list[str], per_address: int) -> list[socket.socket]:
-    held = []
-    for address in addresses:
-        for _ in range(per_address):
-            sock = socket.socket()
-            sock.bind((address, 0))
-            sock.settimeout(5)
-            try:
-                sock.connect(("127.0.0.1", port))
-                sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
-            except OSError:
-                sock.close()
-                continue
-            held.append(sock)
-    return held
-
-
-def _from(address: str) -> requests.Session:
-    from requests.adapters import HTTPAdapter
-
-    class SourceAddressAdapter(HTTPAdapter):
-        def init_poolmanager(self, *args, **kwargs):
-            kwargs["source_address"] = (address, 0)
-            super().init_poolmanager(*args, **kwargs)
-
-    session = requests.Session()
-    session.mount("http://", SourceAddressAdapter())
-    return session
-
-
 @pytest.mark.parametrize(
     "server, addresses, per_address",
     [
@@ -111,10 +82,10 @@ def test_one_hosts_half_open_connections_do_not_take_the_site_offline(
     """Before: 99 half-open connections from one client gave every client a timeout, in both modes (waitress:
     one global limit of 100 connections; gunicorn: every thread stuck reading a request)."""
     shop = site(server)
-    held = _half_open(shop.port, addresses, per_address)
+    held = half_open(shop.port, addresses, per_address, "/api/health")
     try:
         time.sleep(1.0)
-        other_host = _from(second_host_address)
+        other_host = session_from(second_host_address)
         started = time.monotonic()
         assert other_host.get(shop.url + "/api/health", timeout=10).status_code == 200
         created = other_host.post(shop.url + "/api/sessions", json={"goal_index": 0}, timeout=10)

@@ -90,19 +90,3 @@ class CliServer:
             except Exception:  # noqa: BLE001
                 self.process.kill()
                 self.process.wait(5)
-
-
-def session_from(address: str):
-    """A ``requests`` session whose connections come from ``address`` (another loopback address is another
-    client to the server: ``127.0.0.2``, ``127.0.0.3``, ... all reach a server on ``127.0.0.1``)."""
-    import requests
-    from requests.adapters import HTTPAdapter
-
-    class SourceAddressAdapter(HTTPAdapter):
-        def init_poolmanager(self, *args, **kwargs):
-            kwargs["source_address"] = (address, 0)
-            super().init_poolmanager(*args, **kwargs)
-
-    session = requests.Session()
-    session.mount("http://", SourceAddressAdapter())
-    return session

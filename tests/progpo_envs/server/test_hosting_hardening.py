@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
@@ -21,7 +20,8 @@ from progpo_envs.server.codec import CodecError, decode
 from progpo_envs.server.policy import KWARG_BOUNDS, EnvPolicy, PolicyError
 from progpo_envs.server.remote import RemoteEnv
 from progpo_envs.server.serving import BackgroundServer
-from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, serve_toy, session_from
+from tests.net import half_open, session_from
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, serve_toy
 from webshop_server.clients import ClientTokens
 from webshop_server.serving import CONNECTION_LIMIT, connections_per_host
 
@@ -428,30 +428,12 @@ def test_several_loopback_addresses_are_one_client():
         server.stop()
 
 
-def _half_open(port: int, address: str, count: int) -> list[socket.socket]:
-    held = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.bind((address, 0))
-        sock.settimeout(5)
-        try:
-            sock.connect(("127.0.0.1", port))
-            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
-        except OSError:
-            sock.close()
-            continue
-        held.append(sock)
-    return held
-
-
 def test_idle_half_open_connections_do_not_starve_health_checks(toy_server, second_host_address):
     """Five loopback addresses x 250 half-open connections (past the server's whole limit) are one host's: at
     most its share stays open, and another host's health check answers at once (before: they starved /health
     for ~45 s)."""
-    held = []
+    held = half_open(toy_server.port, [f"127.0.0.{i}" for i in range(2, 7)], 250, "/health")
     try:
-        for address in (f"127.0.0.{i}" for i in range(2, 7)):
-            held += _half_open(toy_server.port, address, 250)
         time.sleep(0.5)
         channels = list(toy_server._server.active_channels.values())
         from_attacker = [c for c in channels if c.addr[0].startswith("127.")]
