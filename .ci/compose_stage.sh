@@ -226,7 +226,7 @@ openenv_check progpo/WebShop-v0 "$WEBSHOP_OPENENV_HOST_PORTS"
 
 say "8/10 the site over HTTP and in Chromium"
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then fail "no /usr/bin/chromium or /usr/bin/chromedriver"; fi
-PROGPO_COMPOSE_SITE_URL=$SITE "$PY" -m pytest tests/server/test_hosting_compose.py -k compose_site \
+PROGPO_COMPOSE_SITE_URL=$SITE "$PY" -m pytest tests/progpo_envs/server/test_hosting_compose.py -k compose_site \
   -p no:cacheprovider -q -rs --junitxml "$WORK/site.xml"
 "$PY" - "$WORK/site.xml" <<'EOF'
 import sys, xml.etree.ElementTree as ET

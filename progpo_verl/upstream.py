@@ -8,7 +8,7 @@ estimator with ``token_level_rewards``, ``response_mask``, ``config`` and, when 
 0.9.1, ``ray_trainer.compute_advantage``; only GDPO gets the raw batch, by name). Our estimators need step
 rows, so selecting one in upstream verl fails with :class:`StepRowsNeeded`, which names the keyword
 arguments verl passed and the way that works (verl-agent, ``python -m progpo_verl.verl_agent``), instead of
-verl's "Unknown advantage estimator". ``tests/verl_integration/test_upstream_verl.py`` (``.ci/run_verl``)
+verl's "Unknown advantage estimator". ``tests/progpo_verl/test_upstream_verl.py`` (``.ci/run_verl``)
 checks that verl 0.9.1 loads this module and still passes exactly those arguments: when a verl release
 passes step metadata, that test fails and these names can compute.
 """

@@ -16,7 +16,7 @@ thread; and gunicorn's own Ctrl-C is a quick stop. This module changes both:
   no worker is started again once the stop began (gunicorn's master stops managing workers when it stops).
 
 Gunicorn's worker internals are used as they are in the locked release (``requirements/lock.txt``); the tests
-(``tests/webshop/test_site_serving.py``) check the behaviour through the command line.
+(``tests/webshop_server/test_site_serving.py``) check the behaviour through the command line.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ space, ends stripped.
 
 These are exactly the digests of the envs' content keys (``progpo_envs.core.hashing.text_digest``), which the
 shop used before it had its own helper; keeping them identical keeps every generated catalog and goal list
-byte for byte what it was (``tests/webshop_data/test_seeding.py`` checks the two agree).
+byte for byte what it was (``tests/webshop_server/test_seeding.py`` checks the two agree).
 
 Example:
     >>> text_seed("price:0:B07XYZ") == text_seed("  price:0:B07XYZ\\n")

@@ -5,7 +5,7 @@ objects as ALFWorld's ``AlfredDemangler`` does (``"<class> <n>"``), keeps every 
 one (as group RL does) skips the grammar parse and the PDDL translation, and applies four fixes to the stock
 engine (see ``docs/alfworld.md`` §3). Each fix is switchable through :class:`EnginePatches` and leaves
 the transcript (observations + admissible commands) byte-identical to the stock engine;
-``tests/alfworld/test_alfworld_engine.py`` proves it.
+``tests/progpo_envs/alfworld/test_alfworld_engine.py`` proves it.
 
 * ``grammar_cache`` — profiling shows ~95% of a stock step re-parsing the same grammar strings with TatSu:
   every step re-derives the text of every admissible command (``textgen._parse_and_convert``) and re-parses

@@ -11,7 +11,7 @@ Estimators: ``grpo``, ``rloo``, ``dapo``, ``gigpo``, ``g2po``, ``graphgpo``, ``p
 frozen params dataclass extending one of ``params.py``'s shared bases and a function
 ``fn(batch: StepBatch, params) -> [N]`` decorated by
 ``@register_estimator("name", params=..., episode_only=..., renamed=...)``, import it below, and add
-``ref_<name>`` to ``tests/advantages/advantages_reference.py``.
+``ref_<name>`` to ``tests/training/advantages/advantages_reference.py``.
 ``ESTIMATORS[name]`` holds those facts (``.parameters``, ``.episode_only``, ``.renamed``);
 ``check_parameter_names`` checks a parameter dict without a batch (unknown names; renamed ones, such as
 GiGPO's ``omega``, now ``step_weight``, answer with their new name), for callers that validate configs early.
