@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO_ROOT as ROOT
 
 #: Import layers, lowest first (docs/architecture.md "Layers").
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -53,6 +53,10 @@ RESTRICTED_IMPORTS = {
 BENCHMARK_LIBRARY = ("benchmarks.common", "benchmarks.one_thread", "benchmarks.harness", "benchmarks.lib")
 #: The results page and ``progpo bench``: they read every benchmark's spec, so they may import benchmarks.
 BENCHMARK_RUNNERS = ("benchmarks.report", "benchmarks.cli")
+#: Test packages that name no source package (rule 6), each with why.
+TEST_PACKAGES_OF_THEIR_OWN = {
+    "progpo_envs.new_env": "an env added as docs/adding_an_environment.md says: it has no source package",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,6 +438,29 @@ def test_no_benchmark_imports_another():
     modules, edges = analyse(ROOT)
     found = benchmark_imports(edges, modules)
     assert not found, _report("import(s) of a benchmark outside the results page and progpo bench", found)
+
+
+def test_the_tests_mirror_the_source_tree():
+    """Rule 6: every folder of tests is the package ``tests.<name>`` of the source package ``<name>`` (so
+    pytest's importlib mode imports each test module by that name); the repo-wide tests are the files of
+    ``tests/`` itself. A folder without ``__init__.py`` under a test package holds data (fixtures, a stand-in
+    of a third-party package) and no tests."""
+    tests = ROOT / "tests"
+    packages, wrong = [], []
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir() and "__pycache__" not in p.parts):
+        rel = folder.relative_to(tests)
+        if not all((tests.joinpath(*rel.parts[:i]) / "__init__.py").is_file() for i in range(len(rel.parts))):
+            continue  # inside a data folder
+        if (folder / "__init__.py").is_file():
+            packages.append(".".join(rel.parts))
+        elif any(folder.rglob("test_*.py")) or any(folder.rglob("conftest.py")):
+            wrong.append(f"tests/{rel.as_posix()} holds tests but is no package (add an __init__.py)")
+    for name in packages:
+        source = ROOT / name.replace(".", "/") / "__init__.py"
+        if name not in TEST_PACKAGES_OF_THEIR_OWN and not source.is_file():
+            wrong.append(f"tests/{name.replace('.', '/')} names no source package {name}")
+    assert (tests / "__init__.py").is_file() and packages
+    assert not wrong, _report("test folder(s) that do not mirror the source tree", wrong)
 
 
 def test_checker_finds_each_kind_of_violation(tmp_path):
