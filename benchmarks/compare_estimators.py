@@ -14,7 +14,7 @@ steps to success (won episodes only); with the quickstart's RL task pool (``roll
 sample std over seeds; **every started run is listed**, failed and timed-out ones included, and is left out of
 the means only because it has no result.
 
-Settings (``--setting``):
+Settings (``--setting``; their keys are in ``benchmarks/settings/compare_estimators.yaml``):
 
 * ``smoke``: 1 seed, GRPO + ProGPO, 1 iteration, tiny groups — checks the pipeline (a few minutes on CPU).
 * ``cpu``: the quick comparison, 3 seeds × 7 estimators on the quickstart (generated ALFWorld tasks of two
@@ -60,6 +60,7 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 import re
 
 import numpy as np
+import yaml
 
 from benchmarks.common import (
     RESULTS_DIR,
@@ -71,30 +72,12 @@ from benchmarks.common import (
     save_result,
 )
 from benchmarks.harness import Benchmark, option, parse_config, script_path
-from benchmarks.lib.credit import (
-    PROGPO_CHANGES,
-    parse_estimator_spec,
-    progpo_spec,
-)
+from benchmarks.lib.credit import parse_estimator_spec
 from benchmarks.lib.markdown import fmt, markdown_table
 from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: The issue's estimator list (DAPO is a GRPO variant with a filter; run it with --estimators if wanted).
-ESTIMATORS = ["grpo", "rloo", "gigpo", "g2po", "graphgpo", "progpo", "progpo_coverage"]
-#: Per-env overrides of ``progpo train`` (generated data only: no downloads).
-ENV_OVERRIDES = {
-    # held-out scenes: valid_unseen holds only ALFWorld's four unseen FloorPlans (10, 219, 308, 424)
-    "alfworld": ["env.id=progpo/ALFWorld-v0", "env.train_split=train", "env.eval_split=valid_unseen"],
-    "webshop": [
-        "env.id=progpo/WebShop-v0",
-        "env.train_split=train",
-        "env.eval_split=test",
-        "env.kwargs={num_products: 1000}",
-        "env.train_kwargs={}",
-    ],
-}
 #: Headline metrics, in table order: held-out evaluation (``success_steps``: steps to success, won episodes
 #: only), then success on RL's own task pool (``eval.rl_tasks``, when the setting has one); per-task-type
 #: held-out success is added when present.
@@ -122,143 +105,22 @@ class Setting:
     jobs: int = 1
 
 
-#: The quickstart's two task types in its four small training bedrooms plus FloorPlan308, the bedroom of
-#: ``valid_unseen``: RL trains in the four, evaluation plays only 308 (a room the policy never saw).
-_CPU_ALFWORLD_KWARGS = (
-    "env.kwargs={task_types: [pick_and_place_simple, look_at_obj_in_light], "
-    "scenes: [304, 316, 328, 329, 308]}"
-)
-_COMMON = ["progress=false", "tensorboard=false", "checkpoint_every=0", "keep_checkpoints=1", "eval.every=0"]
-SETTINGS: dict[str, Setting] = {
-    "smoke": Setting(
-        envs=["alfworld"],
-        seeds=[0],
-        estimators=["grpo", "progpo"],
-        overrides=[
-            *_COMMON,
-            "device=cpu",
-            "iterations=1",
-            "rollout.num_groups=2",
-            "rollout.group_size=2",
-            "env.max_steps=4",
-            "rollout.max_new_tokens=24",
-            "warm_start.num_tasks=4",
-            "warm_start.lm_epochs=1",
-            "warm_start.epochs=1",
-            "eval.num_tasks=2",
-            "eval.seeds=1",
-            "optim.mini_batch_rows=16",
-        ],
-        env_overrides={"alfworld": [_CPU_ALFWORLD_KWARGS]},
-        timeout_s=900.0,
-    ),
-    "cpu": Setting(
-        # The quickstart (the embedded defaults: tiny policy, two-stage expert warm start, compact prompts,
-        # constrained decoding, RL groups from a pool of 8 training tasks) on two task types in four small
-        # bedrooms, evaluated in the held-out bedroom (valid_unseen's FloorPlan308), with 10 RL iterations
-        # instead of 30 at learning rate 1e-3 instead of 3e-4 (so that the estimators' fits separate in 10
-        # iterations); WebShop on a 200-product generated catalog with a smaller warm start and 6 iterations
-        # (a WebShop iteration costs about twice an ALFWorld one: its result pages make long prompts), so that
-        # both fit in 60 minutes.
-        envs=["alfworld", "webshop"],
-        seeds=[0, 1, 2],
-        estimators=ESTIMATORS,
-        overrides=[
-            *_COMMON,
-            "device=cpu",
-            "iterations=10",
-            "optim.lr=1e-3",
-            "eval.num_tasks=32",
-            "eval.seeds=2",
-        ],
-        env_overrides={
-            # named here so that the comparison does not follow the quickstart if its restriction changes
-            # all 36 generated held-out tasks, 3 sampling seeds each: success there is low (~0.1), so the
-            # estimate needs the episodes
-            "alfworld": [_CPU_ALFWORLD_KWARGS, "eval.num_tasks=36", "eval.seeds=3"],
-            "webshop": [
-                # the raw 0-1 purchase score as reward: a tiny policy rarely buys the exact product, and with
-                # the papers' success-only reward nearly every group would carry no signal
-                "env.kwargs={num_products: 200, reward_mode: raw}",
-                "env.max_steps=10",
-                "iterations=6",
-                "warm_start.num_tasks=80",
-                "warm_start.epochs=4",
-                "eval.num_tasks=24",
-            ],
-        },
-        timeout_s=1200.0,
-        jobs=2,
-    ),
-    "cpu_quickstart_rl": Setting(
-        # The cpu setting's ALFWorld half with the quickstart's own RL (30 iterations at learning rate 3e-4,
-        # where RL raised held-out success in README's runs, instead of 10 at 1e-3), for the three estimators
-        # the papers' claim is about (trajectory-level GRPO, anchor-state GiGPO, ProGPO): 31 min on 2 cores.
-        envs=["alfworld"],
-        seeds=[0, 1, 2],
-        estimators=["grpo", "gigpo", "progpo"],
-        overrides=[*_COMMON, "device=cpu", "iterations=30", "optim.lr=3e-4"],
-        env_overrides={"alfworld": [_CPU_ALFWORLD_KWARGS, "eval.num_tasks=36", "eval.seeds=3"]},
-        timeout_s=1800.0,
-        jobs=2,
-    ),
-    "quickstart_ablation": Setting(
-        envs=["alfworld"],
-        seeds=[0, 1, 2],
-        estimators=[
-            "grpo",
-            progpo_spec(),
-            # each change of the defaults alone; leave-one-out (an option, not a default) only in the
-            # diagnostics, to keep the setting within an hour on 2 cores
-            *(progpo_spec(**{key: value}) for key, value in PROGPO_CHANGES.items() if key != "leave_one_out"),
-            "progpo",
-        ],
-        overrides=[*_COMMON, "device=cpu"],
-        # the quickstart's own held-out split and task restriction (ENV_OVERRIDES' valid_unseen is replaced)
-        env_overrides={"alfworld": ["env.eval_split=valid_seen"]},
-        timeout_s=1800.0,
-        jobs=2,
-    ),
-    "gpu": Setting(
-        envs=["alfworld", "webshop"],
-        seeds=[0, 1, 2],
-        estimators=ESTIMATORS,
-        overrides=[
-            *_COMMON,
-            "device=cuda",
-            "iterations=30",
-            "rollout.num_groups=8",
-            "rollout.group_size=8",
-            "rollout.history_length=2",
-            "rollout.max_new_tokens=48",
-            "model.tiny.hidden_size=512",
-            "model.tiny.intermediate_size=1536",
-            "model.tiny.num_hidden_layers=7",
-            "model.tiny.num_attention_heads=8",
-            "model.tiny.num_key_value_heads=2",
-            "optim.lr=5e-5",
-            "optim.mini_batch_rows=128",
-            "optim.micro_batch_rows=32",
-            "warm_start.num_tasks=200",
-            "warm_start.epochs=6",
-            "eval.num_tasks=64",
-            "eval.seeds=2",
-        ],
-        env_overrides={
-            # all six task types in every scene (the quickstart keeps two types in four bedrooms); 128
-            # generated games per held-out split, so that the evaluation plays 128 distinct held-out tasks,
-            # as the papers do
-            "alfworld": [
-                "env.max_steps=30",
-                "env.kwargs={num_generated: 128}",
-                "eval.num_tasks=128",
-                "env.train_kwargs={num_generated: 600, expert_mode: searching}",
-            ],
-            "webshop": ["env.max_steps=15"],
-        },
-        timeout_s=3600.0,
-    ),
-}
+#: The comparison's settings, its estimator list and the per-env keys of every setting, in YAML.
+SETTINGS_FILE = Path(__file__).with_name("settings") / "compare_estimators.yaml"
+
+
+def load_settings(path: Path = SETTINGS_FILE) -> tuple[list[str], dict[str, list[str]], dict[str, Setting]]:
+    """``(estimators, env_overrides, settings)`` of a settings file (``SETTINGS_FILE``'s header says its
+    form); each setting's ``overrides`` begin with the file's ``common`` keys."""
+    data = yaml.safe_load(path.read_text())
+    settings = {
+        name: Setting(**{**entry, "overrides": [*data["common"], *entry["overrides"]]})
+        for name, entry in data["settings"].items()
+    }
+    return data["estimators"], data["env_overrides"], settings
+
+
+ESTIMATORS, ENV_OVERRIDES, SETTINGS = load_settings()
 
 
 def train_command(overrides: list[str]) -> list[str]:
