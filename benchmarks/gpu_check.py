@@ -43,6 +43,11 @@ Usage::
 
     bash scripts/gpu_check.sh                      # on a CUDA machine: benchmarks/results/gpu.json
     bash scripts/gpu_check.sh --dry-run --out /tmp/gpu_dry.json
+    bash scripts/gpu_check.sh --variants transformers async --out benchmarks/results/gpu_transformers.json
+
+``--variants`` runs a subset (each variant is a few minutes on one H200, model build included), so that the
+check fits a machine lent for a few minutes a command: an asynchronous variant's ``async_rollout_speedup``
+needs its engine's lock-step variant in the same run (``ASYNC_BASELINES``).
 
 Example:
     >>> sorted(CHECKS)
@@ -68,6 +73,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,7 +120,7 @@ class Sizes:
     max_prompt_tokens: int
 
 
-#: One H200: three variants of 3 iterations of 4 groups x 4 WebShop episodes in well under 10 minutes.
+#: 3 iterations of 4 groups x 4 WebShop episodes: a few minutes a variant on one H200.
 GPU_SIZES = Sizes(
     iterations=3, num_groups=4, group_size=4, max_steps=5, max_new_tokens=128, max_prompt_tokens=2048
 )
@@ -142,6 +148,7 @@ VARIANTS = (
     Variant("async", ("rollout.engine=transformers", *ASYNC)),
     Variant("vllm_async", (*VLLM, *ASYNC)),
 )
+VARIANT_NAMES = tuple(variant.name for variant in VARIANTS)
 #: asynchronous variant -> its engine's lock-step variant (their rollout tokens/s side by side).
 ASYNC_BASELINES = {"async": "transformers", "vllm_async": "vllm"}
 
@@ -345,8 +352,11 @@ def run_variant(variant: Variant, dry_run: bool, threads: int, peaks: dict, time
     return result
 
 
-def run_check(dry_run: bool, out: Path, threads: int, timeout_s: float) -> int:
-    """Run every variant the machine allows, writing ``out`` after each; the exit status (0 = all passed)."""
+def run_check(
+    dry_run: bool, out: Path, threads: int, timeout_s: float, names: Sequence[str] = VARIANT_NAMES
+) -> int:
+    """Run the variants ``names`` the machine allows, writing ``out`` after each; the exit status (0 = all
+    passed)."""
     import torch
 
     on_gpu = not dry_run
@@ -383,7 +393,7 @@ def run_check(dry_run: bool, out: Path, threads: int, timeout_s: float) -> int:
         if on_gpu:
             torch.cuda.empty_cache()
         result["peak_flops"] = peaks
-        for variant in VARIANTS:
+        for variant in (v for v in VARIANTS if v.name in names):
             reason = skip_reason(variant, dry_run, gpus)
             if reason:
                 result["variants"][variant.name] = {"status": "skipped", "reason": reason}
@@ -479,6 +489,9 @@ class Settings:
     out: str | None = option(None, "result JSON (default: benchmarks/results/gpu.json, or gpu_dry_run.json)")
     threads: int = option(8, "torch CPU threads per process")
     timeout: float = option(420, "seconds one variant may take")
+    variants: list[str] = option(
+        list(VARIANT_NAMES), "the variants to run, in their order (default: all)", choices=VARIANT_NAMES
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -488,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         if settings.out
         else RESULTS_DIR / ("gpu_dry_run.json" if settings.dry_run else "gpu.json")
     )
-    return run_check(settings.dry_run, out, settings.threads, settings.timeout)
+    return run_check(settings.dry_run, out, settings.threads, settings.timeout, settings.variants)
 
 
 if __name__ == "__main__":
