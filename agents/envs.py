@@ -21,10 +21,10 @@ import inspect
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.envs.registration import load_env_creator
 
 import progpo_envs  # noqa: F401  (registers the env ids, progpo/Remote-v0 included)
 from agents.prompts import style_name_from_metadata
+from progpo_envs.core import registration
 from progpo_envs.core.registration import REMOTE_ENV_ID
 
 
@@ -39,17 +39,15 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
 
 def env_class(env_id: str) -> Any:
     """The class (or factory) the registered ``env_id`` is made by."""
-    entry_point = env_spec(env_id).entry_point
-    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    return registration.env_creator(env_spec(env_id).entry_point)
 
 
 def listed_splits(env_id: str, env_kwargs: dict[str, Any]) -> list[str] | None:
     """The splits the registered env can be made with under ``env_kwargs`` here (its class's
     ``split_names``; ALFWorld: the data's folders, or the generated ones), or ``None`` when it does not list
     them (any plain name is tried)."""
-    listed = getattr(env_class(env_id), "split_names", None)
-    fixed = env_spec(env_id).kwargs or {}
-    splits = listed(**{**fixed, **env_kwargs}) if callable(listed) else None
+    spec = env_spec(env_id)
+    splits = registration.listed_splits(spec.entry_point, {**(spec.kwargs or {}), **env_kwargs})
     return None if splits is None else list(splits)
 
 

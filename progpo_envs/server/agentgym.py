@@ -60,9 +60,9 @@ from typing import Any
 
 import gymnasium as gym
 from flask import Blueprint, jsonify, request
-from gymnasium.envs.registration import load_env_creator
 
 from progpo_envs.alfworld.data import available_splits, load_tasks, resolve_data_dir
+from progpo_envs.core.registration import env_statements
 from progpo_envs.server.codec import decode
 from progpo_envs.server.pool import EnvPool, ServerError
 from progpo_envs.server.request_args import available_actions, json_body, request_client
@@ -87,9 +87,7 @@ class Flavor(str, enum.Enum):
 def flavor_of(env_id: str) -> Flavor:
     """The AgentGym flavour a registered env states (``metadata["agentgym_flavor"]``; ALFWorld's shape for an
     env that states none)."""
-    entry_point = gym.spec(env_id).entry_point
-    env_class = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-    return Flavor(getattr(env_class, "metadata", {}).get("agentgym_flavor", Flavor.ALFWORLD.value))
+    return Flavor(env_statements(gym.spec(env_id).entry_point).get("agentgym_flavor", Flavor.ALFWORLD.value))
 
 
 def alfworld_observation(observation: str) -> str:

@@ -37,9 +37,10 @@ import sys
 from flask import Flask
 
 from progpo_base.usage import CommandParser, UsageError, existing_dir, one_of, report
+from progpo_envs.core.registration import env_creator, listed_splits
 from progpo_envs.server.agentgym import AgentGymGames, Flavor, flavor_of
 from progpo_envs.server.app import ServerConfig, create_app
-from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError, split_names
+from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError
 from progpo_envs.server.pool import PoolConfig, WorkerStartError
 from progpo_envs.server.serving import DEFAULT_THREADS, make_wsgi_server, serve_until_stopped
 from webshop_server.clients import ClientTokens
@@ -265,9 +266,7 @@ def _parameters(spec) -> dict:
     """The constructor parameters of a registered env (by name)."""
     import inspect
 
-    from gymnasium.envs.registration import load_env_creator
-
-    return dict(inspect.signature(load_env_creator(spec.entry_point)).parameters)
+    return dict(inspect.signature(env_creator(spec.entry_point)).parameters)
 
 
 def _check_split(env_id: str, kwargs: dict) -> None:
@@ -279,7 +278,7 @@ def _check_split(env_id: str, kwargs: dict) -> None:
 
     spec = gym.spec(env_id)
     fixed = {**(spec.kwargs or {}), **kwargs}
-    splits = split_names(spec.entry_point, fixed)
+    splits = listed_splits(spec.entry_point, fixed)
     parameter = _parameters(spec).get("split")
     if splits is None or parameter is None:
         return

@@ -56,6 +56,7 @@ from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig, WSErrorCode, WSErrorResponse
 
+from progpo_envs.core.registration import env_statements, listed_splits
 from progpo_envs.server.app import ServerConfig
 from progpo_envs.server.openenv_models import CommandAction, TextEnvState, observation_class
 from progpo_envs.server.openenv_session import (
@@ -65,7 +66,7 @@ from progpo_envs.server.openenv_session import (
     SessionHost,
     environment_metadata,
 )
-from progpo_envs.server.policy import PolicyError, env_statements, split_names
+from progpo_envs.server.policy import PolicyError
 from progpo_envs.server.pool import EnvPool
 from progpo_envs.server.request_args import MAX_REQUEST_BYTES
 from progpo_envs.server.serving import DEFAULT_THREADS
@@ -198,7 +199,7 @@ def create_openenv_app(
         executor=ThreadPoolExecutor(max_workers=threads, thread_name_prefix="openenv-session"),
         metadata=environment_metadata(
             env_id,
-            split_names(policy.entry_point, policy.fixed_kwargs),
+            listed_splits(policy.entry_point, policy.fixed_kwargs),
             tuple(statements.get("task_types", ())),
             policy.fixed_kwargs.get("split") if "split" in policy.fixed_kwargs else None,
         ),

@@ -39,9 +39,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.envs.registration import load_env_creator
 
-from progpo_envs.core.registration import REMOTE_ENV_ID
+from progpo_envs.core.registration import REMOTE_ENV_ID, listed_splits
 from progpo_envs.server.codec import CodecError, decode
 
 #: Only ids in this namespace can be hosted.
@@ -104,22 +103,6 @@ def default_allowed_kwargs(entry_point: str) -> frozenset[str]:
             break
     allowed.discard("render_mode")
     return frozenset(allowed)
-
-
-def env_statements(entry_point: str) -> Mapping[str, Any]:
-    """What the env class states about itself (its Gymnasium ``metadata``: prompt style, AgentGym flavour,
-    OpenEnv observation, task types; :mod:`progpo_envs.core.text_env`)."""
-    return getattr(load_env_creator(entry_point), "metadata", {})
-
-
-def split_names(entry_point: str, fixed_kwargs: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The split names an env offers with the operator's kwargs, or ``None`` if it does not list them: the
-    env class's own :meth:`~progpo_envs.core.text_env.TextEnv.split_names` (ALFWorld's are the folders of
-    ``<data_dir>/json_2.1.1``, or the generated splits without real data; WebShop's are its ``Split``
-    values)."""
-    listed = getattr(load_env_creator(entry_point), "split_names", None)
-    names = listed(**fixed_kwargs) if callable(listed) else None
-    return None if names is None else tuple(names)
 
 
 def _check_int(name: str, value: Any, bounds: tuple[int, int]) -> None:
@@ -191,7 +174,7 @@ class EnvPolicy:
             default_allowed_kwargs(spec.entry_point) if allowed_kwargs is None else frozenset(allowed_kwargs)
         )
         allowed = frozenset(allowed) - set(fixed_kwargs or {})
-        splits = split_names(spec.entry_point, fixed) if "split" in allowed else None
+        splits = listed_splits(spec.entry_point, fixed) if "split" in allowed else None
         return cls(env_id, spec.entry_point, fixed, allowed, splits)
 
     def resolve_kwargs(self, client_kwargs: Any) -> dict[str, Any]:

@@ -339,8 +339,8 @@ def test_the_observation_model_and_task_types_are_the_env_classs_statements():
     """The OpenEnv door reads what the env class states (its metadata), never its id: WebShop's page actions,
     ALFWorld's six task types, the admissible-action model and no types for an env that states neither."""
     from progpo_envs.alfworld.task_types import TASK_TYPES
+    from progpo_envs.core.registration import env_statements
     from progpo_envs.server.openenv_models import ALFWorldObservation, WebShopObservation, observation_class
-    from progpo_envs.server.policy import env_statements
 
     webshop = env_statements(gym.spec("progpo/WebShop-v0").entry_point)
     alfworld = env_statements(gym.spec("progpo/ALFWorld-v0").entry_point)
