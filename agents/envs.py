@@ -21,6 +21,7 @@ import inspect
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 import progpo_envs  # noqa: F401  (registers the env ids, progpo/Remote-v0 included)
 from agents.prompts import style_name_from_metadata
@@ -149,3 +150,16 @@ def split_name(envs: gym.vector.VectorEnv) -> str | None:
     except (AttributeError, RuntimeError):  # no ``split`` (RuntimeError: from an async worker)
         return None
     return None if split is None else str(getattr(split, "value", split))
+
+
+def spread_tasks(split_size: int, count: int) -> list[int]:
+    """``count`` task indices spread evenly over a split of ``split_size`` tasks (wrapping if it is smaller).
+
+    The splits are sorted by task type, so an even spread holds every type: the trainer's held-out evaluation,
+    its RL task pool (``rollout.task_pool``) and ``progpo eval --task-order spread`` are all drawn this way.
+
+    Example:
+        >>> spread_tasks(16, 4), spread_tasks(3, 5)
+        ([0, 4, 8, 12], [0, 0, 1, 1, 2])
+    """
+    return [int(t) % split_size for t in np.linspace(0, split_size, count, endpoint=False).astype(int)]

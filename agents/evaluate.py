@@ -2,8 +2,9 @@
 
 Which tasks: every task of the split, or the first ``N`` of :class:`TaskOrder`: ``stratified`` by default
 (each task type in turn, so ``--episodes 6`` on ALFWorld plays one task of each of its six types; envs that do
-not list their tasks' types, such as WebShop or a remote env, keep the split's order) or ``sequential`` (tasks
-``0..N-1``, the order before this option).
+not list their tasks' types, such as WebShop or a remote env, keep the split's order), ``sequential`` (tasks
+``0..N-1``, the order before this option) or ``spread`` (``N`` tasks evenly over the split: the tasks of
+``progpo train``'s held-out evaluation, so a served checkpoint is scored on the trainer's own tasks).
 
 Episodes run in batches on a :class:`~progpo_envs.core.vector.GroupVectorEnv` of ``num_envs`` copies
 (``group_size=1``, ``vector_mode`` sync or async). By default ``num_envs`` follows the agent
@@ -60,7 +61,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from agents.base import Agent, AgentAction, PromptConfig, Task
-from agents.envs import make_group_envs, num_tasks, prompt_style, split_name, task_types
+from agents.envs import make_group_envs, num_tasks, prompt_style, split_name, spread_tasks, task_types
 from agents.llm_config import OpenAIConfig, TransformersConfig
 from agents.prompts import get_style
 from agents.report import write_reports
@@ -99,6 +100,7 @@ class TaskOrder(str, enum.Enum):
 
     STRATIFIED = "stratified"  # each task type in turn (:func:`stratified_order`), so a few cover every type
     SEQUENTIAL = "sequential"  # the split's own order (tasks 0..episodes-1)
+    SPREAD = "spread"  # evenly over the split (agents.envs.spread_tasks): the trainer's held-out tasks
 
 
 def stratified_order(types: Sequence[str]) -> list[int]:
@@ -150,7 +152,8 @@ class EvalConfig:
     task_order: str = documented_field(
         TaskOrder.STRATIFIED.value,
         "which tasks episodes plays: stratified takes each task type in turn (in-process ALFWorld; other "
-        "envs keep the split's order), sequential plays tasks 0..N-1",
+        "envs keep the split's order), sequential plays tasks 0..N-1, spread N tasks evenly over the split "
+        "(the tasks of progpo train's held-out evaluation with eval.num_tasks=N)",
         choices=[o.value for o in TaskOrder],
     )
     data_dir: str | None = documented_field(
@@ -470,6 +473,8 @@ def _record_settings(out_dir: Path, config: EvalConfig, kind: str) -> None:
 
 def task_selection(envs: gym.vector.VectorEnv, episodes: int, order: TaskOrder) -> list[int]:
     """The task indices a run of ``episodes`` plays, in ``order`` (see :class:`TaskOrder`)."""
+    if order is TaskOrder.SPREAD:
+        return spread_tasks(num_tasks(envs), episodes)
     types = task_types(envs) if order is TaskOrder.STRATIFIED else None
     return stratified_order(types)[:episodes] if types else list(range(episodes))
 

@@ -38,10 +38,11 @@ def record(policy_dir: Path, num_tasks: int, group_size: int, seed: int) -> list
     (:class:`training.rollout.PolicyAgent`: the training prompts, constrained decoding and projection).
     """
     from agents.envs import num_tasks as split_size
+    from agents.envs import spread_tasks
     from agents.rollout import play_episodes
     from training.config import load_config
     from training.engines import TransformersEngine
-    from training.envs import make_split_envs, spread_tasks
+    from training.envs import make_split_envs
     from training.policy import load_policy
     from training.rollout import PolicyAgent, RolloutWorker
 

@@ -92,9 +92,9 @@ def main() -> int:
     parser.add_argument("--temperature", type=float, default=1.0)
     args = parser.parse_args()
 
-    from agents.envs import num_tasks
+    from agents.envs import num_tasks, spread_tasks
     from training.config import load_config
-    from training.envs import make_split_envs, spread_tasks
+    from training.envs import make_split_envs
     from training.rollout import RolloutWorker
     from training.seeds import derive_seed
     from training.trainer import Trainer

@@ -1,4 +1,4 @@
-"""The training run's envs: a split's group vector env from the ``env`` config, and task spreading.
+"""The training run's envs: a split's group vector env from the ``env`` config.
 
 Every env the trainer, the warm start and the probes play is made by :func:`make_split_envs`, which turns the
 :class:`~training.config.EnvConfig` into keyword arguments (``train_kwargs`` over ``kwargs`` on the training
@@ -6,8 +6,8 @@ split) and hands them to :func:`agents.envs.make_group_envs`, the maker evaluati
 the env is played on an env server through ``progpo/Remote-v0``.
 
 Example:
-    >>> spread_tasks(16, 4)
-    [0, 4, 8, 12]
+    >>> split_env_kwargs(EnvConfig(kwargs={}), "valid_seen")["split"]
+    'valid_seen'
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 
 import gymnasium as gym
-import numpy as np
 
 from agents.envs import make_group_envs
 from progpo_envs.core.registration import REMOTE_ENV_ID
@@ -72,16 +71,3 @@ def make_split_envs(
             **kwargs,
         )
     return make_group_envs(env.id, num_groups, group_size, vector_mode=env.vector_mode, **kwargs)
-
-
-def spread_tasks(split_size: int, count: int) -> list[int]:
-    """``count`` task indices spread evenly over a split of ``split_size`` tasks (wrapping if it is smaller).
-
-    The splits are sorted by task type, so an even spread holds every type: the held-out evaluation and the RL
-    task pool (``rollout.task_pool``) are both drawn this way.
-
-    Example:
-        >>> spread_tasks(16, 4), spread_tasks(3, 5)
-        ([0, 4, 8, 12], [0, 0, 1, 1, 2])
-    """
-    return [int(t) % split_size for t in np.linspace(0, split_size, count, endpoint=False).astype(int)]

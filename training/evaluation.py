@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from agents.envs import num_tasks
+from agents.envs import num_tasks, spread_tasks
 from training.config import TrainConfig
 from training.distributed import DistContext
 from training.engines import GenerationEngine
-from training.envs import make_split_envs, spread_tasks
+from training.envs import make_split_envs
 from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND, MetricsLog, episode_metrics
 from training.rollout import RolloutWorker
 from training.seeds import derive_seed

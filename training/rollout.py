@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import AgentAction, Task, active_mask
-from agents.envs import num_tasks, prompt_style
+from agents.envs import num_tasks, prompt_style, spread_tasks
 from agents.memory import History
 from agents.projection import demonstration_text, project_action_with_reason
 from agents.prompts import admissible_actions_from_info, build_prompt, get_style
@@ -44,7 +44,7 @@ from progpo_envs.core.hashing import action_set_key, text_digest
 from training.config import TrainConfig
 from training.distributed import DistContext
 from training.engines import GenerationEngine
-from training.envs import make_split_envs, spread_tasks
+from training.envs import make_split_envs
 from training.seeds import derive_seed, request_seed
 
 

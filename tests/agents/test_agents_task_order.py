@@ -7,7 +7,10 @@ import json
 
 import gymnasium as gym
 
+from agents.envs import spread_tasks
 from agents.evaluate import EvalConfig, TaskOrder, evaluate, stratified_order, task_selection
+from training.config import load_config
+from training.envs import make_split_envs
 
 
 def test_stratified_order_takes_each_type_in_turn():
@@ -36,6 +39,20 @@ def test_partial_alfworld_run_covers_every_task_type(tmp_path):
     assert len(summary["per_task_type"]) == 6 and summary["success_rate"] == 1.0
     played = sorted(json.loads(line)["task_index"] for line in (tmp_path / "trajectories.jsonl").open())
     assert played == sorted(stratified)
+
+
+def test_spread_order_plays_the_trainers_held_out_tasks():
+    """``--task-order spread --episodes N`` scores a served checkpoint on the tasks ``progpo train``'s
+    held-out evaluation plays with ``eval.num_tasks=N`` (the served checkpoint against the trainer's own)."""
+    config = load_config(None)
+    envs = make_split_envs(config.env, config.env.eval_split, 1, 1)
+    try:
+        spread = task_selection(envs, 8, TaskOrder.SPREAD)
+        assert spread == spread_tasks(envs.call("num_tasks")[0], 8)
+        types = [task.task_type for task in envs.call("tasks")[0]]
+    finally:
+        envs.close()
+    assert len(set(spread)) == 8 and len({types[t] for t in spread}) == 2  # both of the quickstart's types
 
 
 def test_report_names_the_split_the_env_played(tmp_path):

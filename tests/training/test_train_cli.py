@@ -310,8 +310,7 @@ def test_update_moves_probability_towards_positive_advantages(tmp_path, monkeypa
 
 def test_task_pool_limits_rl_tasks_and_is_evaluated_before_and_after(tmp_path, monkeypatch):
     """``rollout.task_pool``: RL draws from N tasks spread over the split; ``eval.rl_tasks`` measures them."""
-    from agents.envs import num_tasks
-    from training.envs import spread_tasks
+    from agents.envs import num_tasks, spread_tasks
 
     monkeypatch.setenv("PYTHONPATH", subprocess_env()["PYTHONPATH"])
     pooled = ("rollout.num_groups=3", "rollout.task_pool=2", "eval.rl_tasks=true", "eval.seeds=2")
