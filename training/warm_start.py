@@ -18,6 +18,15 @@ observation's task returns in the task line), and next-token prediction over the
 that imitation then points at the task: with the quickstart's 10 passes the same probe picks the task's
 object 97% of the time on training tasks and 90% on held-out ones (``scripts/reading_probe.py``).
 
+**The whole answer.** Imitation is next-token prediction over the whole vocabulary, also when RL decodes
+constrained (``rollout.constrained_actions``). Under constrained decoding the answer's fixed tokens
+(``<think></think><action>``, ``</action>`` and the end-of-turn token) are the only continuation the trie
+allows, so a loss renormalised over the allowed tokens gives them log-probability 0 and no gradient: the
+policy never learned to write them, and sampled in free text (vLLM, a served export) it never stopped
+(``benchmarks/results/free_text_engines.json``). Over the whole vocabulary, ``-log p(y)`` is the constrained
+loss plus ``-log p(allowed)`` at each step, both non-negative: the constrained objective loses nothing, and
+the policy learns to put its mass on the answer's own tokens, stop token included.
+
 The warm start works on explicit collaborators (the run's config, the model and its tokenizer, the device and
 the distributed context), so the trainer, the probes and the benchmarks call it the same way.
 
@@ -242,9 +251,9 @@ def warm_start(
         packed = pack_sequences(
             [rows.prompt_ids[i] for i in batch], [rows.response_ids[i] for i in batch], pad, device
         )
-        logprobs = policy_logprobs(
-            model, packed, [rows.response_ids[i] for i in batch], [rows.choices[i] for i in batch]
-        )
+        # over the whole vocabulary, also when RL decodes constrained (module docstring, "The whole answer")
+        responses = [rows.response_ids[i] for i in batch]
+        logprobs = policy_logprobs(model, packed, responses, [[] for _ in batch])
         return sft_loss_sum(logprobs, packed.response_mask), packed.response_mask
 
     lengths = [len(p) + len(r) for p, r in zip(rows.prompt_ids, rows.response_ids, strict=True)]

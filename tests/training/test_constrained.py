@@ -179,6 +179,15 @@ def test_config_refuses_constrained_decoding_where_it_cannot_work():
         load_config(None, ["rollout.constrained_actions=true", "rollout.engine=vllm"])
 
 
+def test_vllm_on_the_command_line_samples_the_quickstart_in_free_text(tmp_path):
+    assert load_config(None).rollout.constrained_actions  # the quickstart decodes constrained
+    assert not load_config(None, ["rollout.engine=vllm"]).rollout.constrained_actions
+    preset = tmp_path / "vllm.yaml"  # a file that chooses vLLM and constrained decoding is refused as set
+    preset.write_text("rollout:\n  engine: vllm\n  constrained_actions: true\n")
+    with pytest.raises(ConfigError, match="engine=transformers"):
+        load_config(preset)
+
+
 def test_webshop_search_is_made_concrete_as_the_instruction():
     admissible = ["search[<your query>]", "click[back to search]", "click[b000123]"]
     assert get_style("webshop").enumerable_commands(admissible, "red socks") == [
@@ -204,7 +213,7 @@ def test_constrained_training_iteration_plays_only_admissible_actions(tmp_path, 
     with tiny_trainer(
         tmp_path, *env_overrides, "iterations=1", "eval.num_tasks=0", *constrained, *longer
     ) as trainer:
-        # demonstrations carry their candidates; the SFT loss is constrained
+        # demonstrations carry their candidates (the imitation loss is over the whole vocabulary)
         stats = warm_start(trainer.config, trainer.model, trainer.tokenizer, trainer.device, trainer.dist)
         metrics = trainer.train_iteration(0)
     assert stats["demo_steps"] > 0 and np.isfinite(stats["sft_loss_last_epoch"])
