@@ -229,7 +229,9 @@ class RolloutConfig:
         True,
         "constrained decoding: the response can only be an admissible action in the answer format, log-probs "
         "renormalised over the allowed tokens on both sides (action masking; WebShop's search is the "
-        "instruction; for tiny models — the papers sample free text: false)",
+        "instruction; for tiny models — the papers sample free text: false). The transformers engine "
+        "only: rollout.engine=vllm on the command line turns it off (free text) unless the command line "
+        "sets it too",
     )
 
 
@@ -481,6 +483,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     for key, value in parsed:
         set_dotted(command_line, key, value)
     _apply_dapo_recipe(data, command_line)
+    _free_text_on_vllm(data, command_line)
     _scope_env_settings(data, command_line)
     for key, value in parsed:
         set_dotted(data, key, value)
@@ -517,6 +520,16 @@ def _apply_dapo_recipe(file_data: dict, command_line: dict) -> None:
         if get_dotted(command_line, key, _MISSING) is not _MISSING or (file_selects_dapo and in_file):
             continue
         set_dotted(file_data, key, value)
+
+
+def _free_text_on_vllm(file_data: dict, command_line: dict) -> None:
+    """``rollout.engine=vllm`` on the command line over a file that decodes constrained (the quickstart): the
+    run samples free text (vLLM has no constrained decoding), unless the command line also sets
+    ``rollout.constrained_actions`` (then the usual check refuses the pair)."""
+    if get_dotted(command_line, "rollout.engine", None) != "vllm":
+        return
+    if get_dotted(command_line, "rollout.constrained_actions", _MISSING) is _MISSING:
+        set_dotted(file_data, "rollout.constrained_actions", False)
 
 
 def config_to_dict(config: TrainConfig) -> dict:
