@@ -49,7 +49,15 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, mean_spread, save_figure, save_result
+from benchmarks.common import (
+    RESULTS_DIR,
+    git_commit,
+    machine_info,
+    mean_spread,
+    save_figure,
+    save_result,
+    weights_digest,
+)
 from benchmarks.harness import Benchmark, option, parse_config, script_path, usage_error
 from benchmarks.lib.markdown import fmt, markdown_table
 
@@ -199,30 +207,6 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     }
     record["summary"] = summary
     return record
-
-
-def weights_digest(folder: Path) -> str | None:
-    """SHA-256 of a saved model's weights (``model.safetensors``; None when absent): two runs with equal
-    digests computed the same numbers bit for bit, so a user can tell whether their machine reproduces ours
-    exactly or only within the spread.
-
-    Example:
-        >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / "model.safetensors").write_bytes(b"abc")
-        >>> weights_digest(d)[:12], weights_digest(d / "missing")
-        ('ba7816bf8f01', None)
-    """
-    import hashlib
-
-    path = folder / "model.safetensors"
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _evaluation(entry: dict[str, Any]) -> dict[str, Any]:
