@@ -178,6 +178,27 @@ def test_an_instance_lost_on_a_live_server_fails_its_episode_and_is_made_again(t
         envs.close()
 
 
+def test_per_group_resets_and_steps_move_a_lost_group(toy_servers):
+    """The per-episode rollout's calls (``reset_group``, ``step_some``): a group whose server is lost fails
+    its copies' episodes and its next ``reset_group`` plays on the server left, the other group playing on."""
+    urls = [s.url for s in toy_servers[:2]]
+    envs = gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
+    try:
+        envs.reset_group(0, seed=0)
+        _, infos = envs.reset_group(1, seed=1, options={"task_index": 3})
+        assert [info["server"] for info in infos] == [urls[1]] * 2
+        toy_servers[1].stop()
+        *_, truncated, infos = envs.step_some([3, 0], ["look", "look"])
+        assert truncated.tolist() == [True, False] and "env_error" in infos[0] and "env_error" not in infos[1]
+        assert envs.step_some([2], ["look"])[3].tolist() == [True]  # its group's other copy: failed at once
+        _, infos = envs.reset_group(1, seed=1, options={"task_index": 3})
+        assert [info["server"] for info in infos] == [urls[0]] * 2 and infos[0]["task_id"] == "toy-3"
+        assert not envs.step_some([2, 3, 1], ["look"] * 3)[3].any()
+        assert [s["groups"] for s in envs.servers()] == [2, 0]
+    finally:
+        envs.close()
+
+
 def test_no_server_left_is_a_clear_error_at_the_next_reset(toy_servers):
     urls = [s.url for s in toy_servers[:2]]
     envs = gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
