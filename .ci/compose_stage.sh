@@ -6,7 +6,8 @@
 #   * OpenEnv's own GenericEnvClient on both OpenEnv services (the expert wins 3 episodes each) and
 #     `openenv validate --url` on each;
 #   * the WebShop site: search -> item -> options -> buy over HTTP, and one episode in headless Chromium;
-#   * `--scale alfworld=2` on a port range: both replicas serve;
+#   * `--scale alfworld=2` on a port range: both replicas serve, and `progpo eval` through one url listing both
+#     plays its groups on both (progpo/Remote-v0 over several servers);
 #   * the main process of a service killed inside its container: `restart: unless-stopped` brings it back healthy;
 #   * `docker compose down -v`.
 # It prints the build time, the image size and the time to healthy. Any step that cannot run fails the stage
@@ -185,9 +186,10 @@ done
 SITE=http://127.0.0.1:$WEBSHOP_HOST_PORTS
 
 say "6/10 progpo eval --agent expert through progpo/Remote-v0 on both env servers"
-expert_eval() {  # output folder, env id, port, extra arguments
-  local out="$WORK/$1"
-  .venv/bin/progpo eval --env progpo/Remote-v0 --env-arg "env_id=$2" --env-url "http://127.0.0.1:$3" \
+expert_eval() {  # output folder, env id, port (or the servers' URLs, comma-separated), extra arguments
+  local out="$WORK/$1" url=$3
+  case "$url" in *://*) ;; *) url="http://127.0.0.1:$url" ;; esac
+  .venv/bin/progpo eval --env progpo/Remote-v0 --env-arg "env_id=$2" --env-url "$url" \
     --agent expert --episodes 5 --out "$out" --no-progress "${@:4}" >"$out.log" 2>&1 ||
     { tail -20 "$out.log" >&2; fail "progpo eval on $2"; }
   "$PY" - "$out/summary.json" "$2" <<'EOF'
@@ -248,7 +250,18 @@ created = requests.post(f"{sys.argv[1]}/instances", json={"env_id": "progpo/ALFW
 assert created.status_code == 201 and created.json()["observation"], created.text[:300]
 EOF
   MEASURED[scale]+="; replica $index serves at $address"
+  replicas="${replicas:+$replicas,}http://$address"
 done
+# one client over both replicas: its two task groups spread one per server (summary.json's servers)
+expert_eval eval-alfworld-replicas progpo/ALFWorld-v0 "$replicas" --num-envs 2
+"$PY" - "$WORK/eval-alfworld-replicas/summary.json" <<'EOF' || fail "progpo eval over both replicas"
+import json, sys
+servers = json.load(open(sys.argv[1]))["servers"]
+shares = [(s["state"], s["groups"]) for s in servers]
+print(f"over both replicas: {shares}")
+sys.exit(0 if shares == [("up", 1), ("up", 1)] else f"expected one group on each replica: {servers}")
+EOF
+MEASURED[scale]+="; progpo eval over both replicas: one group on each"
 say "scale: ${MEASURED[scale]}"
 
 container=$(compose ps -q webshop-env)

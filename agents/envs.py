@@ -4,9 +4,11 @@
 (:class:`~progpo_envs.core.vector.GroupVectorEnv`: copies of a group share their task and reset seed). With a
 ``url`` the env is reached over the network: an env whose constructor takes ``url=`` itself (WebShop against
 its own shop server, or ``progpo/Remote-v0``) gets it as an argument; any other env is played through
-``progpo/Remote-v0`` hosting it on an env server (``progpo serve``). ``agents.evaluate`` and ``training.envs``
-both make their envs here (the training loop names ``progpo/Remote-v0`` itself: its ``env.url`` is always an
-env server).
+``progpo/Remote-v0`` hosting it on an env server (``progpo serve``). ``url`` may name several env servers (a
+list, or URLs separated by commas): ``progpo/Remote-v0`` then spreads the groups over them and moves a lost
+server's groups to the others (:mod:`progpo_envs.server.fleet`); :func:`server_status` reads each server's
+state and share. ``agents.evaluate`` and ``training.envs`` both make their envs here (the training loop names
+``progpo/Remote-v0`` itself: its ``env.url`` is always an env server).
 
 Example:
     >>> envs = make_group_envs("progpo/ALFWorld-v0", 2, 1, split="valid_seen")  # doctest: +SKIP
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -27,6 +30,7 @@ import progpo_envs  # noqa: F401  (registers the env ids, progpo/Remote-v0 inclu
 from agents.prompts import style_name_from_metadata
 from progpo_envs.core import registration
 from progpo_envs.core.registration import REMOTE_ENV_ID
+from progpo_envs.server.fleet import server_urls
 
 
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
@@ -57,22 +61,38 @@ def accepts_url(env_id: str) -> bool:
     return "url" in inspect.signature(env_class(env_id)).parameters
 
 
-def group_env_spec(env_id: str, env_kwargs: dict[str, Any], url: str | None = None) -> tuple[str, dict]:
+def group_env_spec(
+    env_id: str, env_kwargs: dict[str, Any], url: str | Sequence[str] | None = None
+) -> tuple[str, dict]:
     """``(env id, kwargs)`` that :func:`make_group_envs` makes for ``env_id`` with ``env_kwargs`` and ``url``.
 
     Without ``url``: the env itself. With ``url``: the env itself given ``url=`` when it takes one, otherwise
     ``progpo/Remote-v0`` hosting ``env_id`` (its kwargs travel with the create request; ``module:id`` hosts
-    ``id``: the module is this process's import).
+    ``id``: the module is this process's import). Several URLs are env servers: only ``progpo/Remote-v0``
+    takes them (an env's own ``url``, such as WebShop's shop server, is one).
 
     Example:
         >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"})
         ('progpo/ALFWorld-v0', {'split': 'train'})
         >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"}, url="http://host:8000")
         ('progpo/Remote-v0', {'split': 'train', 'url': 'http://host:8000', 'env_id': 'progpo/ALFWorld-v0'})
+        >>> group_env_spec("progpo/ALFWorld-v0", {}, url="http://a:8000,http://b:8000")[1]["url"]
+        'http://a:8000,http://b:8000'
+        >>> group_env_spec("progpo/WebShop-v0", {}, url="http://a:3000,http://b:3000")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: progpo/WebShop-v0 takes one url= of its own; several env servers are played through ...
     """
     if url is None:
         return env_id, dict(env_kwargs)
-    if env_id == REMOTE_ENV_ID or accepts_url(env_id):
+    if env_id == REMOTE_ENV_ID:
+        return env_id, {**env_kwargs, "url": url}
+    if accepts_url(env_id):
+        if len(server_urls(url)) > 1:
+            raise ValueError(
+                f"{env_id} takes one url= of its own; several env servers are played through {REMOTE_ENV_ID} "
+                f"(its env_id={env_id})"
+            )
         return env_id, {**env_kwargs, "url": url}
     if REMOTE_ENV_ID not in gym.registry:
         raise ValueError(f"{env_id} takes no url= and {REMOTE_ENV_ID} is not registered to reach it remotely")
@@ -86,7 +106,7 @@ def make_group_envs(
     /,
     *,
     vector_mode: str = "sync",
-    url: str | None = None,
+    url: str | Sequence[str] | None = None,
     **env_kwargs: Any,
 ) -> gym.vector.VectorEnv:
     """``num_groups × group_size`` copies of ``env_id`` (see the module docstring for ``url``).
@@ -96,7 +116,8 @@ def make_group_envs(
         num_groups: Task groups (one task index each at reset).
         group_size: Copies per group.
         vector_mode: ``sync`` (in-process) or ``async`` (subprocesses).
-        url: Where the env is served, if remote.
+        url: Where the env is served, if remote: one server, or several (a list, or URLs separated by
+            commas).
         **env_kwargs: Keyword arguments of every copy.
 
     Raises:
@@ -113,6 +134,14 @@ def make_group_envs(
         )
     except TypeError as error:  # an argument the env does not take
         raise ValueError(f"{make_id} cannot be made with the arguments {sorted(kwargs)}: {error}") from error
+
+
+def server_status(envs: Any) -> list[dict[str, Any]]:
+    """Each env server's state and share when ``envs`` plays on several
+    (:meth:`progpo_envs.server.fleet.FleetGroupVectorEnv.servers`: ``url``, ``state``, ``groups``,
+    ``sessions``, ``failed_episodes``, ``lost_groups``, ...); ``[]`` for any other env."""
+    servers = getattr(envs, "servers", None)
+    return list(servers()) if callable(servers) else []
 
 
 def first_copy_attribute(envs: gym.vector.VectorEnv, name: str) -> Any:

@@ -30,10 +30,13 @@ an ``flock`` the kernel releases when the process ends, however it ends). ``DIR/
 settings; resuming with different ones is refused. At the end ``summary.json``, ``report.md`` and
 ``success.png`` are written from all the lines (:mod:`agents.report`).
 
-An episode whose agent could not decide (an LLM request refused or still failing after its retries) ends
+An episode whose agent could not decide (an LLM request refused or still failing after its retries), or whose
+env server was lost under it (``info["env_error"]``: several servers, :mod:`progpo_envs.server.fleet`), ends
 there: it is recorded with its ``error`` (and the steps before it), counted in the summary's ``errors`` apart
 from the failed episodes, and played again by the next run on the same ``--out``; the other episodes go on.
 When more than :meth:`EvalConfig.allowed_errors` episodes end with an error, no further batch is started.
+With several env servers, ``summary.json``'s ``servers`` is each one's state and share at the end
+(:func:`agents.envs.server_status`).
 
 Example:
     >>> config = EvalConfig(env_id="progpo/ALFWorld-v0", agent="expert", out_dir="runs/expert",
@@ -61,7 +64,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from agents.base import Agent, AgentAction, PromptConfig, Task
-from agents.envs import make_group_envs, num_tasks, prompt_style, split_name, spread_tasks, task_types
+from agents.envs import (
+    make_group_envs,
+    num_tasks,
+    prompt_style,
+    server_status,
+    split_name,
+    spread_tasks,
+    task_types,
+)
 from agents.llm_config import OpenAIConfig, TransformersConfig
 from agents.prompts import get_style
 from agents.report import write_reports
@@ -159,7 +170,11 @@ class EvalConfig:
     data_dir: str | None = documented_field(
         None, "env data folder, passed as data_dir= (ALFWorld: the folder containing json_2.1.1/)"
     )
-    env_url: str | None = documented_field(None, "remote env server URL (passed to the env as url=)")
+    env_url: str | None = documented_field(
+        None,
+        "remote env server URL (passed to the env as url=); several env servers for progpo/Remote-v0 "
+        "separated by commas (groups spread over them, a lost one's moved to the others)",
+    )
     env_kind: str | None = documented_field(
         None,
         "prompt style: alfworld, webshop, text or a registered one (unset: the one the env names in its "
@@ -411,7 +426,8 @@ class _Episode:
         self.observation, self.info = next_observation, next_info
 
     def record(self, error: str | None = None) -> dict[str, Any]:
-        """The episode's JSON record; with ``error`` (an agent failure) it ends there and is not scored."""
+        """The episode's JSON record; with ``error`` (an agent failure, or its env server lost) it ends there
+        and is not scored."""
         info, steps = self.info, self.steps
         won = bool(info.get("won", False)) and error is None
         score = info.get("task_score") if error is None else 0.0
@@ -558,6 +574,7 @@ def evaluate(
                         errors += record.get("error") is not None
                         bar.update(1)
             bar.close()
+            servers = server_status(envs)
         finally:
             if own_envs and envs is not None:
                 envs.close()
@@ -565,7 +582,9 @@ def evaluate(
                 agent.close()
         records = [finished[t] for t in selected if t in finished]
         summary_config = dataclasses.replace(config, split=played_split)
-        return write_reports(out_dir, records, summary_config, planned=episodes, allowed_errors=allowed)
+        return write_reports(
+            out_dir, records, summary_config, planned=episodes, allowed_errors=allowed, servers=servers
+        )
 
 
 def _play_batch(
@@ -583,8 +602,8 @@ def _play_batch(
             if episode is None:
                 episode = episodes[t.slot] = _Episode(t.task, t.observation, t.info)
             episode.add(t.decision, t.reward, t.terminated, t.truncated, t.next_observation, t.next_info)
-            if t.done:
-                yield episode.record()
+            if t.done:  # an env server lost under the episode ends it as an error, as an agent's failure does
+                yield episode.record(error=t.next_info.get("env_error"))
         for failure in vector_step.failures:  # the agent could not decide: the episode ends as an error
             episode = episodes.get(failure.slot) or _Episode(failure.task, failure.observation, failure.info)
             yield episode.record(error=failure.error)

@@ -6,9 +6,10 @@ is also reported per task type, grouped into the six families of the papers by t
 WebShop's ``mean_score`` is the mean raw task score (``info["task_score"]``, 0–1) at the last step; for envs
 without a score it is the success rate.
 
-Episodes that ended with an agent error (a record with ``error``: an LLM request that failed) are not scored:
-every rate is over the episodes played to their end (``episodes``), and ``errors`` counts the others, so an
-unreachable endpoint never reads as a weak agent.
+Episodes that ended with an agent error (a record with ``error``: an LLM request that failed, or the env
+server the episode played on lost under it) are not scored: every rate is over the episodes played to their
+end (``episodes``), and ``errors`` counts the others, so an unreachable endpoint never reads as a weak agent.
+A run on several env servers has each one's state and share in ``servers`` (and a table in the report).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def summarize(
     *,
     planned: int | None = None,
     allowed_errors: int | None = None,
+    servers: Sequence[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The summary numbers of a list of episode records (see ``agents.evaluate``).
 
@@ -64,6 +66,8 @@ def summarize(
         config: The run's settings (env, agent, model, split, seed are copied in).
         planned: Episodes the run was to play (``None``: as many as ``records``).
         allowed_errors: Errored episodes the run tolerates (``failed`` says whether there were more).
+        servers: Each env server's state and share, when the run played on several (the summary's
+            ``servers``).
     """
     errored = [r for r in records if r.get("error") is not None]
     records = [r for r in records if r.get("error") is None]
@@ -101,6 +105,8 @@ def summarize(
     summary["allowed_errors"] = allowed_errors
     summary["failed"] = allowed_errors is not None and len(errored) > allowed_errors
     summary["first_error"] = errored[0]["error"] if errored else None
+    if servers:
+        summary["servers"] = [dict(server) for server in servers]
     return summary
 
 
@@ -152,6 +158,19 @@ def render_markdown(summary: dict[str, Any]) -> str:
             f"`{summary['first_error']}`",
             "",
         ]
+    if summary.get("servers"):
+        lines += [
+            "## Env servers",
+            "",
+            "| server | state | groups | sessions | episodes its failures ended | groups lost there |",
+            "|---|---|---|---|---|---|",
+        ]
+        for server in summary["servers"]:
+            lines.append(
+                f"| {server['url']} | {server['state']} | {server['groups']} | {server['sessions']} | "
+                f"{server['failed_episodes']} | {server['lost_groups']} |"
+            )
+        lines.append("")
     if summary["per_task_type"]:
         lines += ["## Success per task type", "", "| task type | episodes | success rate |", "|---|---|---|"]
         for family, rate in summary["per_task_type"].items():
@@ -167,10 +186,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
 
 
 def write_reports(
-    out_dir: Path, records: Sequence[dict[str, Any]], config: Any = None, **counts: int | None
+    out_dir: Path, records: Sequence[dict[str, Any]], config: Any = None, **counts: Any
 ) -> dict[str, Any]:
     """Write ``summary.json``, ``report.md`` and ``success.png`` into ``out_dir``; returns the summary
-    (``counts``: :func:`summarize`'s ``planned`` and ``allowed_errors``)."""
+    (``counts``: :func:`summarize`'s ``planned``, ``allowed_errors`` and ``servers``)."""
     summary = summarize(records, config, **counts)
     (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     plot_success(summary, out_dir / CHART_FILE)

@@ -17,7 +17,12 @@ plays the same task from the same first observation.
 Where the episodes run (the constructor's ``server`` and ``protocol``): in this process (``server=None``,
 ``gymnasium.make`` with ``env_kwargs``), against an OpenEnv server (``progpo serve --protocol openenv``, or
 any OpenEnv server of these envs: ``protocol="openenv"``, through OpenEnv's ``GenericEnvClient``) or against
-our native env server (``progpo serve``: ``protocol="native"``, through ``progpo/Remote-v0``).
+our native env server (``progpo serve``: ``protocol="native"``, through ``progpo/Remote-v0``). ``server`` may
+name several servers of either protocol (a list, or URLs separated by commas): each instance plays on the one
+where this process holds the fewest sessions, and when a server is lost the episode in flight ends (its tool
+answers that the episode is over and why) and the next ``reset`` plays on a server that works
+(:mod:`progpo_envs.server.fleet`; TRL makes one instance per rollout, so the rollouts spread over the
+servers).
 
 :func:`task_rows` yields the dataset rows of a split: one row per task (``prompt``, ``task_index``,
 ``split``, ``seed``), ``repeats`` times over; GRPO itself repeats each row ``num_generations`` times.
@@ -45,13 +50,14 @@ Training (see docs/hosting.md, "OpenEnv", for a run against a server)::
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 
 import progpo_envs  # noqa: F401  (registers the ids)
 from progpo_envs.core.registration import REMOTE_ENV_ID
+from progpo_envs.server.fleet import FleetServer, ServerState, fleet_for, server_urls
 from webshop_server.engine import admissible_actions
 
 ALFWORLD_ENV_ID = "progpo/ALFWorld-v0"
@@ -103,9 +109,12 @@ class _InProcess:
 
 
 class _Native(_InProcess):
-    """Our env server (``progpo serve``) through ``progpo/Remote-v0``, one remote instance per split."""
+    """Our env server (``progpo serve``) through ``progpo/Remote-v0``, one remote instance per split (over
+    several servers: placed by load, and a lost server ends the episode, ``info["env_error"]``)."""
 
-    def __init__(self, url: str, env_id: str, env_kwargs: Mapping[str, Any], timeout_s: float):
+    def __init__(
+        self, url: str | Sequence[str], env_id: str, env_kwargs: Mapping[str, Any], timeout_s: float
+    ):
         super().__init__(REMOTE_ENV_ID, {**env_kwargs, "url": url, "env_id": env_id, "timeout": timeout_s})
 
 
@@ -136,11 +145,103 @@ class _OpenEnv:
         self.client.close()
 
 
-def _backend(env_id: str, server: str | None, protocol: str, env_kwargs: Mapping[str, Any], timeout_s: float):
+def _openenv_failure(exc: Exception) -> ServerState | None:
+    """What an OpenEnv client's error says of its server: down (no connection, closed, no answer), full
+    (``CAPACITY_REACHED``), up but the session lost (``instance lost``: :attr:`ServerState.UP`), or ``None``
+    (the request's own fault: raised)."""
+    from websockets.exceptions import ConnectionClosed
+
+    if isinstance(exc, (ConnectionError, ConnectionClosed, TimeoutError, OSError)):
+        return ServerState.DOWN
+    if isinstance(exc, RuntimeError) and "CAPACITY_REACHED" in str(exc):
+        return ServerState.FULL
+    if isinstance(exc, RuntimeError) and "instance lost" in str(exc):
+        return ServerState.UP
+    return None
+
+
+class _OpenEnvFleet(_OpenEnv):
+    """Several OpenEnv servers: a session on the one where this process holds the fewest, moved at a reset
+    when its server is lost (a lost server ends the episode in flight)."""
+
+    def __init__(self, urls: Sequence[str], env_kwargs: Mapping[str, Any], timeout_s: float):
+        self.env_kwargs, self.timeout_s = dict(env_kwargs), timeout_s
+        self.fleet = fleet_for(urls, ready_path="/health")
+        self.sizes: dict[str, int] = {}
+        self.server: FleetServer | None = None
+        self.lost = False
+        self.last: _Episode | None = None
+        self._connect(self.fleet.choose())
+
+    def _connect(self, server: FleetServer) -> None:
+        from openenv import GenericEnvClient
+
+        self.client = GenericEnvClient(base_url=server.url, message_timeout_s=self.timeout_s).sync()
+        self.server, self.lost = server, False
+        self.fleet.hold(server, 1)
+
+    def _disconnect(self) -> None:
+        if self.server is not None:
+            self.fleet.hold(self.server, -1, -1)
+            self.server = None
+            try:
+                self.client.close()
+            except Exception:  # noqa: BLE001, S110 - a lost server's socket may already be gone
+                pass
+
+    def _failed(self, exc: Exception) -> None:
+        state = _openenv_failure(exc)
+        if state is None:
+            raise exc
+        self.fleet.fail(
+            self.server, None if state is ServerState.UP else state, f"{type(exc).__name__}: {exc}"
+        )
+        self.lost = True
+
+    def reset(self, task_index: int, split: str, seed: int | None) -> _Episode:
+        for _ in range(2 * len(self.fleet) + 1):
+            if self.lost or self.server.state is not ServerState.UP:
+                if self.lost:
+                    self.fleet.count(self.server, lost_groups=1)
+                self._disconnect()
+                self._connect(self.fleet.choose())
+            try:
+                self.last = super().reset(task_index, split, seed)
+                return self.last
+            except Exception as exc:  # noqa: BLE001 - classified: a server's failure moves the session
+                self._failed(exc)
+        raise ConnectionError(f"no OpenEnv server could reset the session: {self.fleet.status()}")
+
+    def step(self, command: str) -> _Episode:
+        if not self.lost:
+            try:
+                self.last = super().step(command)
+                return self.last
+            except Exception as exc:  # noqa: BLE001 - classified: a server's failure ends the episode
+                self._failed(exc)
+                self.fleet.count(self.server, failed_episodes=1)
+                error = f"env server {self.server.url} lost: {type(exc).__name__}: {exc}"
+                self.last = _Episode(self.last.text, {**self.last.view, "env_error": error}, 0.0, True)
+        return self.last
+
+    def close(self) -> None:
+        self._disconnect()
+
+
+def _backend(
+    env_id: str,
+    server: str | Sequence[str] | None,
+    protocol: str,
+    env_kwargs: Mapping[str, Any],
+    timeout_s: float,
+):
     if server is None:
         return _InProcess(env_id, env_kwargs)
     if protocol == "openenv":
-        return _OpenEnv(server, env_kwargs, timeout_s)
+        urls = server_urls(server)
+        if len(urls) > 1:
+            return _OpenEnvFleet(urls, env_kwargs, timeout_s)
+        return _OpenEnv(urls[0], env_kwargs, timeout_s)
     if protocol == "native":
         return _Native(server, env_id, env_kwargs, timeout_s)
     raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
@@ -162,7 +263,7 @@ class _TextToolEnv:
 
     def __init__(
         self,
-        server: str | None = None,
+        server: str | Sequence[str] | None = None,
         protocol: str = "openenv",
         split: str = "train",
         timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -202,6 +303,9 @@ class _TextToolEnv:
         return self._render(episode)
 
     def _render(self, episode: _Episode) -> str:
+        if episode.done and episode.view.get("env_error"):  # its env server was lost under it
+            lost = episode.view["env_error"]
+            return f"{episode.text}\n\nThe episode is over: the env server was lost ({lost})."
         if episode.done:
             outcome = "the task is solved" if self._won else "the task is not solved"
             return f"{episode.text}\n\nThe episode is over: {outcome}."
@@ -215,7 +319,8 @@ class ALFWorldToolEnv(_TextToolEnv):
     """ALFWorld's household tasks as a TRL environment: one tool, :meth:`act`.
 
     Args:
-        server: URL of a server hosting ``progpo/ALFWorld-v0`` (``None``: play in this process).
+        server: URL of a server hosting ``progpo/ALFWorld-v0``, or several (a list, or separated by commas:
+            see the module docstring); ``None``: play in this process.
         protocol: ``"openenv"`` (``progpo serve --protocol openenv``) or ``"native"`` (``progpo serve``).
         split: The split played when a row names none.
         timeout_s: Seconds a hosted env may take to answer.
@@ -247,7 +352,8 @@ class WebShopToolEnv(_TextToolEnv):
     """WebShop's shopping tasks as a TRL environment: the tools :meth:`search` and :meth:`click`.
 
     Args:
-        server: URL of a server hosting ``progpo/WebShop-v0`` (``None``: play in this process).
+        server: URL of a server hosting ``progpo/WebShop-v0``, or several (a list, or separated by commas:
+            see the module docstring); ``None``: play in this process.
         protocol: ``"openenv"`` (``progpo serve --protocol openenv``) or ``"native"`` (``progpo serve``).
         split: The split played when a row names none (``train``, ``test`` or ``all``).
         timeout_s: Seconds a hosted env may take to answer.

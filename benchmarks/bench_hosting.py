@@ -9,6 +9,13 @@ clients:
   sync group vector env does); the ratio server/in-process;
 * batch stepping: one ``/batch/step`` request for 32 instances against 32 single-step requests (speed-up);
 * memory per live instance: growth of the env workers' resident memory over ``--instances`` reset instances;
+* many servers (``multi_server``): one group vector env (``--multi-server-groups`` groups of
+  ``--multi-server-group-size`` copies, random admissible actions, lock step) through ``progpo/Remote-v0`` on
+  one server and on three (each ``--workers`` env workers, the groups spread over them, one batch request per
+  server in parallel): steps/s of the copies in flight, resets included; then the kill test: three servers,
+  the third killed (SIGKILL) after ``--multi-server-kill-after`` vector steps of a rollout, the rollout played
+  to its end and the next one played on the two left: groups, episodes finished and failed in each, groups
+  made again;
 * fair sharing (``fair_share``): a polite client (one instance, one step at a time) alone, and beside a greedy
   client (another client token: as many instances as the server lets it hold, each step made
   costly by the deepest history windows a client may ask for, stepped in ``/batch/step`` requests of 4,096
@@ -20,7 +27,7 @@ episode that ends is reset. Loopback only. The machine is shared (load average r
 vary between runs; the ratios against the in-process baseline of the same run are the claim.
 
 Run: ``.venv/bin/python benchmarks/bench_hosting.py`` (about 3-5 minutes; ``--quick`` for a smoke run;
-``--only fair_share`` runs that case alone and updates only its section). Writes
+``--only fair_share`` or ``--only multi_server`` runs that case alone and updates only its section). Writes
 ``benchmarks/results/hosting.json``.
 """
 
@@ -52,6 +59,7 @@ import progpo_envs  # noqa: F401
 from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
 from benchmarks.lib.hosting import ENVS, available_envs, percentiles
+from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.server.policy import KWARG_BOUNDS
 from progpo_envs.server.remote import RemoteEnv, step_batch
 from progpo_envs.testing import KEY_DOOR_ENV_ID
@@ -312,6 +320,192 @@ def start_server(env_id: str, workers: int) -> ServerProcess:
     return ServerProcess(command, port, ready_path="/ready")
 
 
+# ------------------------------------------------------------------------------------------------------------
+# Many servers, one env (``multi_server``)
+# ------------------------------------------------------------------------------------------------------------
+
+#: Fail fast on a dead server: one retry after 50 ms instead of three over ~1.4 s.
+FAST_FAILOVER = {"retries": 1, "backoff": 0.05, "connect_timeout": 2.0}
+
+
+def group_envs(urls: list[str], env_id: str, groups: int, group_size: int, **kwargs) -> gym.vector.VectorEnv:
+    """``groups × group_size`` copies of ``env_id`` through ``progpo/Remote-v0`` on ``urls``."""
+    return gym.make_vec(
+        REMOTE_ENV_ID,
+        num_envs=groups * group_size,
+        group_size=group_size,
+        url=",".join(urls),
+        env_id=env_id,
+        **kwargs,
+    )
+
+
+def bench_servers(urls: list[str], env_id: str, groups: int, group_size: int, vector_steps: int) -> dict:
+    """Steps/s of one group vector env over ``urls``: random admissible actions in lock step for
+    ``vector_steps`` vector steps, the copies reset together when every episode has ended."""
+    envs = group_envs(urls, env_id, groups, group_size)
+    rng = random.Random(0)
+    latencies: list[float] = []
+    steps = resets = 0
+    try:
+        started = time.perf_counter()
+        _, infos = envs.reset_copies(seed=0)
+        done = [False] * envs.num_envs
+        for _ in range(vector_steps):
+            if all(done):
+                resets += 1
+                _, infos = envs.reset_copies(seed=resets * groups)
+                done = [False] * envs.num_envs
+            actions = ["" if d else choose_action(info, rng) for d, info in zip(done, infos, strict=True)]
+            t0 = time.perf_counter()
+            _, _, terminated, truncated, infos = envs.step_copies(actions)
+            latencies.append(time.perf_counter() - t0)
+            steps += done.count(False)
+            done = [d or bool(t) or bool(u) for d, t, u in zip(done, terminated, truncated, strict=True)]
+        elapsed = time.perf_counter() - started
+        shares = [s["groups"] for s in envs.servers()] if len(urls) > 1 else [groups]
+    finally:
+        envs.close()
+    vector = percentiles(latencies)
+    return {
+        "servers": len(urls),
+        "copies": groups * group_size,
+        "vector_steps": vector_steps,
+        "resets": resets + 1,
+        "steps": steps,
+        "steps_per_s": steps / elapsed,
+        "vector_step_p50_ms": vector["p50_ms"],
+        "vector_step_p99_ms": vector["p99_ms"],
+        "groups_per_server": shares,
+    }
+
+
+def play_rollout(envs, seed: int, rng: random.Random, kill=None) -> dict:
+    """One lock-step rollout of every group to its end (``kill(step)`` called before each vector step);
+    episodes that finished and those a lost server ended (``info["env_error"]``)."""
+    _, infos = envs.reset_copies(seed=seed)
+    done = [False] * envs.num_envs
+    finished = failed = 0
+    for step in range(10_000):
+        if all(done):
+            break
+        if kill is not None:
+            kill(step)
+        actions = ["" if d else choose_action(info, rng) for d, info in zip(done, infos, strict=True)]
+        _, _, terminated, truncated, infos = envs.step_copies(actions)
+        for i, info in enumerate(infos):
+            if not done[i] and (terminated[i] or truncated[i]):
+                done[i] = True
+                failed += "env_error" in info
+                finished += "env_error" not in info
+    return {"episodes": envs.num_envs, "finished": finished, "failed": failed}
+
+
+def bench_kill(
+    servers: list[ServerProcess], env_id: str, groups: int, group_size: int, kill_after: int
+) -> dict:
+    """The kill test: the last of ``servers`` killed after ``kill_after`` vector steps of a rollout, then the
+    next rollout on the servers left."""
+    urls = [server.url for server in servers]
+    envs = group_envs(urls, env_id, groups, group_size, max_steps=10, **FAST_FAILOVER)
+    rng = random.Random(1)
+    victim = servers[-1]
+
+    def kill(step: int) -> None:
+        if step == kill_after:
+            victim.process.kill()
+            victim.process.wait(30)
+
+    try:
+        before = [s["groups"] for s in envs.servers()]
+        started = time.perf_counter()
+        with_kill = play_rollout(envs, 0, rng, kill)
+        after_kill_s = time.perf_counter() - started
+        next_rollout = play_rollout(envs, groups, rng)
+        status = envs.servers()
+    finally:
+        envs.close()
+    return {
+        "env": env_id,
+        "servers": len(servers),
+        "groups": groups,
+        "group_size": group_size,
+        "killed_server": len(servers) - 1,
+        "killed_after_vector_steps": kill_after,
+        "groups_per_server_before": before,
+        "rollout_with_kill": {**with_kill, "seconds": after_kill_s},
+        "next_rollout": next_rollout,
+        "groups_recreated": sum(s["lost_groups"] for s in status),
+        "groups_per_server_after": [s["groups"] for s in status],
+        "server_status": status,
+    }
+
+
+def bench_multi_server(settings: Settings, console: Console) -> dict:
+    """1 vs 3 servers per env, and the kill test (on WebShop when it is available)."""
+    throughput: dict = {}
+    env_ids = available_envs(settings.envs or list(ENVS), console)
+    groups, size = settings.multi_server_groups, settings.multi_server_group_size
+    kill: dict | None = None
+    for env_id in env_ids:
+        console.print(f"[bold]{env_id}[/]: 1 vs 3 servers ({settings.workers} env workers each)")
+        servers: list[ServerProcess] = []
+        try:
+            servers = [start_server(env_id, settings.workers) for _ in range(3)]
+            urls = [server.url for server in servers]
+            one = bench_servers(urls[:1], env_id, groups, size, settings.multi_server_steps)
+            three = bench_servers(urls, env_id, groups, size, settings.multi_server_steps)
+            throughput[env_id] = {"1": one, "3": three, "speedup": three["steps_per_s"] / one["steps_per_s"]}
+            console.print(
+                f"  1 server {one['steps_per_s']:.0f} steps/s, 3 servers {three['steps_per_s']:.0f} steps/s "
+                f"(x{throughput[env_id]['speedup']:.2f}; groups {three['groups_per_server']})"
+            )
+            if kill is None and (env_id == "progpo/WebShop-v0" or env_id == env_ids[-1]):
+                kill = bench_kill(servers, env_id, groups, size, settings.multi_server_kill_after)
+                done, later = kill["rollout_with_kill"], kill["next_rollout"]
+                console.print(
+                    f"  kill test: server {kill['killed_server']} killed after "
+                    f"{kill['killed_after_vector_steps']} steps: {done['finished']} episodes finished, "
+                    f"{done['failed']} failed; next rollout {later['finished']} finished, {later['failed']} "
+                    f"failed; {kill['groups_recreated']} groups made again, groups per server "
+                    f"{kill['groups_per_server_before']} -> {kill['groups_per_server_after']}"
+                )
+        finally:
+            for server in servers:
+                server.stop()
+    return {"throughput": throughput, "kill": kill}
+
+
+def multi_server_section(result: dict, settings: Settings) -> dict:
+    """The ``multi_server`` section of the JSON: the result with how it was measured."""
+    return {
+        "command": "python benchmarks/bench_hosting.py --only multi_server"
+        f" --multi-server-groups {settings.multi_server_groups}"
+        f" --multi-server-group-size {settings.multi_server_group_size}"
+        f" --multi-server-steps {settings.multi_server_steps}"
+        f" --multi-server-kill-after {settings.multi_server_kill_after} --workers {settings.workers}"
+        + "".join(f" --env {env_id}" for env_id in settings.envs or []),
+        "notes": "Three `progpo serve` processes on loopback (--workers env workers each, the env kwargs of "
+        "`settings.env_kwargs`); one group vector env of progpo/Remote-v0 in this process, random admissible "
+        "actions in lock step, the copies reset together when all their episodes ended (resets in the time). "
+        "'1': url names the first server (the one-server client); '3': all three (groups spread by load, one "
+        "batch request per server per vector step, in parallel). steps = copy steps of episodes in flight. "
+        "Kill test: SIGKILL to the third server's process mid-rollout (max_steps 10, one retry after 50 ms); "
+        "`failed` episodes ended with info['env_error'], `groups_recreated` = groups made again on the "
+        "servers left at the next reset. Three servers on one machine share its cores: the speed-up is "
+        "bounded by the cores (see machine).",
+        "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
+        "settings": {
+            "groups": settings.multi_server_groups,
+            "group_size": settings.multi_server_group_size,
+            "vector_steps": settings.multi_server_steps,
+            "workers_per_server": settings.workers,
+            "env_kwargs": ENVS,
+        },
+        **result,
+    }
+
+
 @dataclass
 class Settings:
     clients: list[int] = option([1, 8, 32], "concurrent clients per measurement")
@@ -326,8 +520,12 @@ class Settings:
     only: str | None = option(
         None,
         "run only this case and update only its section of the JSON (the other sections are kept)",
-        choices=["fair_share"],
+        choices=["fair_share", "multi_server"],
     )
+    multi_server_groups: int = option(6, "multi_server: task groups of the vector env")
+    multi_server_group_size: int = option(4, "multi_server: copies per group")
+    multi_server_steps: int = option(200, "multi_server: vector steps per 1- and 3-server measurement")
+    multi_server_kill_after: int = option(3, "multi_server: vector steps of the rollout before the kill")
     fair_share_steps: int = option(300, "polite client steps per run")
     greedy_threads: int = option(4, "greedy client's concurrent batches")
 
@@ -343,8 +541,17 @@ def main(argv: list[str] | None = None) -> int:
             clients=[1, 8],
             fair_share_steps=60,
             greedy_threads=2,
+            multi_server_steps=30,
         )
     console = Console()
+    if settings.only == "multi_server":
+        multi_server = bench_multi_server(settings, console)
+        if not settings.quick:
+            payload = json.loads(RESULT.read_text())
+            payload["multi_server"] = multi_server_section(multi_server, settings)
+            save_result(payload, RESULT)
+            console.print(f"updated the multi_server section of {RESULT.relative_to(ROOT)}")
+        return 0
     fair_share = bench_fair_share(
         settings.fair_share_steps, settings.greedy_threads, settings.workers, max_instances=64
     )
@@ -438,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['bytes_per_instance'] / 1024:.1f}",
         )
     console.print(extra)
+    multi_server = bench_multi_server(settings, console)
     if settings.quick:
         return 0
     payload = {
@@ -457,6 +665,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
         "results": results,
         "fair_share": fair_share_section(fair_share, settings),
+        "multi_server": multi_server_section(multi_server, settings),
     }
     save_result(payload, RESULT)
     console.print(f"wrote {RESULT.relative_to(ROOT)}")

@@ -146,7 +146,10 @@ class EnvConfig:
     )
     max_steps: int = _field(12, "actions per episode before truncation (paper: 50 ALFWorld, 15 WebShop)")
     url: str = _field(
-        "", "env server URL (progpo serve): play `id` remotely through progpo/Remote-v0; empty = in-process"
+        "",
+        "env server URL (progpo serve): play `id` remotely through progpo/Remote-v0; several servers "
+        "separated by commas (each task group on one, spread by load; a lost server's groups made again on "
+        "the others); empty = in-process",
     )
     vector_mode: str = _field("sync", "sync (in-process) | async (one subprocess per worker)")
     num_workers: int = _field(0, "subprocesses for async mode; 0 = one per CPU core")

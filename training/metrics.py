@@ -54,6 +54,9 @@ def episode_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, floa
         ),
         f"{prefix}episodes": float(len(episodes)),
     }
+    env_failed = sum(e.env_error is not None for e in episodes)
+    if env_failed:  # episodes a lost env server ended (several servers: progpo_envs.server.fleet)
+        out[f"{prefix}env_failed_episodes"] = float(env_failed)
     by_type: dict[str, list[bool]] = defaultdict(list)
     for e in episodes:
         if e.task_type:  # WebShop goals have no type: their per-type entry would repeat ``success``
@@ -155,6 +158,36 @@ def train_metrics(
         **staleness_metrics([float(dist.all_reduce_sum(int(c))) for c in histogram]),
         "update_tokens_per_s": update_stats.get("update_tokens", 0.0) / max(update_seconds, 1e-9),
     }
+
+
+#: The numbers of each env server's status that :func:`server_metrics` records.
+SERVER_COUNTS = ("groups", "sessions", "failed_episodes", "lost_groups", "moved_groups", "errors")
+
+
+def server_metrics(servers: Sequence[dict[str, Any]], dist: DistContext | None = None) -> dict[str, float]:
+    """Each env server's share of a run on several (:func:`agents.envs.server_status`, per rank): for server
+    ``i`` (in the list's order) ``server/i/up``, the share of ranks that see it up, and ``server/i/<count>``
+    for each of :data:`SERVER_COUNTS` summed over the ranks (groups and sessions held now; episodes its
+    failures ended, groups lost or moved off it, errors: since the start). Nothing for one server or none.
+    With ``dist`` a collective when there are servers (every rank plays on the same list); without, this
+    process's alone.
+
+    Example:
+        >>> servers = [{"url": "http://a:8000", "state": "up", "groups": 2, "sessions": 8}]
+        >>> server_metrics(servers)["server/0/sessions"], server_metrics(servers)["server/0/up"]
+        (8.0, 1.0)
+    """
+
+    def total(value: float) -> float:
+        return float(value) if dist is None else dist.all_reduce_sum(float(value))
+
+    ranks = 1 if dist is None else max(dist.world_size, 1)
+    out: dict[str, float] = {}
+    for i, server in enumerate(servers):
+        out[f"server/{i}/up"] = total(server["state"] == "up") / ranks
+        for name in SERVER_COUNTS:
+            out[f"server/{i}/{name}"] = total(server.get(name, 0))
+    return out
 
 
 def engine_loop_metrics(

@@ -138,6 +138,9 @@ class Episode:
     invalid_steps: int
     #: The env's own task score at the end when it reports one (WebShop's 0–1 purchase score), else None.
     task_score: float | None = None
+    #: Why the env ended it when its env server was lost under it (``info["env_error"]``), else None: a
+    #: failed episode (not won, its return so far), counted apart in the metrics (``env_failed_episodes``).
+    env_error: str | None = None
 
 
 @dataclasses.dataclass
@@ -565,6 +568,7 @@ class RolloutRecorder:
                     steps=t.step + 1,
                     invalid_steps=int(self._invalid[traj_id]),
                     task_score=(float(next_info["task_score"]) if "task_score" in next_info else None),
+                    env_error=next_info.get("env_error"),
                 )
             )
 

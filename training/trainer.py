@@ -44,6 +44,7 @@ import torch
 import yaml
 from transformers.utils import logging as transformers_logging
 
+from agents.envs import server_status
 from training.async_rollout import AsyncRollout
 from training.checkpoint import restore_training_state, save_training_state
 from training.config import TrainConfig, config_to_dict
@@ -51,7 +52,13 @@ from training.costs import ModelShape, measured_memory, update_flops
 from training.distributed import DistContext, shard_model
 from training.engine_loop import EngineLoop
 from training.evaluation import RunEvaluations
-from training.metrics import MetricsLog, engine_loop_metrics, plot_learning_curve, train_metrics
+from training.metrics import (
+    MetricsLog,
+    engine_loop_metrics,
+    plot_learning_curve,
+    server_metrics,
+    train_metrics,
+)
 from training.policy import (
     base_model,
     export_policy,
@@ -201,6 +208,10 @@ class Trainer:
         metrics["update_model_flops"] = update_flops(self.shape, stats, cfg)
         if asynchronous:
             metrics.update(engine_loop_metrics(counters, marks))
+        envs = self.async_rollout(iteration).envs if asynchronous else self.rollout_worker.envs
+        metrics.update(
+            server_metrics(server_status(envs), self.dist)
+        )  # several env servers: each one's share
         return metrics
 
     def _engine_counters(self) -> tuple[float, int, int]:

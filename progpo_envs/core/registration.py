@@ -19,7 +19,8 @@ from gymnasium.envs.registration import load_env_creator
 from progpo_envs.core.vector import make_group_vector_env
 
 #: The env that plays an env hosted by an env server (``progpo serve``):
-#: :class:`progpo_envs.server.remote.RemoteEnv`, with its own batched group vector env.
+#: :class:`progpo_envs.server.remote.RemoteEnv`, with its own batched group vector env; over several servers
+#: (``url`` a list) :mod:`progpo_envs.server.fleet`'s.
 REMOTE_ENV_ID = "progpo/Remote-v0"
 
 

@@ -8,6 +8,8 @@
 * :mod:`~progpo_envs.server.codec` — exact JSON for infos (numpy keys, int-keyed dicts, tuples);
 * :mod:`~progpo_envs.server.request_args` — the JSON body and validated reset/step arguments of a request;
 * :mod:`~progpo_envs.server.remote` — ``progpo/Remote-v0``, the client env, and batched stepping;
+* :mod:`~progpo_envs.server.fleet` — ``progpo/Remote-v0`` over several servers (groups placed by load, a lost
+  server's groups made again on the others, each server's share);
 * :mod:`~progpo_envs.server.agentgym` — AgentGym's ``/create``, ``/reset``, ``/step``, ... routes;
 * :mod:`~progpo_envs.server.openenv_app`, :mod:`~progpo_envs.server.openenv_session` and
   :mod:`~progpo_envs.server.openenv_models` — one env as an OpenEnv environment (OpenEnv's own server, the

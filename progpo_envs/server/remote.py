@@ -278,6 +278,13 @@ class RemoteEnv(gym.Env[str, str]):
         """Actions taken in the current episode."""
         return self._steps
 
+    def abandon(self) -> None:
+        """Forget the instance without a request: its server is gone (a close would only wait out the
+        retries). A server that comes back expires the instance by its idle timeout."""
+        if getattr(self, "instance_id", None) is not None:
+            self.instance_id = None
+            self._client.session.close()
+
     def close(self) -> None:
         """Close the remote instance (quietly if it is already gone or the server is down)."""
         if getattr(self, "instance_id", None) is None:
@@ -305,6 +312,7 @@ def _batch(kind: str, remotes: list[RemoteEnv], bodies: list[dict[str, Any]], ap
         by_url.setdefault(remote.url, []).append(position)
     results: list[Any] = [None] * len(remotes)
     failures = []
+    statuses: dict[int, int | None] = {}  # position -> the HTTP status of its failure
     for positions in by_url.values():
         while positions:  # items the server did not run (its answer was full) go again
             items = [
@@ -326,13 +334,16 @@ def _batch(kind: str, remotes: list[RemoteEnv], bodies: list[dict[str, Any]], ap
                     not_run.append(p)
                 else:
                     failures.append(f"env {p}: [{answer['status']}] {answer['error']}")
+                    statuses[p] = answer["status"]
             if len(not_run) == len(positions):
                 failures += [f"env {p}: the server ran none of the batch's items" for p in not_run]
+                statuses.update(dict.fromkeys(not_run, 413))
                 break
             positions = not_run
     if failures:
         error = RemoteEnvError(None, f"batch {kind} failed for " + "; ".join(failures))
         error.results = results  # type: ignore[attr-defined]
+        error.statuses = statuses  # type: ignore[attr-defined]
         raise error
     return results
 
@@ -345,7 +356,8 @@ def step_batch(envs: Sequence[gym.Env], actions: Sequence[Any]) -> list[tuple[st
         actions: One action per env.
 
     Raises:
-        RemoteEnvError: If any item failed (the others are applied; their results are in ``exc.results``).
+        RemoteEnvError: If any item failed (the others are applied; their results are in ``exc.results``,
+            the failed items' HTTP statuses in ``exc.statuses``, by position).
     """
     if len(envs) != len(actions):
         raise ValueError(f"expected {len(envs)} actions, got {len(actions)}")

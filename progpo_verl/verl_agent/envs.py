@@ -24,6 +24,13 @@ kwargs, remote envs and task splits):
 
 A copy whose episode ended keeps its last prompt, reward 0 and ``done`` (verl-agent generates for every env
 each step and keeps only the active rows).
+
+**Several env servers** (``env.progpo.url`` a list, or URLs separated by commas, with
+``env.env_name=progpo/Remote-v0``): the groups spread over them and a lost server's are made again on the
+others at the next reset (:mod:`progpo_envs.server.fleet`); an episode in flight on a lost server ends
+``done`` with ``info["env_error"]`` (a failed trajectory, not a failed run). ``success_evaluator`` then
+also reports ``env_failed_rate`` (the share of trajectories a lost server ended) and each server's share
+(``server/<i>/up``, ``server/<i>/groups``, ..., :func:`training.metrics.server_metrics`).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import PromptConfig
-from agents.envs import prompt_style
+from agents.envs import prompt_style, server_status
 from agents.memory import History
 from agents.projection import project_action_with_reason
 from agents.prompts import (
@@ -47,6 +54,7 @@ from agents.prompts import (
 from progpo_envs.core.vector import reset_per_copy, step_per_copy
 from progpo_verl.verl_agent.settings import VAL_SEED_OFFSET, EnvSpec, env_spec_from_config
 from training.envs import make_split_envs
+from training.metrics import server_metrics
 
 #: verl-agent's name of the mean task score (WebShop's purchase score; any env's ``info["task_score"]``).
 WEBSHOP_SCORE_METRIC = "webshop_task_score (not success_rate)"
@@ -154,6 +162,14 @@ class ProGPOEnvManager:
                 success[f"{info['task_type']}_success_rate"].append(won)
             if "task_score" in info:  # WebShop's purchase score
                 success[WEBSHOP_SCORE_METRIC].append(float(info["task_score"]))
+        servers = server_status(self.envs)
+        if servers:  # several env servers: the trajectories a lost one ended, and each one's share
+            success["env_failed_rate"] = [
+                float("env_error" in infos[max(i for i, row in enumerate(rows) if row["active_masks"])])
+                for rows, infos in zip(total_batch_list, total_infos, strict=True)
+            ]
+            for key, value in server_metrics(servers).items():
+                success[key].append(value)
         return {key: np.array(values) for key, values in success.items()}
 
     def close(self) -> None:

@@ -21,7 +21,8 @@ invalid_action_penalty_coef``              false)
 ``env.env_name``                           a ``progpo/*`` env id: ``progpo/ALFWorld-v0``,
                                            ``progpo/WebShop-v0``, or ``progpo/Remote-v0`` with
                                            ``env.progpo.url`` and ``env.progpo.env_id`` (the id the
-                                           env server hosts)
+                                           env server hosts; ``url`` one server or several: a list,
+                                           or URLs separated by commas)
 ``env.progpo.*``                           ``progpo train``'s ``env.*`` (:class:`training.config.EnvConfig`:
                                            ``kwargs``, ``train_kwargs``, ``url``, ``data_dir``,
                                            ``vector_mode``, ...) and the prompt

@@ -218,3 +218,50 @@ def test_an_uncached_hub_id_is_one_line_and_no_network(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "not in the local Hugging Face cache" in lines[0] and "hf download" in lines[0]
     assert hits == []
+
+
+def test_an_env_server_lost_mid_run_errors_its_episodes_and_the_rest_play_on(tmp_path):
+    """Two env servers, one stopped after the first step: the episodes in flight on it are recorded with their
+    error (not scored), the next batch plays all its episodes on the server left, the summary shows each
+    server's share; a rerun plays the errored tasks again."""
+    from agents.scripted import RandomAgent
+    from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, serve_toy
+
+    servers = [serve_toy(num_workers=1) for _ in range(2)]
+
+    class StoppingAgent(RandomAgent):
+        acts = 0
+
+        def act(self, observations, infos, active=None):
+            StoppingAgent.acts += 1
+            if StoppingAgent.acts == 2:
+                servers[1].stop()
+            return super().act(observations, infos, active)
+
+    urls = ",".join(server.url for server in servers)
+    config = EvalConfig(
+        env_id=TOY_ENV_ID,
+        agent="random",
+        out_dir=str(tmp_path),
+        episodes=8,
+        num_envs=4,
+        env_url=urls,
+        env_kwargs={"retries": 1, "backoff": 0.05},
+        max_errors=4,
+    )
+    try:
+        summary = evaluate(config, StoppingAgent(), progress=False)
+        errored = [r for r in _lines(tmp_path) if "error" in r]
+        assert summary["errors"] == 2 and summary["episodes"] == 6 and not summary["failed"]
+        assert sorted(r["task_index"] for r in errored) == [1, 3]  # slots 1 and 3 played on the second server
+        assert all(servers[1].url in r["error"] for r in errored)
+        shares = {s["url"]: s for s in summary["servers"]}
+        assert shares[servers[1].url]["state"] == "down" and shares[servers[1].url]["failed_episodes"] == 2
+        assert (
+            shares[servers[1].url]["lost_groups"] == 2 and shares[servers[0].url]["groups"] == 4
+        )  # all there
+        assert "## Env servers" in (tmp_path / "report.md").read_text()
+        summary = evaluate(config, RandomAgent(), progress=False)
+        assert summary["errors"] == 0 and summary["episodes"] == 8
+    finally:
+        servers[0].stop()

@@ -247,3 +247,41 @@ def test_trls_grpo_trainer_takes_two_steps_on_the_env_through_the_class(env_id, 
     for task_index, first in _Recorded.resets:
         by_task.setdefault(task_index, set()).add(first)
     assert all(len(firsts) == 1 for firsts in by_task.values())
+
+
+@pytest.mark.parametrize("protocol", ["native", "openenv"])
+def test_over_two_servers_a_lost_one_ends_its_episode_and_the_next_reset_moves(protocol):
+    """Two WebShop servers: the instances spread over them; the second server stops mid-episode: its tool
+    answers that the episode is over (not an exception for TRL), and the next reset plays the row again on the
+    server left, to the expert's win."""
+    _buildable(WEBSHOP)
+    config = ServerConfig(
+        env_ids=(WEBSHOP,), env_kwargs={WEBSHOP: ENV_KWARGS[WEBSHOP]}, pool=PoolConfig(num_workers=1)
+    )
+    if protocol == "openenv":
+        started = [OpenEnvServer(create_openenv_app(config)).start() for _ in range(2)]
+    else:
+        started = [BackgroundServer(create_app(config)).__enter__() for _ in range(2)]
+    try:
+        urls = ",".join(server.url for server in started)
+        envs = [WebShopToolEnv(server=urls, protocol=protocol, split="test", timeout_s=30) for _ in range(2)]
+        plan, expected_return = _expert_plan(WEBSHOP, task_index=2)
+        row = {"prompt": [], "task_index": 2, "split": "test", "seed": 0}
+        first = [env.reset(**row) for env in envs]
+        assert first[0] == first[1]
+        started[1].stop()
+        text = _call_tool(envs[1], plan[0])
+        assert "The episode is over: the env server was lost" in text and started[1].url in text
+        with pytest.raises(ValueError, match="episode is over"):
+            _call_tool(envs[1], plan[1])
+        assert envs[1].reset(**row) == first[0]  # on the server left
+        for action in plan:
+            text = _call_tool(envs[1], action)
+        assert text.endswith("The episode is over: the task is solved.")
+        assert envs[1].get_reward() == expected_return
+    finally:
+        for server in started:
+            try:
+                server.stop()
+            except Exception:  # noqa: BLE001, S110 - stopped by the test already
+                pass

@@ -34,15 +34,27 @@ def test_remote_env_training_matches_in_process(tmp_path, monkeypatch):
 
     # the warm start plays the expert remotely: `expert` is operator-only, so this operator allows it
     allowed = (*default_allowed_kwargs("progpo_envs.testing:DrawerEnv"), "expert")
-    app = create_app(
-        ServerConfig(
-            env_ids=(HOSTED_ID,), allowed_kwargs={HOSTED_ID: allowed}, pool=PoolConfig(num_workers=1)
-        )
+    server_config = ServerConfig(
+        env_ids=(HOSTED_ID,), allowed_kwargs={HOSTED_ID: allowed}, pool=PoolConfig(num_workers=1)
     )
-    with BackgroundServer(app) as server:
+    with BackgroundServer(create_app(server_config)) as server:
         remote_args = [f"run_dir={tmp_path / 'remote'}", f"env.url={server.url}", f"env.id={HOSTED_ID}"]
         assert main([*args, *remote_args]) == 0
     local, remote = _records(tmp_path / "local"), _records(tmp_path / "remote")
     assert [r["kind"] for r in remote] == [r["kind"] for r in local]
     assert remote == local  # same tasks, same episodes, same updates
     assert any(r["kind"] == "train" and r["rows"] > 0 for r in remote)
+
+    # over two servers (groups spread, batches in parallel): the same run, each server's share recorded too
+    with (
+        BackgroundServer(create_app(server_config)) as first,
+        BackgroundServer(create_app(server_config)) as second,
+    ):
+        urls = f"{first.url},{second.url}"
+        fleet_args = [f"run_dir={tmp_path / 'fleet'}", f"env.url={urls}", f"env.id={HOSTED_ID}"]
+        assert main([*args, *fleet_args]) == 0
+    fleet = _records(tmp_path / "fleet")
+    trains = [r for r in fleet if r["kind"] == "train"]
+    assert trains and all(r["server/0/groups"] >= 1 and r["server/1/groups"] >= 1 for r in trains)
+    assert all(r["server/0/up"] == r["server/1/up"] == 1.0 and r["server/1/errors"] == 0 for r in trains)
+    assert [{k: v for k, v in r.items() if not k.startswith("server/")} for r in fleet] == local

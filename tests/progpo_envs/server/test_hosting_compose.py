@@ -60,6 +60,7 @@ def test_compose_file_validates():
         for extra in (
             {},
             {"ALFWORLD_HOST_PORTS": "8000-8003", "MODEL_DIR": "/models/x", "PROGPO_BIND": "0.0.0.0"},
+            {"ALFWORLD_REPLICAS": "3", "ALFWORLD_HOST_PORTS": "8000-8002", "WEBSHOP_ENV_REPLICAS": "2"},
         ):
             for profile in ([], ["--profile", "llm"], ["--profile", "openenv"]):
                 result = subprocess.run(
@@ -93,6 +94,16 @@ def test_compose_services_use_the_entry_point_scripts():
         assert (
             services[name]["image"] == "progpo-envs:latest" and services[name]["restart"] == "unless-stopped"
         )
+    # many servers, one env: each env server service runs *_REPLICAS copies (one by default)
+    replicas = {
+        "webshop-env": "WEBSHOP_ENV",
+        "alfworld": "ALFWORLD",
+        "alfworld-openenv": "ALFWORLD_OPENENV",
+        "webshop-openenv": "WEBSHOP_OPENENV",
+    }
+    for name, prefix in replicas.items():
+        assert services[name]["deploy"]["replicas"] == f"${{{prefix}_REPLICAS:-1}}", name
+        assert f"${{{prefix}_HOST_PORTS:-" in services[name]["ports"][0], name  # a range gives each a port
     # one image, built once: only `webshop` builds it, from the base image the user may replace
     assert [name for name in env_services if "build" in services[name]] == ["webshop"]
     assert (
