@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     peak_pss = peak_rss = peak_processes = 0
     while child.poll() is None:
         pss, rss, count = tree_memory(root)
-        peak_pss, peak_rss, peak_processes = max(peak_pss, pss), max(peak_rss, rss), max(peak_processes, count)
+        peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
+        peak_processes = max(peak_processes, count)
         time.sleep(args.interval)
     result = {
         "command": command,
