@@ -1,19 +1,23 @@
 """A hosted env as an OpenEnv environment: OpenEnv's own server on our env pool.
 
 ``progpo serve --protocol openenv --env progpo/ALFWorld-v0 --port P`` serves OpenEnv's routes at the root of
-the port, built by ``openenv``'s :func:`~openenv.core.env_server.http_server.create_app` (not a copy of its
-protocol): the stateful WebSocket session ``/ws`` (``reset``, ``step``, ``state``, ``close`` messages and
-OpenEnv's typed errors), the stateless HTTP ``/reset`` and ``/step``, ``/state``, ``/health``, ``/schema``,
-``/metadata``, ``/mcp`` and ``/docs``. OpenEnv's own ``GenericEnvClient(base_url="http://127.0.0.1:P")``
-plays episodes unchanged; the models are :mod:`~progpo_envs.server.openenv_models`, the sessions
+the port, from ``openenv``'s own server (:class:`~openenv.core.env_server.http_server.HTTPEnvServer` and its
+routes, on the app its ``create_app`` would build; not a copy of its protocol): the stateful WebSocket session
+``/ws`` (``reset``, ``step``, ``state``, ``close`` messages and OpenEnv's typed errors), the stateless HTTP
+``/reset`` and ``/step``, ``/state``, ``/health``, ``/schema``, ``/metadata``, ``/mcp`` and ``/docs``.
+OpenEnv's own ``GenericEnvClient(base_url="http://127.0.0.1:P")`` plays episodes unchanged; the models are
+:mod:`~progpo_envs.server.openenv_models`, the sessions
 :class:`~progpo_envs.server.openenv_session.PoolSession` (the episodes run in the env pool's workers).
 
-What this module adds around OpenEnv's app (:class:`SessionGuard`, an ASGI middleware; exception handlers):
+What this module adds around OpenEnv's server (:class:`SharedSessionServer`, :class:`SessionGuard`, an ASGI
+middleware, and exception handlers):
 
 * concurrency: OpenEnv's session limit is the pool's instance limit (``--max-instances``, 1024 by default, so
-  a trainer's group × batch fits; OpenEnv's own default is one session), and one client address holds at
-  most the pool's per-client share of open sessions (``--max-instances-per-client``, half by default): one
-  more is answered as OpenEnv answers a full server, a ``CAPACITY_REACHED`` error frame, then the close;
+  a trainer's group × batch fits; OpenEnv's own default is one session), and one client (its host) holds at
+  most the pool's per-client share of open sessions (``--max-instances-per-client``, half by default),
+  however it opened them: a WebSocket on ``/ws`` or ``/mcp``, or HTTP ``POST /mcp``
+  ``openenv/session/create`` (:class:`SharedSessionServer`); one more is answered as OpenEnv answers a full
+  server (a ``CAPACITY_REACHED`` error frame, a JSON-RPC server error);
 * idle expiry: a session idle for ``--idle-timeout`` seconds is ended by OpenEnv's reaper and its instance by
   the pool's, so an abandoned connection frees its slot;
 * bad frames keep the connection: OpenEnv answers invalid JSON, unknown message types and invalid actions
@@ -41,6 +45,7 @@ import atexit
 import functools
 import json
 import math
+import os
 import signal
 import socket
 import sys
@@ -53,8 +58,9 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from openenv.core.env_server.http_server import create_app
-from openenv.core.env_server.types import ConcurrencyConfig, WSErrorCode, WSErrorResponse
+from openenv.core.env_server.exceptions import SessionCapacityError
+from openenv.core.env_server.http_server import HTTPEnvServer
+from openenv.core.env_server.types import ConcurrencyConfig, ServerMode, WSErrorCode, WSErrorResponse
 
 from progpo_envs.core.registration import env_statements, listed_splits
 from progpo_envs.server.app import ServerConfig
@@ -73,26 +79,20 @@ from progpo_envs.server.serving import DEFAULT_THREADS
 from webshop_server.clients import client_host
 from webshop_server.serving import DRAIN_TIMEOUT
 
-#: WebSocket routes of OpenEnv's app that open a session (each counts against a client's share).
-SESSION_ROUTES = frozenset({"/ws", "/mcp", "/harness"})
-
 
 def _error_frame(message: str, code: WSErrorCode) -> str:
     return WSErrorResponse(data={"message": message, "code": code}).model_dump_json()
 
 
 class SessionGuard:
-    """ASGI middleware of the OpenEnv app: the client's address, its share of sessions, frames kept in line.
+    """ASGI middleware of the OpenEnv app: the client's host for the shares, frames kept in line.
 
     Args:
         app: OpenEnv's app.
-        share: Open sessions one client (host) may hold.
     """
 
-    def __init__(self, app: Any, share: int):
+    def __init__(self, app: Any):
         self.app = app
-        self.share = share
-        self.open_sessions: Counter[str] = Counter()  # touched only on the event loop's thread
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -103,35 +103,11 @@ class SessionGuard:
         address = client_host(scope["client"][0]) if scope.get("client") else None
         token = CLIENT_ADDRESS.set(address)
         try:
-            if scope["type"] == "websocket" and scope.get("path") in SESSION_ROUTES:
-                await self._session(scope, receive, send, address)
-            else:
-                await self.app(scope, receive, send)
+            if scope["type"] == "websocket" and scope.get("path") == "/ws":
+                receive = self._frames(receive, send)
+            await self.app(scope, receive, send)
         finally:
             CLIENT_ADDRESS.reset(token)
-
-    async def _session(self, scope: dict, receive: Callable, send: Callable, address: str | None) -> None:
-        key = address or ""
-        if self.open_sessions[key] >= self.share:
-            # as OpenEnv refuses a session on a full server: accept, one typed error frame, close
-            if (await receive())["type"] == "websocket.connect":
-                await send({"type": "websocket.accept"})
-                message = (
-                    f"this client holds {self.open_sessions[key]} open sessions, its share of the server; "
-                    "close some or retry later"
-                )
-                await send(
-                    {"type": "websocket.send", "text": _error_frame(message, WSErrorCode.CAPACITY_REACHED)}
-                )
-                await send({"type": "websocket.close", "code": 1000})
-            return
-        self.open_sessions[key] += 1
-        try:
-            await self.app(scope, self._frames(receive, send) if scope["path"] == "/ws" else receive, send)
-        finally:
-            self.open_sessions[key] -= 1
-            if not self.open_sessions[key]:
-                del self.open_sessions[key]
 
     @staticmethod
     def _frames(receive: Callable, send: Callable) -> Callable:
@@ -175,6 +151,55 @@ class SessionGuard:
         return guarded
 
 
+class SharedSessionServer(HTTPEnvServer):
+    """OpenEnv's server, whose sessions count in their client's share however they were opened.
+
+    OpenEnv opens a session for each WebSocket on ``/ws`` and ``/mcp`` and for each HTTP ``POST /mcp``
+    ``openenv/session/create`` (which then lives on until ``openenv/session/close`` or its idle timeout, and
+    any call renews it), all through one method; here that method first counts the client's open sessions,
+    however opened, and refuses one past ``share`` as OpenEnv refuses a full server (a WebSocket gets a
+    ``CAPACITY_REACHED`` error frame, HTTP MCP a JSON-RPC server error). A WebSocket attached to an HTTP
+    session (``/ws?session_id=``) opens none. The client is the host of the connection or request
+    (:data:`~progpo_envs.server.openenv_session.CLIENT_ADDRESS`, set by :class:`SessionGuard`).
+
+    Args:
+        share: Open sessions one client may hold.
+        args, kwargs: OpenEnv's :class:`~openenv.core.env_server.http_server.HTTPEnvServer`'s.
+    """
+
+    def __init__(self, *args: Any, share: int, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.share = share
+        self._session_clients: dict[str, str] = {}  # session id -> client, pruned as sessions end
+        self._opening: Counter[str] = Counter()  # sessions being built, per client
+
+    def sessions_of(self, client: str) -> int:
+        """Open sessions of ``client`` (those being opened included)."""
+        live = self._sessions
+        self._session_clients = {sid: who for sid, who in self._session_clients.items() if sid in live}
+        return sum(who == client for who in self._session_clients.values()) + self._opening[client]
+
+    async def _create_session(self) -> tuple[str, Any]:
+        client = CLIENT_ADDRESS.get() or ""
+        held = self.sessions_of(client)  # no await between the count and the reservation: one event loop
+        if held >= self.share:
+            raise SessionCapacityError(
+                active_sessions=len(self._sessions),
+                max_sessions=self.max_concurrent_envs,
+                message=f"this client holds {held} open sessions, its share of the server; "
+                "close some or retry later",
+            )
+        self._opening[client] += 1
+        try:
+            session_id, env = await super()._create_session()
+        finally:
+            self._opening[client] -= 1
+            if not self._opening[client]:
+                del self._opening[client]
+        self._session_clients[session_id] = client
+        return session_id, env
+
+
 def create_openenv_app(
     config: ServerConfig, pool: EnvPool | None = None, threads: int = DEFAULT_THREADS
 ) -> FastAPI:
@@ -206,10 +231,11 @@ def create_openenv_app(
         observation_cls=observation_class(statements),
     )
     idle = pool.config.idle_timeout
-    app = create_app(
+    server = SharedSessionServer(
         functools.partial(PoolSession, host),
         CommandAction,
         host.observation_cls,
+        share=pool.config.client_share,
         env_name=env_id.split("/")[-1],
         concurrency_config=ConcurrencyConfig(
             max_concurrent_envs=pool.config.max_instances,
@@ -217,6 +243,17 @@ def create_openenv_app(
         ),
         state_cls=TextEnvState,
     )
+    # the app OpenEnv's create_app builds, with this server: OpenEnv's HTTP API 1.0.0 (the version
+    # `openenv validate --url` reads), its routes and their documentation
+    app = FastAPI(
+        title="OpenEnv Environment HTTP API",
+        version="1.0.0",
+        description=f"{env_id} served by `progpo serve --protocol openenv`: {host.metadata.description}",
+        docs_url="/docs",
+        redoc_url="/redoc",
+        openapi_url="/openapi.json",
+    )
+    server.register_routes(app, mode=os.environ.get("OPENENV_MODE", ServerMode.SIMULATION.value))
 
     @app.exception_handler(SessionError)
     async def _session_error(request: Request, exc: SessionError) -> JSONResponse:
@@ -226,8 +263,9 @@ def create_openenv_app(
     async def _policy_error(request: Request, exc: PolicyError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=400)
 
-    app.add_middleware(SessionGuard, share=pool.config.client_share)
+    app.add_middleware(SessionGuard)
     app.state.progpo_pool = pool
+    app.state.openenv_server = server
     return app
 
 

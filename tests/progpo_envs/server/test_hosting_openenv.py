@@ -33,6 +33,7 @@ from progpo_envs.server.app import ServerConfig
 from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app
 from progpo_envs.server.pool import PoolConfig
 from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
+from tests.net import session_from
 from tests.paths import REPO_ROOT as REPO
 
 ALFWORLD = "progpo/ALFWorld-v0"
@@ -265,6 +266,39 @@ def test_a_client_holds_at_most_its_share_of_sessions_and_others_still_connect(s
                 assert _frame(other, {"type": "reset", "data": {}})["type"] == "observation"
         time.sleep(0.3)
         with connect(ws_url, open_timeout=30) as again:  # closing frees the share
+            assert _frame(again, {"type": "reset", "data": {}})["type"] == "observation"
+    finally:
+        server.stop()
+
+
+def _rpc(url: str, method: str, params: dict, session=requests) -> dict:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    return session.post(f"{url}/mcp", json=body, timeout=30).json()
+
+
+def test_sessions_opened_over_http_mcp_count_in_the_hosts_share(second_host_address):
+    """Issue 35, item 2: ``POST /mcp`` ``openenv/session/create`` opens sessions from the same share as the
+    WebSockets (before: one host took every session over HTTP, and every other host got ``CAPACITY_REACHED``
+    until the idle timeout, which any call renews)."""
+    server = serve(TOY_ENV_ID, max_instances=6, max_instances_per_client=2)
+    try:
+        ws_url = server.url.replace("http", "ws") + "/ws"
+        opened = [_rpc(server.url, "openenv/session/create", {}) for _ in range(3)]
+        assert all("session_id" in answer["result"] for answer in opened[:2]), opened
+        assert "share" in opened[2]["error"]["message"], opened[2]
+        with connect(ws_url, open_timeout=30, source_address=("127.0.0.2", 0)) as same_host:
+            answer = json.loads(same_host.recv(timeout=30))
+            assert answer["data"]["code"] == "CAPACITY_REACHED" and "share" in answer["data"]["message"]
+        other = session_from(second_host_address)
+        assert "session_id" in _rpc(server.url, "openenv/session/create", {}, other)["result"]
+        with connect(ws_url, open_timeout=30, source_address=(second_host_address, 0)) as elsewhere:
+            assert _frame(elsewhere, {"type": "reset", "data": {}})["type"] == "observation"
+        # a WebSocket attached to an HTTP session opens none; closing one frees its place in the share
+        session_id = opened[0]["result"]["session_id"]
+        with connect(f"{ws_url}?session_id={session_id}", open_timeout=30) as attached:
+            assert _frame(attached, {"type": "reset", "data": {}})["type"] == "observation"
+        assert _rpc(server.url, "openenv/session/close", {"session_id": session_id})["result"]["closed"]
+        with connect(ws_url, open_timeout=30) as again:
             assert _frame(again, {"type": "reset", "data": {}})["type"] == "observation"
     finally:
         server.stop()
