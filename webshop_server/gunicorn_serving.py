@@ -8,8 +8,8 @@ thread; and gunicorn's own Ctrl-C is a quick stop. This module changes both:
 * :class:`FairThreadWorker` holds each client host (:func:`~webshop_server.clients.client_host`) to half of
   a worker's threads (its other requests wait, ready, for one of its threads to free: nothing is refused) and
   to a quarter of a worker's connections (more are closed as they are accepted), and gives up on a request
-  whose next bytes take more than :data:`READ_TIMEOUT` seconds; so one client's slow or idle connections cost
-  that client, not everyone;
+  whose next bytes take more than :data:`~webshop_server.serving.READ_TIMEOUT` seconds; so one client's slow
+  or idle connections cost that client, not everyone;
 * SIGINT is a drain, as SIGTERM is, also when sent to the whole process group (Ctrl-C, ``systemd``'s
   ``KillMode=control-group``): the workers ignore SIGINT, and the master (:class:`DrainingArbiter`) stops them
   gracefully, so the requests in flight finish (at most :data:`~webshop_server.serving.DRAIN_TIMEOUT` s) and
@@ -32,13 +32,10 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from webshop_server.clients import client_host
-from webshop_server.serving import DRAIN_TIMEOUT, connections_per_host
+from webshop_server.serving import DRAIN_TIMEOUT, READ_TIMEOUT, connections_per_host
 
 #: Threads of each worker process.
 THREADS = 4
-#: Seconds a worker thread waits for the next bytes of a request it is reading before it drops the
-#: connection (a client idle between requests waits in the worker's poller instead, holding no thread).
-READ_TIMEOUT = 10.0
 
 
 class _Conn(TConn):

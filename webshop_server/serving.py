@@ -39,6 +39,9 @@ from webshop_server.clients import client_host
 CONNECTION_LIMIT = 1024
 #: Seconds a connection with no request in flight may stay silent before it is closed.
 IDLE_CONNECTION_TIMEOUT = 30
+#: Seconds a server waits for the rest of a request it started to read (gunicorn: for its next bytes; the
+#: OpenEnv door: for each part of its body) before it drops the connection.
+READ_TIMEOUT = 10.0
 #: Seconds a stop signal waits for the requests in flight.
 DRAIN_TIMEOUT = 8.0
 #: The signals that stop a server (with a drain).
