@@ -8,6 +8,12 @@ quarter of them (:class:`FairShareChannel`: more are closed as they are accepted
 one client), and a connection with nothing in flight is closed after ``channel_timeout`` seconds; so one
 client holding idle or half-sent connections cannot starve the others or the health checks.
 
+The same rules serve the env server's OpenEnv door (:mod:`progpo_envs.server.uvicorn_serving`), with the same
+numbers, and the two share the rest of this module: the open-file limit raised to what the connections need
+(:func:`raise_open_file_limit`: a server out of descriptors cannot accept a health check either), and
+:class:`FloodFilter` on the servers' loggers, so a fault that repeats at every accept (``Too many open
+files``) is logged once per :data:`LOG_INTERVAL` seconds with a count, not thousands of tracebacks a second.
+
 :func:`serve_until_stopped` drains on SIGTERM and SIGINT, also when the signal goes to the whole process group
 (Ctrl-C in a terminal, ``systemd``'s default ``KillMode=control-group``, ``kill -TERM -PGID``): it stops
 accepting at once, lets the requests in flight finish (at most ``drain_timeout`` seconds: a container's stop
@@ -24,11 +30,15 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import resource
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from waitress.channel import HTTPChannel
 from waitress.server import create_server
@@ -40,7 +50,7 @@ CONNECTION_LIMIT = 1024
 #: Seconds a connection with no request in flight may stay silent before it is closed.
 IDLE_CONNECTION_TIMEOUT = 30
 #: Seconds a server waits for the rest of a request it started to read (gunicorn: for its next bytes; the
-#: OpenEnv door: for each part of its body) before it drops the connection.
+#: OpenEnv door: for the rest of its head, then for each part of its body) before it drops the connection.
 READ_TIMEOUT = 10.0
 #: Seconds a stop signal waits for the requests in flight.
 DRAIN_TIMEOUT = 8.0
@@ -48,9 +58,99 @@ DRAIN_TIMEOUT = 8.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+#: Seconds between two log records of one kind (:class:`FloodFilter`).
+LOG_INTERVAL = 10.0
+#: Descriptors a server keeps beyond its connections: listening sockets, env workers' pipes, files, imports.
+RESERVED_FILES = 256
+
+
 def connections_per_host(connection_limit: int) -> int:
     """Open connections one client host may hold: a quarter of the limit, far above any one client's need."""
     return max(1, connection_limit // 4)
+
+
+def connection_to_close(newcomer: Any, connections: Iterable[Any], share: int, idle: Callable[[Any], bool]):
+    """The connection to close so that ``newcomer``'s host holds at most ``share`` open connections: ``None``
+    within the share, else the host's oldest connection for which ``idle`` holds (no request in flight:
+    silent, or a request half sent; ``newcomer`` counts as idle), so ``newcomer`` itself when all the others
+    are busy. A connection has ``host`` (its client host) and ``opened`` (a monotonic time)."""
+    mine = [c for c in connections if c.host == newcomer.host]
+    if newcomer not in mine:
+        mine.append(newcomer)
+    if len(mine) <= share:
+        return None
+    candidates = [c for c in mine if c is newcomer or idle(c)]
+    return min(candidates, key=lambda c: c.opened)
+
+
+def raise_open_file_limit(needed: int) -> int:
+    """Raise this process's soft limit on open files to ``needed`` (at most its hard limit); the soft limit
+    after. A one-line warning on stderr when the hard limit is lower: ``ulimit -n`` (or a container's
+    ``nofile`` ulimit) then caps the connections before the server's limits do."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        print(
+            f"warning: this process may open {soft} files, fewer than the {needed} its connections may need: "
+            "raise the limit (ulimit -n, a container's nofile ulimit)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return soft
+
+
+class FloodFilter(logging.Filter):
+    """Lets one record of each kind through every ``interval`` seconds and counts the others; the next one let
+    through says how many were left out. A kind is the logger, the level, the message's first line and the
+    exception's type, so a fault that repeats (``Too many open files`` at every accept) is one line a while,
+    and distinct faults all show.
+
+    Args:
+        interval: Seconds between two records of one kind.
+    """
+
+    #: Kinds remembered at most (a flood of distinct messages starts the count again rather than grow).
+    MAX_KINDS = 1024
+
+    def __init__(self, interval: float = LOG_INTERVAL):
+        super().__init__()
+        self.interval = interval
+        self._last: dict[tuple, float] = {}
+        self._left_out: Counter[tuple] = Counter()
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        first_line = str(record.msg).split("\n", 1)[0][:200]
+        kind = (record.name, record.levelno, first_line, record.exc_info[0] if record.exc_info else None)
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < self.interval:
+                self._left_out[kind] += 1
+                return False
+            if len(self._last) >= self.MAX_KINDS:
+                self._last.clear()
+            self._last[kind] = now
+            left_out = self._left_out.pop(kind, 0)
+        if left_out:
+            record.msg = f"{record.msg}\n({left_out} more like it in the last {now - last:.0f} s left out)"
+        return True
+
+
+#: The one filter of this process's server loggers (:func:`quiet_floods`).
+FLOODS = FloodFilter()
+
+
+def quiet_floods(*names: str) -> None:
+    """Put :data:`FLOODS` on the loggers ``names`` (once each)."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if FLOODS not in logger.filters:
+            logger.addFilter(FLOODS)
 
 
 class FairShareChannel(HTTPChannel):
@@ -77,7 +177,10 @@ def make_server(
     connection_limit: int = CONNECTION_LIMIT,
 ):
     """A waitress server for ``app`` with fair-share channels (``port=0`` picks a free port: read
-    ``server.effective_port``)."""
+    ``server.effective_port``); the open-file limit raised for ``connection_limit`` connections, and
+    waitress's log quieted (:func:`quiet_floods`)."""
+    raise_open_file_limit(connection_limit + RESERVED_FILES)
+    quiet_floods("waitress", "waitress.queue")
     server = create_server(
         app,
         host=host,

@@ -25,7 +25,9 @@ middleware, and exception handlers), doing what the native routes do wherever Op
   message past them, a binary frame or JSON that is not an object is answered with a typed error frame
   (``INVALID_JSON``, ``VALIDATION_ERROR``) and the session reads on, where OpenEnv's loop would end it;
 * errors of the HTTP routes are 4xx answers with a message, never a 5xx (OpenEnv's error answers that echo a
-  value JSON cannot hold would be 500s).
+  value JSON cannot hold would be 500s);
+* connections: :class:`OpenEnvServer` serves with the native servers' per-host connection shares, deadlines,
+  open-file limit and quiet logs (:mod:`~progpo_envs.server.uvicorn_serving`).
 
 :class:`OpenEnvServer` runs the app with uvicorn on a thread (tests, benchmarks, the CLI);
 :func:`serve_until_stopped` runs it until SIGTERM or SIGINT, drains (no new connections, the open ones get up
@@ -84,6 +86,7 @@ from progpo_envs.server.policy import PolicyError
 from progpo_envs.server.pool import EnvPool
 from progpo_envs.server.request_args import MAX_INT_DIGITS, MAX_JSON_DEPTH, MAX_JSON_VALUES, MAX_REQUEST_BYTES
 from progpo_envs.server.serving import DEFAULT_THREADS
+from progpo_envs.server.uvicorn_serving import FairShareProtocol, uvicorn_config
 from webshop_server.clients import client_host
 from webshop_server.serving import DRAIN_TIMEOUT, READ_TIMEOUT
 
@@ -399,7 +402,8 @@ def create_openenv_app(
 
 
 class OpenEnvServer:
-    """``app`` served by uvicorn on a thread of this process, on ``host:port`` (``port=0``: a free one).
+    """``app`` served by uvicorn on a thread of this process, on ``host:port`` (``port=0``: a free one), with
+    the native servers' connection rules (:func:`~progpo_envs.server.uvicorn_serving.uvicorn_config`).
 
     Args:
         app: The app (:func:`create_openenv_app`).
@@ -407,6 +411,8 @@ class OpenEnvServer:
         port: Port to bind (0: any free port; read :attr:`port`).
         drain_timeout: Seconds the open connections get to finish when the server stops.
         shutdown_pool: Also stop the app's env workers when the server stops.
+        protocol: The HTTP protocol (:func:`~progpo_envs.server.uvicorn_serving.fair_share_protocol`: the
+            tests' shorter deadlines).
     """
 
     def __init__(
@@ -416,18 +422,20 @@ class OpenEnvServer:
         port: int = 0,
         drain_timeout: float = DRAIN_TIMEOUT,
         shutdown_pool: bool = True,
+        protocol: type[FairShareProtocol] = FairShareProtocol,
     ):
         self.app = app
         self.shutdown_pool = shutdown_pool
         self._socket = socket.create_server((host, port), reuse_port=False)
         self.port = int(self._socket.getsockname()[1])
         self.url = f"http://{host}:{self.port}"
-        config = uvicorn.Config(
+        server = getattr(app.state, "openenv_server", None)
+        config = uvicorn_config(
             app,
-            log_level="warning",
+            max_sessions=server.max_concurrent_envs if server is not None else 1,
             ws_max_size=MAX_REQUEST_BYTES,
-            timeout_graceful_shutdown=drain_timeout,
-            lifespan="on",
+            drain_timeout=drain_timeout,
+            protocol=protocol,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
