@@ -3,10 +3,13 @@
 Waitress reads each request in full on its event loop before a worker thread sees it, so slow or idle clients
 cost a connection, never a thread. What is left to share fairly is the connections: the server keeps up to
 ``connection_limit`` open (with ``poll``, so past ``select``'s 1,024 descriptors), one client host at most a
-quarter of them (:class:`FairShareChannel`: more are closed as they are accepted; a host as
-:func:`~webshop_server.clients.client_host` counts it, so several loopback or IPv6 addresses of one host are
-one client), and a connection with nothing in flight is closed after ``channel_timeout`` seconds; so one
-client holding idle or half-sent connections cannot starve the others or the health checks.
+quarter of them (:class:`FairShareChannel`; a host as :func:`~webshop_server.clients.client_host` counts it,
+so several loopback or IPv6 addresses of one host are one client), and a connection with nothing in flight is
+closed after ``channel_timeout`` seconds; so one client holding idle or half-sent connections cannot starve
+the others or the health checks. A host's connection past its share closes the host's oldest connection with
+no request in flight (idle, or a request half sent), or itself when every one has a request in flight
+(:func:`connection_to_close`): the host's own next request, a health check among them, gets through its
+share's stale connections instead of being locked out behind them.
 
 The same rules serve the env server's OpenEnv door (:mod:`progpo_envs.server.uvicorn_serving`), with the same
 numbers, and the two share the rest of this module: the open-file limit raised to what the connections need
@@ -154,17 +157,28 @@ def quiet_floods(*names: str) -> None:
 
 
 class FairShareChannel(HTTPChannel):
-    """Waitress's HTTP channel, closed at once if its client host already holds its share of connections."""
+    """Waitress's HTTP channel, counted in its client host's share of connections as it is accepted: past the
+    share it closes the host's oldest idle connection, or itself (:func:`connection_to_close`)."""
 
     def __init__(self, server, sock, addr, adj, map=None):  # noqa: A002 - waitress's signature
         self.host = client_host(addr[0]) if isinstance(addr, tuple) else None
+        self.opened = time.monotonic()
         super().__init__(server, sock, addr, adj, map)
         if self.host is None:
             return
         channels = list(server.active_channels.values())
-        held = sum(1 for channel in channels if getattr(channel, "host", None) == self.host)
-        if held > connections_per_host(adj.connection_limit):
+        share = connections_per_host(adj.connection_limit)
+        victim = connection_to_close(self, (c for c in channels if hasattr(c, "opened")), share, _idle)
+        if victim is self:
             self.close()
+        elif victim is not None:
+            victim.handle_close()
+
+
+def _idle(channel: HTTPChannel) -> bool:
+    """No request of ``channel`` is in flight: nothing received in full and unanswered, nothing to write (a
+    request half sent is idle: it is still being read)."""
+    return not channel.requests and not channel.total_outbufs_len
 
 
 def make_server(
