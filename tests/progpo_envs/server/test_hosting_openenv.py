@@ -8,8 +8,9 @@
 * bad frames and bad actions: typed errors or invalid actions, the connection stays; a message past the
   bounds (size, nesting, integer digits, lone surrogates) is a typed error and the session lives on; the
   HTTP routes answer 4xx, never 5xx, to every bad body;
-* a client's share of sessions, however opened (WebSockets, HTTP MCP), and idle expiry; ``/metadata``, ``/schema``; ``openenv validate`` accepts the
-  manifests and the running servers.
+* a client's share of sessions, however opened (WebSockets, HTTP MCP), and idle expiry; sessions that come
+  and go leave no engine behind in the workers;
+* ``/metadata``, ``/schema``; ``openenv validate`` accepts the manifests and the running servers.
 
 The ALFWorld and WebShop tests skip when the env cannot be built here (engine or data missing).
 """
@@ -403,6 +404,28 @@ def test_an_idle_session_expires_with_an_error_and_a_reset_starts_again():
             assert _frame(ws, {"type": "reset", "data": {"task_index": 0}})["type"] == "observation"
     finally:
         server.stop()
+
+
+def _libdownward_copies(pid: int) -> int:
+    """The copies of ``libdownward`` process ``pid`` has loaded (each from a file of its own)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return len({line.split()[5] for line in maps if "libdownward" in line})
+
+
+def test_sessions_that_come_and_go_leave_no_engine_behind_in_the_workers(alfworld_server):
+    """Issue 35, item 6: every session left its env's ``libdownward`` copy in the worker (an ALFWorld worker
+    grew from 81 to 544 MiB over 200 sessions, ``scripts/serving_probe.py memory``); now the next session's
+    env takes it over."""
+    pool = alfworld_server.app.state.progpo_pool
+
+    def sessions(count: int) -> int:
+        for index in range(count):
+            with GenericEnvClient(base_url=alfworld_server.url, message_timeout_s=300).sync() as client:
+                client.step({"command": client.reset(task_index=index).observation["admissible_actions"][0]})
+        return sum(_libdownward_copies(worker["pid"]) for worker in pool.metrics()["workers"])
+
+    warm = sessions(4)
+    assert sessions(8) == warm
 
 
 def test_metadata_names_the_env_its_splits_and_task_types_and_the_schema_is_openenvs(alfworld_server):
