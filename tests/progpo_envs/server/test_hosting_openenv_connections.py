@@ -5,7 +5,8 @@ the others, with the native servers' shares, deadlines and quiet logs
 * ``progpo serve --protocol openenv`` with 1,024 open files (``ulimit -n``'s usual default): while one host
   holds 1,100 half-sent connections (3,000 in the ``slow`` test) another host's ``/health`` and WebSocket
   reset answer within 2 s, and the log stays a few lines (before: both timed out, and the log grew by
-  ~4 MB/s of "Too many open files" tracebacks);
+  ~4 MB/s of "Too many open files" tracebacks); with 300 open files, too few, the door still answers and
+  logs one such traceback every 10 s;
 * a half-sent request head is dropped after the read deadline, a silent connection after the idle one; a
   WebSocket session outlives both;
 * past its share a host's oldest idle connection makes room for its next one (its own health check is never
@@ -52,16 +53,22 @@ def _reset_from(url: str, address: str, timeout: float) -> dict:
         return json.loads(ws.recv(timeout=timeout))
 
 
-@pytest.mark.parametrize("held", [1100, pytest.param(3000, marks=pytest.mark.slow)])
-def test_one_hosts_half_sent_connections_leave_the_door_to_every_other_host(second_host_address, held):
+@pytest.mark.parametrize(
+    "held, open_files", [(1100, 1024), (1100, 300), pytest.param(3000, 1024, marks=pytest.mark.slow)]
+)
+def test_one_hosts_half_sent_connections_leave_the_door_to_every_other_host(
+    second_host_address, held, open_files
+):
     """The issue's attack on the CLI's server with 1,024 open files: one host (every loopback address is one)
     opens ``held`` connections whose request heads never end. Another host's ``/health`` and WebSocket reset
-    answer within 2 s, the server holds no more than its share of them, and its log stays quiet."""
+    answer within 2 s, the server holds no more than its share of them, and its log stays quiet. With 300
+    open files (fewer than a share and a pass of accepts) the server does run out of descriptors: it still
+    answers, and logs one traceback every 10 s with a count of the others."""
     _open_files_at_least(held + 512)
     server = CliServer(
         "--protocol", "openenv", "--import", "progpo_envs.testing", "--env", TOY_ENV_ID, "--workers", "1",
         ready_path="/health",
-        open_files=1024,
+        open_files=open_files,
     )  # fmt: skip
     sockets = []
     try:
@@ -75,7 +82,9 @@ def test_one_hosts_half_sent_connections_leave_the_door_to_every_other_host(seco
         assert descriptors < connections_per_host(1024) + 64, descriptors
         time.sleep(2.0)
         output = server.output()
-        assert "Too many open files" not in output and output.count("\n") < 10, output[-2000:]
+        assert output.count("Traceback") <= 3 and len(output) < 16_000, output[-2000:]
+        if open_files >= 1024:
+            assert "Too many open files" not in output and output.count("\n") < 10, output[-2000:]
     finally:
         for sock in sockets:
             sock.close()
