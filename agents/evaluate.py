@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-import fcntl
 import functools
 import json
 import math
@@ -78,12 +77,14 @@ from agents.prompts import get_style
 from agents.report import write_reports
 from agents.rollout import play_episodes
 from progpo_base.config import documented_field, required_field, section
+from progpo_base.folder_lock import folder_lock
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
 #: Where lines of ``trajectories.jsonl`` that do not parse are moved (their tasks are played again).
 DAMAGED_FILE = "trajectories.jsonl.damaged"
 RUN_FILE = "run.json"
-#: Held (``flock``) by the run writing the folder, so that two runs never append to one file.
+#: Held (:func:`progpo_base.folder_lock.folder_lock`) by the run writing the folder, so that two runs never
+#: append to one file.
 LOCK_FILE = ".progpo-eval.lock"
 #: Characters of a model's output kept per step in the trajectory (the rest is cut; ``raw_output_chars``
 #: records the full length): a misbehaving endpoint's 10 MB completion must not make a 100 MB file.
@@ -360,29 +361,6 @@ def load_finished(path: Path) -> dict[int, dict[str, Any]]:
     return finished
 
 
-@contextlib.contextmanager
-def _exclusive(out_dir: Path) -> Iterator[None]:
-    """Hold ``out_dir``'s lock for the block; a :class:`ValueError` if another run holds it."""
-    handle = (out_dir / LOCK_FILE).open("a+")
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise ValueError(
-                f"{out_dir} is being written by another progpo eval ({holder}): wait for it to end, "
-                "or give another --out"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        yield
-    finally:
-        handle.close()  # closing the descriptor releases the lock
-
-
 class _Episode:
     """Collects one slot's episode into its JSON record."""
 
@@ -546,8 +524,7 @@ def evaluate(
                 raise ValueError(
                     f"--episodes must be in 1..{split_size} (tasks in the split), got {episodes}"
                 )
-            out_dir.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(_exclusive(out_dir))
+            stack.enter_context(folder_lock(out_dir, LOCK_FILE, "progpo eval", "give another --out"))
             _record_settings(out_dir, config, kind)
             trajectories = out_dir / TRAJECTORIES_FILE
             finished = load_finished(trajectories)

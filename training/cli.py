@@ -11,16 +11,22 @@ Usage::
 Overrides are ``section.key=value`` (YAML values); unknown keys are errors. ``--help-config`` lists every key
 with its default and meaning. A run dir that holds a run is never reused silently: ``--resume`` continues it
 (and refuses when it has no checkpoint), ``--resume-or-start`` continues it or starts one, ``--overwrite``
-starts it again. The run says what it does from its first second and ends with a short result block.
+starts it again. One process at a time runs in a run dir: it holds the run dir's lock (``.progpo-train.lock``,
+an ``flock`` the kernel releases when the process ends, however it ends; under ``torchrun`` rank 0 holds it)
+from before it writes anything, and a second ``progpo train`` there, ``--resume`` or not, exits 2 in one line
+naming the first. The run says what it does from its first second and ends with a short result block.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
 
 from progpo_base.config import field_table
+from progpo_base.folder_lock import FolderBusy, folder_lock
 from progpo_base.usage import CommandParser, report
 from training.config import DAPO_RECIPE, ConfigError, TrainConfig, algo_choices, algo_parameters, load_config
 from training.preflight import preflight, resume_mode
@@ -57,6 +63,18 @@ def build_parser() -> CommandParser:
     return parser
 
 
+#: The run dir's lock file, held by the process writing the run (:func:`progpo_base.folder_lock.folder_lock`).
+LOCK_FILE = ".progpo-train.lock"
+
+
+def run_dir_lock(run_dir: str) -> contextlib.AbstractContextManager:
+    """The run dir's lock, held by this process for the block; under ``torchrun`` by rank 0 alone (``RANK``
+    is read before the ranks start their process group: rank 0 refused ends the job)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return contextlib.nullcontext()
+    return folder_lock(run_dir, LOCK_FILE, "progpo train", "give another run_dir")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point (``progpo train ...``); returns the exit status."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
@@ -72,12 +90,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.run_dir:
         overrides.append(f"run_dir={args.run_dir}")
     started = time.monotonic()
-    try:
-        config = load_config(args.config, overrides)
-        preflight(config)
-        resume = resume_mode(config.run_dir, args.resume, args.resume_or_start, args.overwrite)
-    except (ConfigError, FileNotFoundError) as exc:
-        return report("progpo train", exc)
+    with contextlib.ExitStack() as held:
+        try:
+            config = load_config(args.config, overrides)
+            preflight(config)
+            flags = (args.resume, args.resume_or_start, args.overwrite)
+            resume_mode(config.run_dir, *flags)  # a refusal here leaves nothing behind, not even the folder
+            held.enter_context(run_dir_lock(config.run_dir))  # before anything is written there
+            resume = resume_mode(config.run_dir, *flags)  # again, as the run dir is now: this process's alone
+        except (ConfigError, FileNotFoundError, FolderBusy) as exc:
+            return report("progpo train", exc)
+        return _train(config, resume, started)
+
+
+def _train(config: TrainConfig, resume: bool, started: float) -> int:
+    """The run of a checked config in its locked run dir; the exit status."""
     from training.checkpoint import CheckpointError
     from training.distributed import DistContext
     from training.report import print_banner, print_result

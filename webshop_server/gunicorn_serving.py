@@ -8,8 +8,13 @@ thread; and gunicorn's own Ctrl-C is a quick stop. This module changes both:
 * :class:`FairThreadWorker` holds each client host (:func:`~webshop_server.clients.client_host`) to half of
   a worker's threads (its other requests wait, ready, for one of its threads to free: nothing is refused) and
   to a quarter of a worker's connections (more are closed as they are accepted), and gives up on a request
-  whose next bytes take more than :data:`READ_TIMEOUT` seconds; so one client's slow or idle connections cost
-  that client, not everyone;
+  whose next bytes take more than :data:`~webshop_server.serving.READ_TIMEOUT` seconds from when it was ready
+  (accepted, or readable again after an answer), however long it waited for one of its host's threads, and
+  closes such a connection at once, where gunicorn's graceful close lingers 2 s for the client on the worker's
+  loop (before, one host's 8 half-sent requests were dropped after 10 to 32 s, each waiting for a thread
+  before its 10 s began, and each drop stalled the worker 2 s: another host's health check took up to 6 s);
+  so one client's slow or idle connections cost that client, not everyone; its log gets one traceback of a
+  kind per :data:`~webshop_server.serving.LOG_INTERVAL` seconds;
 * SIGINT is a drain, as SIGTERM is, also when sent to the whole process group (Ctrl-C, ``systemd``'s
   ``KillMode=control-group``): the workers ignore SIGINT, and the master (:class:`DrainingArbiter`) stops them
   gracefully, so the requests in flight finish (at most :data:`~webshop_server.serving.DRAIN_TIMEOUT` s) and
@@ -25,6 +30,7 @@ import errno
 import gc
 import signal
 import sys
+import time
 from collections import Counter, deque
 
 from gunicorn.app.base import BaseApplication
@@ -32,31 +38,42 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 from webshop_server.clients import client_host
-from webshop_server.serving import DRAIN_TIMEOUT, connections_per_host
+from webshop_server.serving import DRAIN_TIMEOUT, READ_TIMEOUT, connections_per_host, quiet_floods
 
 #: Threads of each worker process.
 THREADS = 4
-#: Seconds a worker thread waits for the next bytes of a request it is reading before it drops the
-#: connection (a client idle between requests waits in the worker's poller instead, holding no thread).
-READ_TIMEOUT = 10.0
+#: Seconds a request that waited for a thread past its read deadline still gets for bytes on their way.
+LATE_READ_GRACE = 1.0
 
 
 class _Conn(TConn):
-    """gunicorn's connection, with a read timeout and a hook when it closes (the worker counts per host)."""
+    """gunicorn's connection, with a read deadline and a hook when it closes (the worker counts per host)."""
 
     def __init__(self, cfg, sock, client, server, on_close):
         super().__init__(cfg, sock, client, server)
         self.host = client_host(client[0] if isinstance(client, tuple) else None)
         self._on_close = on_close
+        self.ready_at = time.monotonic()  # when its request became ready to read (the worker updates it)
+        self.queued = False  # waiting for one of its host's threads
 
     def init(self):
+        """Before each request is read (gunicorn calls this every time): the time left of its deadline, at
+        least :data:`LATE_READ_GRACE` (bytes already received are read at once whatever the timeout)."""
         super().init()
-        self.sock.settimeout(READ_TIMEOUT)
+        now = time.monotonic()
+        timeout = max(READ_TIMEOUT - (now - self.ready_at), LATE_READ_GRACE)
+        self.sock.settimeout(timeout)
+        self.read_deadline = now + timeout
+        self.handled = False  # the worker sets it once the request is read in full
 
     def close(self, graceful=False):
         if self._on_close is not None:
             self._on_close(self)
             self._on_close = None
+        if graceful and not getattr(self, "handled", True) and time.monotonic() >= self.read_deadline:
+            # a request that never came in full: nothing was answered, so nothing to linger for (gunicorn's
+            # graceful close waits up to 2 s for the client on the worker's loop, one connection at a time)
+            graceful = False
         super().close(graceful)
 
 
@@ -99,11 +116,19 @@ class FairThreadWorker(ThreadWorker):
 
     def enqueue_req(self, conn):
         """Give ``conn`` a thread, or queue it behind its host's requests if they hold the host's share."""
-        if self.busy_by_host[conn.host] >= self.thread_share:
+        if not conn.queued:  # accepted, or readable again: its request's read deadline starts now
+            conn.ready_at = time.monotonic()
+        conn.queued = self.busy_by_host[conn.host] >= self.thread_share
+        if conn.queued:
             self.ready_by_host.setdefault(conn.host, deque()).append(conn)
             return
         self.busy_by_host[conn.host] += 1
         super().enqueue_req(conn)
+
+    def handle_request(self, req, conn):
+        """Serve a request read in full (and mark it, for :meth:`_Conn.close`)."""
+        conn.handled = True
+        return super().handle_request(req, conn)
 
     def finish_request(self, conn, fs):
         """A thread finished with ``conn``: hand it to the host's next ready connection, then carry on."""
@@ -158,5 +183,6 @@ def serve(app, bind: str, workers: int) -> None:
                 print(f"progpo webshop serve: error: {exc}", file=sys.stderr)
                 sys.exit(1)
 
+    quiet_floods("gunicorn.error")  # a traceback per dropped request: one a while (the workers inherit it)
     gc.freeze()  # the catalog's objects are never collected: keep the collector off their (shared) pages
     _Server().run()

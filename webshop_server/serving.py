@@ -3,10 +3,19 @@
 Waitress reads each request in full on its event loop before a worker thread sees it, so slow or idle clients
 cost a connection, never a thread. What is left to share fairly is the connections: the server keeps up to
 ``connection_limit`` open (with ``poll``, so past ``select``'s 1,024 descriptors), one client host at most a
-quarter of them (:class:`FairShareChannel`: more are closed as they are accepted; a host as
-:func:`~webshop_server.clients.client_host` counts it, so several loopback or IPv6 addresses of one host are
-one client), and a connection with nothing in flight is closed after ``channel_timeout`` seconds; so one
-client holding idle or half-sent connections cannot starve the others or the health checks.
+quarter of them (:class:`FairShareChannel`; a host as :func:`~webshop_server.clients.client_host` counts it,
+so several loopback or IPv6 addresses of one host are one client), and a connection with nothing in flight is
+closed after ``channel_timeout`` seconds; so one client holding idle or half-sent connections cannot starve
+the others or the health checks. A host's connection past its share closes the host's oldest connection with
+no request in flight (idle, or a request half sent), or itself when every one has a request in flight
+(:func:`connection_to_close`): the host's own next request, a health check among them, gets through its
+share's stale connections instead of being locked out behind them.
+
+The same rules serve the env server's OpenEnv door (:mod:`progpo_envs.server.uvicorn_serving`), with the same
+numbers, and the two share the rest of this module: the open-file limit raised to what the connections need
+(:func:`raise_open_file_limit`: a server out of descriptors cannot accept a health check either), and
+:class:`FloodFilter` on the servers' loggers, so a fault that repeats at every accept (``Too many open
+files``) is logged once per :data:`LOG_INTERVAL` seconds with a count, not thousands of tracebacks a second.
 
 :func:`serve_until_stopped` drains on SIGTERM and SIGINT, also when the signal goes to the whole process group
 (Ctrl-C in a terminal, ``systemd``'s default ``KillMode=control-group``, ``kill -TERM -PGID``): it stops
@@ -24,11 +33,15 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import resource
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from waitress.channel import HTTPChannel
 from waitress.server import create_server
@@ -39,10 +52,19 @@ from webshop_server.clients import client_host
 CONNECTION_LIMIT = 1024
 #: Seconds a connection with no request in flight may stay silent before it is closed.
 IDLE_CONNECTION_TIMEOUT = 30
+#: Seconds a server waits for the rest of a request it started to read (gunicorn: for its next bytes; the
+#: OpenEnv door: for the rest of its head, then for each part of its body) before it drops the connection.
+READ_TIMEOUT = 10.0
 #: Seconds a stop signal waits for the requests in flight.
 DRAIN_TIMEOUT = 8.0
 #: The signals that stop a server (with a drain).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+#: Seconds between two log records of one kind (:class:`FloodFilter`).
+LOG_INTERVAL = 10.0
+#: Descriptors a server keeps beyond its connections: listening sockets, env workers' pipes, files, imports.
+RESERVED_FILES = 256
 
 
 def connections_per_host(connection_limit: int) -> int:
@@ -50,18 +72,113 @@ def connections_per_host(connection_limit: int) -> int:
     return max(1, connection_limit // 4)
 
 
+def connection_to_close(newcomer: Any, connections: Iterable[Any], share: int, idle: Callable[[Any], bool]):
+    """The connection to close so that ``newcomer``'s host holds at most ``share`` open connections: ``None``
+    within the share, else the host's oldest connection for which ``idle`` holds (no request in flight:
+    silent, or a request half sent; ``newcomer`` counts as idle), so ``newcomer`` itself when all the others
+    are busy. A connection has ``host`` (its client host) and ``opened`` (a monotonic time)."""
+    mine = [c for c in connections if c.host == newcomer.host]
+    if newcomer not in mine:
+        mine.append(newcomer)
+    if len(mine) <= share:
+        return None
+    candidates = [c for c in mine if c is newcomer or idle(c)]
+    return min(candidates, key=lambda c: c.opened)
+
+
+def raise_open_file_limit(needed: int) -> int:
+    """Raise this process's soft limit on open files to ``needed`` (at most its hard limit); the soft limit
+    after. A one-line warning on stderr when the hard limit is lower: ``ulimit -n`` (or a container's
+    ``nofile`` ulimit) then caps the connections before the server's limits do."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        print(
+            f"warning: this process may open {soft} files, fewer than the {needed} its connections may need: "
+            "raise the limit (ulimit -n, a container's nofile ulimit)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return soft
+
+
+class FloodFilter(logging.Filter):
+    """Lets one record of each kind through every ``interval`` seconds and counts the others; the next one let
+    through says how many were left out. A kind is the logger, the level, the message's first line and the
+    exception's type, so a fault that repeats (``Too many open files`` at every accept) is one line a while,
+    and distinct faults all show.
+
+    Args:
+        interval: Seconds between two records of one kind.
+    """
+
+    #: Kinds remembered at most (a flood of distinct messages starts the count again rather than grow).
+    MAX_KINDS = 1024
+
+    def __init__(self, interval: float = LOG_INTERVAL):
+        super().__init__()
+        self.interval = interval
+        self._last: dict[tuple, float] = {}
+        self._left_out: Counter[tuple] = Counter()
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        first_line = str(record.msg).split("\n", 1)[0][:200]
+        kind = (record.name, record.levelno, first_line, record.exc_info[0] if record.exc_info else None)
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < self.interval:
+                self._left_out[kind] += 1
+                return False
+            if len(self._last) >= self.MAX_KINDS:
+                self._last.clear()
+            self._last[kind] = now
+            left_out = self._left_out.pop(kind, 0)
+        if left_out:
+            record.msg = f"{record.msg}\n({left_out} more like it in the last {now - last:.0f} s left out)"
+        return True
+
+
+#: The one filter of this process's server loggers (:func:`quiet_floods`).
+FLOODS = FloodFilter()
+
+
+def quiet_floods(*names: str) -> None:
+    """Put :data:`FLOODS` on the loggers ``names`` (once each)."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if FLOODS not in logger.filters:
+            logger.addFilter(FLOODS)
+
+
 class FairShareChannel(HTTPChannel):
-    """Waitress's HTTP channel, closed at once if its client host already holds its share of connections."""
+    """Waitress's HTTP channel, counted in its client host's share of connections as it is accepted: past the
+    share it closes the host's oldest idle connection, or itself (:func:`connection_to_close`)."""
 
     def __init__(self, server, sock, addr, adj, map=None):  # noqa: A002 - waitress's signature
         self.host = client_host(addr[0]) if isinstance(addr, tuple) else None
+        self.opened = time.monotonic()
         super().__init__(server, sock, addr, adj, map)
         if self.host is None:
             return
         channels = list(server.active_channels.values())
-        held = sum(1 for channel in channels if getattr(channel, "host", None) == self.host)
-        if held > connections_per_host(adj.connection_limit):
+        share = connections_per_host(adj.connection_limit)
+        victim = connection_to_close(self, (c for c in channels if hasattr(c, "opened")), share, _idle)
+        if victim is self:
             self.close()
+        elif victim is not None:
+            victim.handle_close()
+
+
+def _idle(channel: HTTPChannel) -> bool:
+    """No request of ``channel`` is in flight: nothing received in full and unanswered, nothing to write (a
+    request half sent is idle: it is still being read)."""
+    return not channel.requests and not channel.total_outbufs_len
 
 
 def make_server(
@@ -74,7 +191,10 @@ def make_server(
     connection_limit: int = CONNECTION_LIMIT,
 ):
     """A waitress server for ``app`` with fair-share channels (``port=0`` picks a free port: read
-    ``server.effective_port``)."""
+    ``server.effective_port``); the open-file limit raised for ``connection_limit`` connections, and
+    waitress's log quieted (:func:`quiet_floods`)."""
+    raise_open_file_limit(connection_limit + RESERVED_FILES)
+    quiet_floods("waitress", "waitress.queue")
     server = create_server(
         app,
         host=host,

@@ -22,6 +22,12 @@ the transcript (observations + admissible commands) byte-identical to the stock 
   dicts (``query`` updates them) and never mutates their values, so copying the dicts themselves gives the
   same text.
 
+Each ``PddlEnv`` loads a copy of ``libdownward`` of its own (``fast_downward.load_lib``: its planner state is
+global to the library) that TextWorld never unloads, some 2 MiB a copy: a closed engine hands its ``PddlEnv``
+to the next engine of the process (:data:`_IDLE_PDDL_ENVS`), so a process holds as many copies as it ever had
+engines open at once, not one per engine it ever made (an env server whose sessions come and go: an ALFWorld
+OpenEnv worker grew from 81 to 544 MiB over 200 sessions of one env each; ``scripts/serving_probe.py``).
+
 The patches are installed once per process as thin wrappers that consult the patch set of the engine currently
 calling into TextWorld (a context variable), so patched and stock engines can live in one process (the
 benchmark and the byte-identity tests compare them side by side).
@@ -128,6 +134,30 @@ _PDDL2SAS_RESULTS = _LRU(_PDDL2SAS_CACHE_SIZE)
 #: Sharing is safe: a loaded game's grammar, actions and entity names are only read while playing, and each
 #: engine plays on its own ``PddlState`` and ``libdownward`` copy.
 _SHARED_GAMES = _LRU(64)
+
+
+#: What every engine asks of TextWorld (so any idle ``PddlEnv`` serves any engine).
+_INFOS = textworld.EnvInfos(won=True, admissible_commands=True)
+#: ``PddlEnv``\ s of closed engines (their ``libdownward`` copies), for the next engines of the process.
+_IDLE_PDDL_ENVS: list[PddlEnv] = []
+_IDLE_LOCK = threading.Lock()
+
+
+def _take_pddl_env() -> PddlEnv:
+    """An idle ``PddlEnv`` of a closed engine, or a new one (which loads a ``libdownward`` copy)."""
+    with _IDLE_LOCK:
+        if _IDLE_PDDL_ENVS:
+            return _IDLE_PDDL_ENVS.pop()
+    return PddlEnv(_INFOS)
+
+
+def _give_back_pddl_env(env: PddlEnv) -> None:
+    """``env`` idle, without its last game (the loaded games live on in the caches), for the next engine."""
+    for name in ("_pddl_state", "state", "prev_state", "_game_data", "_game_file", "_logic", "_entity_infos"):
+        setattr(env, name, None)
+    env.walkthrough = None
+    with _IDLE_LOCK:
+        _IDLE_PDDL_ENVS.append(env)
 
 
 def clear_caches() -> None:
@@ -305,9 +335,8 @@ class AlfredEngine:
     def __init__(self, patches: EnginePatches | None = None, max_cached_games: int = 16):
         self.patches = patches if patches is not None else EnginePatches()
         self.max_cached_games = max_cached_games
-        infos = textworld.EnvInfos(won=True, admissible_commands=True)
         with active_patches(self.patches):
-            self._env = PddlEnv(infos)
+            self._env: PddlEnv | None = _take_pddl_env()
         self._games: OrderedDict[str, _LoadedGame] = OrderedDict()
         self._game_key: str | None = None
         self._state: Any = None
@@ -327,6 +356,8 @@ class AlfredEngine:
                 raise ValueError("pass key= to identify a game given as data")
             key = str(Path(game).resolve())
         with active_patches(self.patches):
+            if self._env is None:  # reset after close: the engine takes a PddlEnv again
+                self._env = _take_pddl_env()
             loaded = self._games.get(key)
             if loaded is None:
                 loaded = _SHARED_GAMES.get(key)
@@ -421,9 +452,13 @@ class AlfredEngine:
         return list(self._env._pddl_state.facts)
 
     def close(self) -> None:
-        """Forget the loaded games (the ``libdownward`` copy is freed with the object)."""
+        """Forget the loaded games and hand the ``PddlEnv`` (its ``libdownward`` copy, which no close can
+        unload) to the next engine of the process."""
         self._games.clear()
         self._state = None
+        env, self._env = self._env, None
+        if env is not None:
+            _give_back_pddl_env(env)
 
 
 def load_game_data(path: str | Path) -> dict[str, Any]:

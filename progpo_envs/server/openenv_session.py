@@ -84,11 +84,31 @@ class SessionHost:
     observation_cls: type[TextObservation]
 
 
+def check_reset_types(args: Mapping[str, Any]) -> None:
+    """The types of a reset's ``seed``, ``task_index`` and ``episode_id`` as sent (:class:`SessionError` 422
+    otherwise): integers or null, a string or null. Both doors read them strictly: the WebSocket ``reset``
+    hands them over as sent, and the stateless HTTP ``/reset`` checks its raw body with this before OpenEnv's
+    request model would turn ``"3"`` or ``true`` into a seed."""
+    for name in ("seed", "task_index"):
+        value = args.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SessionError(422, f"{name} must be null or an integer, got {_shown(value)}")
+    episode_id = args.get("episode_id")
+    if episode_id is not None and not isinstance(episode_id, str):
+        raise SessionError(422, f"episode_id must be null or a string, got {_shown(episode_id)}")
+
+
+def _shown(value: Any) -> str:
+    """A client's value in a message: its ``repr``, cut short (a message never echoes a whole request)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def _task_index_arg(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SessionError(400, f"task_index must be null or an integer >= 0, got {value!r}")
+        raise SessionError(400, f"task_index must be null or an integer >= 0, got {_shown(value)}")
     return value
 
 
@@ -96,7 +116,7 @@ def _seed_arg(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
-        raise SessionError(400, f"seed must be null or an integer in [0, 2**64), got {value!r}")
+        raise SessionError(400, f"seed must be null or an integer in [0, 2**64), got {_shown(value)}")
     return value
 
 
@@ -183,10 +203,9 @@ class PoolSession(Environment):
         env_kwargs: Mapping[str, Any],
         client: str | None,
     ) -> TextObservation:
+        check_reset_types({"seed": seed, "task_index": task_index, "episode_id": episode_id})
         options = {"task_index": _task_index_arg(task_index)}
         seed = _seed_arg(seed)
-        if episode_id is not None and not isinstance(episode_id, str):
-            raise SessionError(400, f"episode_id must be null or a string, got {episode_id!r}")
         kwargs = dict(env_kwargs)
         if split is not None:
             kwargs["split"] = split

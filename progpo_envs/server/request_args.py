@@ -43,6 +43,8 @@ MAX_REQUEST_BYTES = 8 << 20
 MAX_JSON_VALUES = 1 << 17
 #: Deepest nesting of decoded options or kwargs (an env's options are flat: ``{"task_index": 3}``).
 MAX_JSON_DEPTH = 16
+#: Most digits of an integer in a message (the OpenEnv door's bound; a seed is below 2**64: 20 digits).
+MAX_INT_DIGITS = 32
 #: Bytes of numpy values a request may decode per byte of its body (a 2-byte JSON number becomes 8 bytes, a
 #: character 4), at least :data:`MIN_DECODE_BYTES` and at most :data:`MAX_REQUEST_BYTES`.
 DECODE_BYTES_PER_BODY_BYTE = 8

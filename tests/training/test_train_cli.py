@@ -98,6 +98,55 @@ def test_a_run_dir_that_holds_a_run_is_never_reused_silently(straight_run, tmp_p
     assert (run_dir / "metrics.jsonl").read_text() == before  # nothing deleted
 
 
+def test_a_second_train_on_a_live_run_dir_exits_2_in_one_line_and_the_first_is_untouched(tmp_path):
+    """Issue 35, item 3 (before: two ``progpo train --resume`` on one run dir both ran, writing duplicate
+    metric rows and overwriting each other's checkpoints)."""
+    run_dir = tmp_path / "run"
+    slow = ("iterations=3", "checkpoint_every=1", "warm_start.enabled=false", "eval.num_tasks=0")
+    slow += ("env.kwargs={step_delay: 0.5}",)  # a run that is still going when the second one starts
+    first = subprocess.Popen(
+        _train_cmd(run_dir, *slow),
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "checkpoints").is_dir() or not any((run_dir / "checkpoints").iterdir()):
+            assert first.poll() is None and time.monotonic() < deadline, "no checkpoint from the first run"
+            time.sleep(0.2)
+        config_file = (run_dir / "config.yaml").stat()
+        for extra in (["--resume"], ["--overwrite"], ["--resume-or-start"]):
+            second = subprocess.run(
+                _train_cmd(run_dir, *slow, *extra),
+                env=subprocess_env(),
+                capture_output=True,
+                text=True,
+                timeout=240,
+            )
+            assert second.returncode == 2, second.stderr[-2000:]
+            assert first.poll() is None, "the first run ended before the second was refused"
+            assert second.stderr.count("\n") == 1 and second.stdout == ""
+            assert f"is being written by another progpo train (pid {first.pid})" in second.stderr, (
+                second.stderr
+            )
+        assert (run_dir / "config.yaml").stat().st_mtime_ns == config_file.st_mtime_ns  # nothing written
+    finally:
+        out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-3000:]
+    train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in train if r["kind"] == "train"] == [1, 2, 3]  # one row each
+    resumed = subprocess.run(  # the lock went with the first process
+        _train_cmd(run_dir, *slow, "--resume"),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
 def test_resume_without_a_checkpoint_says_so_unless_asked_to_start(tmp_path):
     run_dir = tmp_path / "run"
     refused = subprocess.run(

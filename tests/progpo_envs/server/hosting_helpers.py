@@ -44,9 +44,20 @@ def serve_toy(**pool_kwargs) -> BackgroundServer:
 class CliServer:
     """``progpo serve`` (the CLI's ``main``) in a subprocess, as the containers and CI run it; in a process
     group of its own (its id is the server's pid), as a service manager starts it. The repository root is on
-    its ``PYTHONPATH``, so ``--import tests.<package>.<module>`` finds a test module."""
+    its ``PYTHONPATH``, so ``--import tests.<package>.<module>`` finds a test module.
 
-    def __init__(self, *args: str, ready_timeout: float = 120.0):
+    ``ready_path`` is the route polled until it answers 200 (``/health`` for ``--protocol openenv``);
+    ``open_files``, when given, is the server's limit on open files (soft and hard, as ``ulimit -n`` sets
+    both for a service)."""
+
+    def __init__(
+        self,
+        *args: str,
+        ready_timeout: float = 120.0,
+        ready_path: str = "/ready",
+        open_files: int | None = None,
+    ):
+        import resource
         import socket
         import subprocess
         import time
@@ -67,6 +78,9 @@ class CliServer:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            preexec_fn=None
+            if open_files is None
+            else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files)),
         )
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
@@ -74,13 +88,18 @@ class CliServer:
                 self.log.seek(0)
                 raise RuntimeError(f"server exited: {self.log.read()}")
             try:
-                if requests.get(f"{self.url}/ready", timeout=2).status_code == 200:
+                if requests.get(f"{self.url}{ready_path}", timeout=2).status_code == 200:
                     return
             except requests.ConnectionError:
                 pass
             time.sleep(0.2)
         self.stop()
         raise RuntimeError("server did not become ready")
+
+    def output(self) -> str:
+        """What the server printed so far."""
+        self.log.seek(0)
+        return self.log.read()
 
     def stop(self) -> None:
         if self.process.poll() is None:

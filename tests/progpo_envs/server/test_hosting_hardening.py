@@ -445,6 +445,23 @@ def test_idle_half_open_connections_do_not_starve_health_checks(toy_server, seco
             sock.close()
 
 
+def test_a_hosts_own_health_check_gets_through_its_stale_connections(toy_server):
+    """Issue 35, item 6 (``scripts/serving_probe.py loopback``): 300 half-sent connections from 127.0.0.2 held
+    the loopback share, and a health check from 127.0.0.1, the same host, was refused (before: a connection
+    error on the env server and the site). Past its share a host's oldest idle connection makes room."""
+    held = half_open(toy_server.port, ["127.0.0.2"], 300, "/health")
+    try:
+        time.sleep(0.5)
+        assert requests.get(f"{toy_server.url}/health", timeout=10).status_code == 200
+        channels = list(toy_server._server.active_channels.values())
+        assert len([c for c in channels if c.addr[0].startswith("127.")]) <= connections_per_host(
+            CONNECTION_LIMIT
+        )
+    finally:
+        for sock in held:
+            sock.close()
+
+
 # --- 10. seq replays only the same call; SIGTERM drains -----------------------------------------------------
 
 

@@ -5,9 +5,12 @@
 * the same reset arguments give the same first observation in every session;
 * 64 concurrent sessions step without errors; a killed env worker ends only the sessions on it, each with
   OpenEnv's typed error, and they play again after a reset;
-* bad frames and bad actions: typed errors or invalid actions, the connection stays; HTTP routes answer 4xx;
-* a client's share of sessions and idle expiry; ``/metadata``, ``/schema``; ``openenv validate`` accepts the
-  manifests and the running servers.
+* bad frames and bad actions: typed errors or invalid actions, the connection stays; a message past the
+  bounds (size, nesting, integer digits, lone surrogates) is a typed error and the session lives on; the
+  HTTP routes answer 4xx, never 5xx, to every bad body;
+* a client's share of sessions, however opened (WebSockets, HTTP MCP), and idle expiry; sessions that come
+  and go leave no engine behind in the workers;
+* ``/metadata``, ``/schema``; ``openenv validate`` accepts the manifests and the running servers.
 
 The ALFWorld and WebShop tests skip when the env cannot be built here (engine or data missing).
 """
@@ -33,6 +36,7 @@ from progpo_envs.server.app import ServerConfig
 from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app
 from progpo_envs.server.pool import PoolConfig
 from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
+from tests.net import session_from
 from tests.paths import REPO_ROOT as REPO
 
 ALFWORLD = "progpo/ALFWorld-v0"
@@ -235,6 +239,91 @@ def test_bad_frames_and_actions_are_typed_errors_or_invalid_actions_and_the_conn
         assert _frame(ws, {"type": "step", "data": {"command": "look"}})["type"] == "observation"
 
 
+def test_a_message_past_the_bounds_is_a_typed_error_and_the_session_lives_on(toy_server):
+    """Issue 35, item 5: bounded decoding of every message (before: a 5,000-digit integer or 100,000-deep
+    nesting ended the sender's session, OpenEnv's loop failing on them)."""
+    deep = '{"a":' * 100_000 + "1" + "}" * 100_000
+    cases = [
+        ('{"type": "step", "data": {"command": "look", "n": ' + "9" * 5000 + "}}", "VALIDATION_ERROR"),
+        ("[" * 100_000 + "]" * 100_000, "VALIDATION_ERROR"),
+        ('{"type": "reset", "data": ' + deep + "}", "VALIDATION_ERROR"),
+        (json.dumps({"type": "step", "data": {"command": "x" * (2 << 20)}}), "VALIDATION_ERROR"),  # 2 MiB
+        ('{"type": "reset", "data": {"episode_id": "\\ud800"}}', "VALIDATION_ERROR"),
+        ('{"type": "reset", "data": {"seed": NaN}}', "INVALID_JSON"),
+        ('{"type": "reset", "data": {"seed": Infinity}}', "INVALID_JSON"),
+        ({"type": "reset", "data": {"seed": "3"}}, "EXECUTION_ERROR"),
+        ({"type": "reset", "data": {"seed": 2**70}}, "EXECUTION_ERROR"),
+    ]
+    with connect(toy_server.url.replace("http", "ws") + "/ws", open_timeout=30) as ws:
+        assert _frame(ws, {"type": "reset", "data": {"task_index": 1}})["type"] == "observation"
+        assert _frame(ws, {"type": "step", "data": {"command": "look"}})["type"] == "observation"
+        for message, code in cases:
+            answer = _frame(ws, message)
+            assert answer["type"] == "error" and answer["data"]["code"] == code, (str(message)[:60], answer)
+        state = _frame(ws, {"type": "state"})["data"]
+        assert state["step_count"] == 1 and state["task_index"] == 1  # the same episode, still there
+        assert _frame(ws, {"type": "step", "data": {"command": "look"}})["type"] == "observation"
+    with connect(toy_server.url.replace("http", "ws") + "/mcp", open_timeout=30) as mcp:
+        for message in ["[1, 2]", b"binary", '{"jsonrpc": "2.0", "id": ' + "9" * 5000 + "}", "[" * 100_000]:
+            answer = _frame(mcp, message)
+            assert answer["jsonrpc"] == "2.0" and answer["error"]["code"] in (-32700, -32600), answer
+        listed = _frame(mcp, {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}})
+        assert listed["id"] == 7  # the connection read on
+
+
+#: Bodies of the reliability attack (issue 35, item 4) and what else a client can get wrong in one.
+BAD_BODIES = [
+    b'{"seed": Infinity}',
+    b'{"seed": -Infinity}',
+    b'{"seed": NaN}',
+    b'{"seed": 1e400}',
+    b'{"seed": ' + b"9" * 5000 + b"}",
+    b'{"seed": ' + b"9" * 30 + b"}",
+    b'{"seed": "3"}',
+    b'{"seed": true}',
+    b'{"seed": 1.5}',
+    b'{"seed": [1]}',
+    b'{"episode_id": "\\ud800"}',
+    b'{"episode_id": 5}',
+    b'{"episode_id": "' + b"e" * 300 + b'"}',
+    b'{"task_index": "1"}',
+    b'{"task_index": 1.0}',
+    b'{"\\udfff": 1}',
+    b'{"split": "\\ud800"}',
+    b'{"max_steps": 1e999}',
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    b"[1, 2]",
+    b"null",
+    b"\xff\xfe",
+    b"{" * 200_000,
+    b'{"action": {"command": Infinity}}',
+    b'{"action": {"command": "\\ud800"}}',
+    b'{"action": {"command": 5}}',
+    b'{"action": NaN}',
+    b'{"action": "look"}',
+    b'{"action": {"command": "look"}, "timeout_s": ' + b"9" * 5000 + b"}",
+    b'{"action": {"command": "look"}, "timeout_s": "soon"}',
+]
+
+
+@pytest.mark.parametrize("route", ["/reset", "/step"])
+def test_the_stateless_http_routes_answer_4xx_to_every_bad_body(toy_server, route):
+    """Before: ``{"seed": Infinity}`` and a lone surrogate in ``episode_id`` were 500s (OpenEnv's error answer
+    echoed a value JSON cannot hold)."""
+    answers = {}
+    for body in BAD_BODIES:
+        answer = requests.post(
+            f"{toy_server.url}{route}", data=body, headers={"content-type": "application/json"}, timeout=60
+        )
+        answers[body[:48]] = (answer.status_code, answer.text[:120])
+        assert answer.headers["content-type"].startswith("application/json")
+        answer.json()  # an answer that is JSON, whatever was sent
+    assert all(400 <= status < 500 for status, _ in answers.values()), answers
+    rpc = requests.post(f"{toy_server.url}/mcp", data=b'{"jsonrpc": "2.0", "id": NaN}', timeout=60)
+    assert rpc.status_code == 400 and rpc.json()["error"]["code"] == -32700
+
+
 def test_the_stateless_http_routes_answer_4xx_not_500(toy_server):
     url = toy_server.url
     assert requests.post(f"{url}/step", json={"action": {"command": "look"}}, timeout=60).status_code == 409
@@ -270,6 +359,39 @@ def test_a_client_holds_at_most_its_share_of_sessions_and_others_still_connect(s
         server.stop()
 
 
+def _rpc(url: str, method: str, params: dict, session=requests) -> dict:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    return session.post(f"{url}/mcp", json=body, timeout=30).json()
+
+
+def test_sessions_opened_over_http_mcp_count_in_the_hosts_share(second_host_address):
+    """Issue 35, item 2: ``POST /mcp`` ``openenv/session/create`` opens sessions from the same share as the
+    WebSockets (before: one host took every session over HTTP, and every other host got ``CAPACITY_REACHED``
+    until the idle timeout, which any call renews)."""
+    server = serve(TOY_ENV_ID, max_instances=6, max_instances_per_client=2)
+    try:
+        ws_url = server.url.replace("http", "ws") + "/ws"
+        opened = [_rpc(server.url, "openenv/session/create", {}) for _ in range(3)]
+        assert all("session_id" in answer["result"] for answer in opened[:2]), opened
+        assert "share" in opened[2]["error"]["message"], opened[2]
+        with connect(ws_url, open_timeout=30, source_address=("127.0.0.2", 0)) as same_host:
+            answer = json.loads(same_host.recv(timeout=30))
+            assert answer["data"]["code"] == "CAPACITY_REACHED" and "share" in answer["data"]["message"]
+        other = session_from(second_host_address)
+        assert "session_id" in _rpc(server.url, "openenv/session/create", {}, other)["result"]
+        with connect(ws_url, open_timeout=30, source_address=(second_host_address, 0)) as elsewhere:
+            assert _frame(elsewhere, {"type": "reset", "data": {}})["type"] == "observation"
+        # a WebSocket attached to an HTTP session opens none; closing one frees its place in the share
+        session_id = opened[0]["result"]["session_id"]
+        with connect(f"{ws_url}?session_id={session_id}", open_timeout=30) as attached:
+            assert _frame(attached, {"type": "reset", "data": {}})["type"] == "observation"
+        assert _rpc(server.url, "openenv/session/close", {"session_id": session_id})["result"]["closed"]
+        with connect(ws_url, open_timeout=30) as again:
+            assert _frame(again, {"type": "reset", "data": {}})["type"] == "observation"
+    finally:
+        server.stop()
+
+
 def test_an_idle_session_expires_with_an_error_and_a_reset_starts_again():
     server = serve(TOY_ENV_ID, idle_timeout=1.0)
     try:
@@ -282,6 +404,28 @@ def test_an_idle_session_expires_with_an_error_and_a_reset_starts_again():
             assert _frame(ws, {"type": "reset", "data": {"task_index": 0}})["type"] == "observation"
     finally:
         server.stop()
+
+
+def _libdownward_copies(pid: int) -> int:
+    """The copies of ``libdownward`` process ``pid`` has loaded (each from a file of its own)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return len({line.split()[5] for line in maps if "libdownward" in line})
+
+
+def test_sessions_that_come_and_go_leave_no_engine_behind_in_the_workers(alfworld_server):
+    """Issue 35, item 6: every session left its env's ``libdownward`` copy in the worker (an ALFWorld worker
+    grew from 81 to 544 MiB over 200 sessions, ``scripts/serving_probe.py memory``); now the next session's
+    env takes it over."""
+    pool = alfworld_server.app.state.progpo_pool
+
+    def sessions(count: int) -> int:
+        for index in range(count):
+            with GenericEnvClient(base_url=alfworld_server.url, message_timeout_s=300).sync() as client:
+                client.step({"command": client.reset(task_index=index).observation["admissible_actions"][0]})
+        return sum(_libdownward_copies(worker["pid"]) for worker in pool.metrics()["workers"])
+
+    warm = sessions(4)
+    assert sessions(8) == warm
 
 
 def test_metadata_names_the_env_its_splits_and_task_types_and_the_schema_is_openenvs(alfworld_server):
