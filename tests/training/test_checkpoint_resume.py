@@ -68,11 +68,12 @@ def _save(root: Path, iteration: int, keep: int = 0) -> Path:
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    """Every file under ``root`` (hidden ones included) and a hash of its bytes."""
+    """Every file under ``root`` (hidden ones included) and a hash of its bytes, but the run folder's lock: it
+    names its holder's pid, written again by every start, refused or not."""
     return {
         str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(root.rglob("*"))
-        if path.is_file()
+        if path.is_file() and path.name != ".progpo-train.lock"
     }
 
 
