@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import pickle
 import secrets
+import select
 import sys
 import threading
 import time
@@ -124,6 +126,7 @@ class _Worker:
         self.lock = FairLock()
         self.process: Any = None
         self.conn: Any = None
+        self.poller: Any = None
         self.generation = 0
         self.ready = False
 
@@ -242,6 +245,8 @@ class EnvPool:
         process.start()
         child.close()
         worker.process, worker.conn = process, parent
+        worker.poller = select.poll()
+        worker.poller.register(parent.fileno(), select.POLLIN)
         if not parent.poll(self.config.startup_timeout):
             process.kill()
             raise WorkerStartError(
@@ -282,22 +287,23 @@ class EnvPool:
         self._start(worker)
 
     def _send(self, worker: _Worker, message: InstanceCall | Batch) -> None:
-        try:
-            worker.conn.send(message)
+        try:  # what Connection.send writes, without its per-message ForkingPickler
+            worker.conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
         except (BrokenPipeError, EOFError, OSError, ValueError):
             self._restart(worker, "worker pipe broken")
             raise ServerError(410, "instance lost: its env worker died; create a new instance") from None
 
     def _receive(self, worker: _Worker) -> Reply:
         try:
-            if not worker.conn.poll(self.config.request_timeout):
+            # the worker's own poll object (Connection.poll builds a selector on every call)
+            if not worker.poller.poll(1000 * self.config.request_timeout):
                 self._restart(worker, "timeout")
                 raise ServerError(
                     504,
                     f"the env did not answer within {self.config.request_timeout}s; its worker was "
                     "restarted and its instances are lost",
                 )
-            return worker.conn.recv()
+            return pickle.loads(worker.conn.recv_bytes())
         except (EOFError, OSError, ConnectionError):
             code = worker.process.exitcode if worker.process is not None else None
             self._restart(worker, f"exit {code}")
