@@ -214,6 +214,7 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
         return answer(api.batch_reset(json_body()))
 
     @app.get(STREAM_PATH)
+    @app.route(STREAM_PATH, websocket=True)  # werkzeug routes an upgrade request to websocket rules only
     def stream():
         # a valid upgrade never gets here on `progpo serve`: its channels take the connection over first
         problem = handshake_problem(request.headers.get)

@@ -188,7 +188,9 @@ class _Client:
 
     def uses_stream(self) -> bool:
         """Whether calls go to the stream door (``False`` once ``auto`` found the server without one)."""
-        return self.stream is not None and self.stream.no_door is None  # type: ignore[attr-defined]
+        if self.stream is None:
+            return False
+        return self.transport == "stream" or self.stream.no_door is None  # type: ignore[attr-defined]
 
     def request(self, method: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
         last: str = ""

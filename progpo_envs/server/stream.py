@@ -15,14 +15,15 @@ connections (:class:`~webshop_server.serving.FairShareChannel`, counted as it is
 the drain on SIGTERM (a call in flight counts as a request in flight). Frames are read on waitress's event
 loop, so a slow or idle client costs a connection, never a thread; a whole message becomes a task for
 waitress's threads, as a whole HTTP request does. Per call, the limits of the HTTP routes: a message of at
-most :data:`~progpo_envs.server.request_args.MAX_REQUEST_BYTES` (a longer one closes the connection with
-1009 as its frame header arrives), at most :data:`~progpo_envs.server.request_args.MAX_JSON_VALUES` JSON
-values, the decode budget of its size, the pool's instance limits and per-client share (the client is
-identified once, at the upgrade: its host, or its ``Authorization: Bearer`` client token; an unknown token is
-refused with the HTTP 401 of any route). A mistake in a message is answered with its 4xx status and the
-connection stays; a protocol error (an unmasked frame, reserved bits, a bad opcode) closes it with 1002. A
-client may send a few messages before reading the answers (:data:`MAX_QUEUED_MESSAGES`); past that the
-channel stops reading until the answers are out.
+most :data:`~progpo_envs.server.request_args.MAX_REQUEST_BYTES` (a longer one is answered 413 from its
+frame's header, its payload dropped unread as it arrives, as HTTP answers a body too large), at most
+:data:`~progpo_envs.server.request_args.MAX_JSON_VALUES` JSON values, the decode budget of its size, the
+pool's instance limits and per-client share (the client is identified once, at the upgrade: its host, or
+its ``Authorization: Bearer`` client token; an unknown token is refused with the HTTP 401 of any route). A
+mistake in a message is answered with its 4xx status and the connection stays; a protocol error (an
+unmasked frame, reserved bits, a bad opcode) closes it with 1002, a fragmented message past the limit with
+1009. A client may send a few messages before reading the answers (:data:`MAX_QUEUED_MESSAGES`); past that
+the channel stops reading until the answers are out.
 
 Example (the client side is ``progpo/Remote-v0``'s, :mod:`progpo_envs.server.remote`)::
 
@@ -47,6 +48,7 @@ from progpo_envs.server.pool import ServerError
 from progpo_envs.server.request_args import MAX_JSON_VALUES, MAX_REQUEST_BYTES, request_budget
 from progpo_envs.server.websocket import (
     CLOSE_NORMAL,
+    MESSAGE_TOO_BIG,
     OP_BINARY,
     OP_CLOSE,
     OP_PING,
@@ -76,8 +78,8 @@ class _Message:
 
     __slots__ = ("payload",)
 
-    def __init__(self, payload: bytes):
-        self.payload = payload
+    def __init__(self, payload: bytes | None):
+        self.payload = payload  # None: a message over the size limit (not kept)
 
     def close(self) -> None:  # waitress closes the requests it drops
         pass
@@ -129,8 +131,8 @@ class StreamChannel(FairShareChannel):
                 self._end(exc.code, exc.reason)
                 return False
             for opcode, payload in frames:
-                if opcode in (OP_TEXT, OP_BINARY):
-                    self.requests.append(_Message(payload))
+                if opcode in (OP_TEXT, OP_BINARY, MESSAGE_TOO_BIG):
+                    self.requests.append(_Message(payload if opcode != MESSAGE_TOO_BIG else None))
                     if len(self.requests) == 1:  # else the running task queues the next one
                         self.server.add_task(self)
                 elif opcode == OP_PING:
@@ -231,12 +233,14 @@ class StreamChannel(FairShareChannel):
         self.server.pull_trigger()  # the event loop reads this connection again, as frames
         return True
 
-    def _answer(self, payload: bytes) -> bytes:
+    def _answer(self, payload: bytes | None) -> bytes:
         """The answer message to one call (never raises: a mistake is its status and error)."""
         stats = self.native.stats
         stats.count("requests")  # a call is a request, whichever door it came through
         stats.count("stream_messages")
         try:
+            if payload is None:
+                raise ServerError(413, f"a message is at most {MAX_REQUEST_BYTES} bytes")
             call = json_object(payload, MAX_JSON_VALUES)
             body = call.get("body")
             body = {} if body is None else body

@@ -9,10 +9,11 @@ holds what both ends share and nothing that needs a server: no waitress, no Flas
   an upgrade request (the status and message it is refused with), :func:`accept_key` — the handshake's
   ``Sec-WebSocket-Accept`` for a ``Sec-WebSocket-Key``;
 * :func:`encode_frame` — one final frame (masked, as a client sends, or not, as a server does);
-* :class:`FrameParser` — bytes in, whole messages and control frames out, bounded: a message longer than
-  ``max_message`` bytes, an unmasked frame where masking is required, reserved bits, an unknown opcode or a
-  fragmented or long control frame is a :class:`ProtocolError` with its close code (1002, 1009) before the
-  payload is buffered;
+* :class:`FrameParser` — bytes in, whole messages and control frames out, bounded: a frame longer than
+  ``max_message`` bytes is never buffered (its payload is skipped as it arrives and the parser reports it,
+  :data:`MESSAGE_TOO_BIG`, so the server answers it as HTTP answers a body too large); a fragmented message
+  that grows past it, an unmasked frame where masking is required, reserved bits, an unknown opcode or a
+  fragmented or long control frame is a :class:`ProtocolError` with its close code (1009, 1002);
 * :class:`WebSocketClient` — a client connection (``ws://`` or ``wss://``) whose every call finishes or fails
   by a wall-clock deadline: each read waits at most the time left, so a server that trickles a byte at a time
   cannot hold it (:class:`DeadlineExceeded`). A server that answers the handshake with an HTTP status other
@@ -53,6 +54,8 @@ STREAM_PATH = "/stream"
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_CONTINUATION, OP_TEXT, OP_BINARY = 0x0, 0x1, 0x2
 OP_CLOSE, OP_PING, OP_PONG = 0x8, 0x9, 0xA
+#: What :meth:`FrameParser.feed` reports for a frame longer than its limit (not an opcode of the wire).
+MESSAGE_TOO_BIG = -1
 _DATA_OPCODES = frozenset({OP_CONTINUATION, OP_TEXT, OP_BINARY})
 _CONTROL_OPCODES = frozenset({OP_CLOSE, OP_PING, OP_PONG})
 #: Close codes (RFC 6455, section 7.4.1).
@@ -148,24 +151,31 @@ class FrameParser:
         self._fragments: list[bytes] = []
         self._fragment_opcode: int | None = None
         self._fragment_bytes = 0
+        self._skipping = 0  # payload bytes of a frame too long, still to drop
 
     @property
     def buffered(self) -> int:
         """Bytes received and not yet part of a whole frame."""
-        return len(self._buffer)
+        return len(self._buffer) + self._skipping
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         """Take ``data``; return the messages it completed, as ``(opcode, payload)``: ``OP_TEXT`` or
         ``OP_BINARY`` for a whole message (fragments joined), ``OP_PING``/``OP_PONG``/``OP_CLOSE`` for each
-        control frame."""
+        control frame, ``(MESSAGE_TOO_BIG, b"")`` for a frame over the limit (its payload dropped)."""
         self._buffer += data
         out: list[tuple[int, bytes]] = []
         while True:
+            if self._skipping:
+                dropped = min(self._skipping, len(self._buffer))
+                del self._buffer[:dropped]
+                self._skipping -= dropped
+                if self._skipping:
+                    return out
             frame = self._next_frame()
             if frame is None:
                 return out
             fin, opcode, payload = frame
-            if opcode in _CONTROL_OPCODES:
+            if opcode in _CONTROL_OPCODES or opcode == MESSAGE_TOO_BIG:
                 out.append((opcode, payload))
                 continue
             if opcode == OP_CONTINUATION:
@@ -209,7 +219,11 @@ class FrameParser:
         if opcode in _CONTROL_OPCODES and (not fin or length > 125):
             raise ProtocolError(CLOSE_PROTOCOL_ERROR, "a control frame must be final and at most 125 bytes")
         if opcode in _DATA_OPCODES and self._fragment_bytes + length > self.max_message:
-            raise ProtocolError(CLOSE_TOO_BIG, f"a message of more than {self.max_message} bytes")
+            if not fin or self._fragment_opcode is not None:
+                raise ProtocolError(CLOSE_TOO_BIG, f"a message of more than {self.max_message} bytes")
+            del buffer[:offset]  # the header; its mask key and payload are dropped as they come
+            self._skipping = (4 if masked else 0) + length
+            return True, MESSAGE_TOO_BIG, b""
         end = offset + (4 if masked else 0) + length
         if len(buffer) < end:
             return None
@@ -488,6 +502,17 @@ class ClientPool:
         try:
             connection.send(message, deadline)
             answer = connection.receive(deadline)
+        except OSError as exc:  # the server may have said why before it closed: its close frame
+            failure: BaseException = exc
+            if not isinstance(exc, ConnectionClosed):
+                try:
+                    connection.receive(min(deadline, time.monotonic() + 0.2))
+                except ConnectionClosed as closed:
+                    failure = closed
+                except Exception:  # noqa: BLE001, S110 - nothing more to learn; the first failure stands
+                    pass
+            connection.close()
+            raise ExchangeFailed(failure) from exc
         except Exception as exc:
             connection.close()
             raise ExchangeFailed(exc) from exc
