@@ -802,8 +802,9 @@ def game_logic(domain: str, grammar: str) -> Any:
 
 
 @functools.cache
-def _install_patches() -> None:
-    """Wrap the patched engine functions once per process; they obey the active :class:`EnginePatches`."""
+def install_patches() -> None:
+    """Wrap the patched engine functions once per process; they obey the active :class:`EnginePatches`
+    (:func:`active_patches` calls it; a benchmark that times the patched functions calls it first)."""
     original_parse = textgen._parse_and_convert
     textgen._parse_and_convert = functools.wraps(original_parse)(
         functools.partial(_cached_textgen_parse, original_parse)
@@ -850,7 +851,7 @@ def _install_patches() -> None:
 def active_patches(patches: EnginePatches, disk_cache: Path | None = None) -> Iterator[None]:
     """Run the enclosed engine calls with ``patches`` on (``disk_cache``: the engine's disk cache folder,
     if any)."""
-    _install_patches()
+    install_patches()
     token = _ACTIVE.set(patches)
     folder = _DISK_CACHE.set(disk_cache)
     try:

@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -127,21 +128,30 @@ def stream_route(method: str, path: str) -> tuple[str, str | None] | None:
     return None
 
 
-_POOLS: dict[tuple[str, str | None, float, int], ClientPool] = {}
-_POOLS_LOCK = threading.Lock()
+@dataclasses.dataclass
+class _StreamDoor:
+    """One server's stream door as this process uses it: its connections, and why ``auto`` takes the HTTP
+    routes of that server instead (its answer to the upgrade; ``None``: it has the door)."""
+
+    pool: ClientPool
+    no_door: str | None = None
 
 
-def _stream_pool(url: str, authorization: str | None, connect_timeout: float) -> ClientPool:
-    """The process's connections to ``url``'s stream door for one client token (made on first use)."""
+_DOORS: dict[tuple[str, str | None, float, int], _StreamDoor] = {}
+_DOORS_LOCK = threading.Lock()
+
+
+def _stream_door(url: str, authorization: str | None, connect_timeout: float) -> _StreamDoor:
+    """The process's :class:`_StreamDoor` of ``url`` for one client token (made on first use; a forked
+    process makes its own)."""
     key = (url, authorization, connect_timeout, os.getpid())
-    with _POOLS_LOCK:
-        pool = _POOLS.get(key)
-        if pool is None:
+    with _DOORS_LOCK:
+        door = _DOORS.get(key)
+        if door is None:
             ws_url = "ws" + url[len("http") :] + STREAM_PATH  # http -> ws, https -> wss
             headers = {"Authorization": authorization} if authorization else {}
-            pool = _POOLS[key] = ClientPool(ws_url, headers, connect_timeout=connect_timeout)
-            pool.no_door = None  # type: ignore[attr-defined]  # why auto took HTTP for this server
-        return pool
+            door = _DOORS[key] = _StreamDoor(ClientPool(ws_url, headers, connect_timeout=connect_timeout))
+        return door
 
 
 class _Unreached(Exception):
@@ -180,17 +190,17 @@ class _Client:
         authorization = f"Bearer {token}" if token else None
         if authorization:
             self.session.headers["Authorization"] = authorization
-        self.stream: ClientPool | None = None
+        self.stream: _StreamDoor | None = None
         proxied = transport == "auto" and bool(requests.utils.get_environ_proxies(self.url))
         if transport != "http" and not proxied:
-            self.stream = _stream_pool(self.url, authorization, float(connect_timeout))
+            self.stream = _stream_door(self.url, authorization, float(connect_timeout))
         self.transport = transport
 
     def uses_stream(self) -> bool:
         """Whether calls go to the stream door (``False`` once ``auto`` found the server without one)."""
         if self.stream is None:
             return False
-        return self.transport == "stream" or self.stream.no_door is None  # type: ignore[attr-defined]
+        return self.transport == "stream" or self.stream.no_door is None
 
     def request(self, method: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
         last: str = ""
@@ -247,11 +257,11 @@ class _Client:
             message["instance_id"] = instance_id
         payload = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("ascii")
         try:
-            answer = json.loads(self.stream.exchange(payload, deadline))
+            answer = json.loads(self.stream.pool.exchange(payload, deadline))
         except HandshakeRefused as exc:
             no_door = exc.status < 400 or exc.status in _NO_STREAM_DOOR
             if no_door and self.transport == "auto":
-                self.stream.no_door = f"HTTP {exc.status}: {exc.message}"  # type: ignore[union-attr]
+                self.stream.no_door = f"HTTP {exc.status}: {exc.message}"
                 raise _Unreached(f"no stream door ({self.stream.no_door}); the HTTP routes next") from exc
             if no_door:
                 return 501, {"error": f"the server has no stream door (HTTP {exc.status}: {exc.message})"}
