@@ -82,8 +82,8 @@ from progpo_envs.server.remote import RemoteEnv, step_batch
 from progpo_envs.testing import KEY_DOOR_ENV_ID
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Steps per (env, concurrency) measurement: ALFWorld steps (and game loads on reset) are ~100x slower.
-DEFAULT_STEPS = {"progpo/ALFWorld-v0": 192, "progpo/WebShop-v0": 960}
+#: Steps per (env, concurrency) measurement (ALFWorld steps are ~10x slower than WebShop's, game loads more).
+DEFAULT_STEPS = {"progpo/ALFWorld-v0": 960, "progpo/WebShop-v0": 960}
 #: Steps per round of the native-vs-OpenEnv comparison (all clients together), as bench_openenv.py plays.
 OPENENV_STEPS = {"progpo/ALFWorld-v0": 512, "progpo/WebShop-v0": 2560}
 RESULT = RESULTS_DIR / "hosting.json"
