@@ -574,7 +574,7 @@ def _cached_gather_infos(env: PddlEnv) -> None:
 # --- one_first_state --------------------------------------------------------------------------------------
 
 
-def _reset_from_loaded_state(env: PddlEnv) -> Any:
+def reset_from_loaded_state(env: PddlEnv) -> Any:
     """TextWorld 1.7's ``PddlEnv.reset`` on the initial state its ``load`` has just built
     (``one_first_state``: the stock reset builds a second one, translating and loading the task again)."""
     from textworld.core import GameState
@@ -978,7 +978,7 @@ class AlfredEngine:
             self._install(loaded)
             self._game_key = key
             if fresh and self.patches.one_first_state:
-                self._state = _reset_from_loaded_state(self._env)
+                self._state = reset_from_loaded_state(self._env)
             else:
                 self._state = self._env.reset()
         self._feedback = self._state.feedback
