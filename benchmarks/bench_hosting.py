@@ -3,11 +3,18 @@
 Measured for each env (ALFWorld on generated games, WebShop on a generated catalog), at 1, 8 and 32 concurrent
 clients:
 
-* steps/s and p50/p99 step latency through the server (``progpo/Remote-v0`` clients, one thread and one HTTP
-  connection each, against ``progpo serve`` in its own process with ``--workers`` env workers), and the same
-  for the in-process env (the baseline: the same number of env copies stepped round-robin in one process, as a
-  sync group vector env does); the ratio server/in-process;
-* batch stepping: one ``/batch/step`` request for 32 instances against 32 single-step requests (speed-up);
+* steps/s and p50/p99 step latency through the server (``progpo/Remote-v0`` clients, one thread each, on its
+  default transport, the stream door, against ``progpo serve`` in its own process with ``--workers`` env
+  workers), and the same for the in-process env (the baseline: the same number of env copies stepped
+  round-robin in one process, as a sync group vector env does); the ratio server/in-process;
+* at 1 client, the same again over the HTTP routes (``transport="http"``), the overhead of each door
+  (``overhead_p50_ms``: server p50 minus in-process p50) and where the time goes: CPU per step of the client
+  (this process), the server's own process and its env workers;
+* native vs OpenEnv (``openenv_32``): 32 native sessions against 32 OpenEnv sessions (``progpo serve
+  --protocol openenv``, the same env workers, OpenEnv's ``GenericEnvClient``), as ``bench_openenv.py`` plays
+  them, in this run; ``native_vs_openenv_32`` = native steps/s / OpenEnv steps/s;
+* batch stepping: one ``/batch/step`` request for 32 instances against 32 single-step requests (speed-up), and
+  its steps/s against 32 copies in process (``vs_in_process_32``);
 * memory per live instance: growth of the env workers' resident memory over ``--instances`` reset instances;
 * many servers (``multi_server``): one group vector env (``--multi-server-groups`` groups of
   ``--multi-server-group-size`` copies, random admissible actions, lock step) through ``progpo/Remote-v0`` on
@@ -26,9 +33,10 @@ Actions are drawn from the env's admissible actions (WebShop: its search/click a
 episode that ends is reset. Loopback only. The machine is shared (load average recorded), so absolute numbers
 vary between runs; the ratios against the in-process baseline of the same run are the claim.
 
-Run: ``.venv/bin/python benchmarks/bench_hosting.py`` (about 3-5 minutes; ``--quick`` for a smoke run;
+Run: ``.venv/bin/python benchmarks/bench_hosting.py`` (about 5-10 minutes; ``--quick`` for a smoke run;
 ``--only fair_share`` or ``--only multi_server`` runs that case alone and updates only its section). Writes
-``benchmarks/results/hosting.json``.
+``benchmarks/results/hosting.json`` (the machine's load average before and after, for the run and per env)
+and ``benchmarks/results/hosting.png``.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import requests
 from rich.console import Console
 from rich.table import Table
@@ -58,22 +67,50 @@ from rich.table import Table
 import progpo_envs  # noqa: F401
 from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
-from benchmarks.lib.hosting import ENVS, available_envs, percentiles
+from benchmarks.lib.hosting import (
+    ENVS,
+    available_envs,
+    choose,
+    percentiles,
+    pooled,
+    run_openenv_async,
+    start_server,
+)
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.server.policy import KWARG_BOUNDS
 from progpo_envs.server.remote import RemoteEnv, step_batch
 from progpo_envs.testing import KEY_DOOR_ENV_ID
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Steps per (env, concurrency) measurement: ALFWorld steps (and game loads on reset) are ~100x slower.
-DEFAULT_STEPS = {"progpo/ALFWorld-v0": 192, "progpo/WebShop-v0": 960}
+#: Steps per (env, concurrency) measurement (ALFWorld steps are ~10x slower than WebShop's, game loads more).
+DEFAULT_STEPS = {"progpo/ALFWorld-v0": 960, "progpo/WebShop-v0": 960}
+#: Steps per round of the native-vs-OpenEnv comparison (all clients together), as bench_openenv.py plays.
+OPENENV_STEPS = {"progpo/ALFWorld-v0": 512, "progpo/WebShop-v0": 2560}
 RESULT = RESULTS_DIR / "hosting.json"
+PLOT = RESULTS_DIR / "hosting.png"
 
 
 def choose_action(info: dict, rng: random.Random) -> str:
     """A random admissible action (a concrete query for WebShop's search placeholder)."""
-    action = rng.choice(info["admissible_actions"])
-    return "search[cotton shirt for men]" if action.startswith("search[") else action
+    return choose(info["admissible_actions"], rng)
+
+
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    """User + system CPU seconds of ``processes`` so far (those that ended count 0)."""
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def server_processes(server: ServerProcess) -> tuple[psutil.Process, list[psutil.Process]]:
+    """A server's own process and its env workers (its children: the workers, the forkserver)."""
+    main = psutil.Process(server.pid)
+    return main, main.children(recursive=True)
 
 
 def bench_in_process(env_id: str, copies: int, steps_per_copy: int) -> dict:
@@ -82,6 +119,7 @@ def bench_in_process(env_id: str, copies: int, steps_per_copy: int) -> dict:
     rngs = [random.Random(i) for i in range(copies)]
     infos = [env.reset(seed=i)[1] for i, env in enumerate(envs)]
     latencies = []
+    cpu_start = time.process_time()
     start = time.perf_counter()
     for _ in range(steps_per_copy):
         for i, env in enumerate(envs):
@@ -91,14 +129,24 @@ def bench_in_process(env_id: str, copies: int, steps_per_copy: int) -> dict:
                 infos[i] = env.reset()[1]
             latencies.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
     for env in envs:
         env.close()
-    return {"steps": len(latencies), "steps_per_s": len(latencies) / elapsed, **percentiles(latencies)}
+    return {
+        "steps": len(latencies),
+        "steps_per_s": len(latencies) / elapsed,
+        **percentiles(latencies),
+        "cpu_ms_per_step": 1000 * cpu / len(latencies),
+    }
 
 
-def bench_remote(url: str, env_id: str, clients: int, steps_per_client: int) -> dict:
-    """``clients`` threads, each stepping its own remote env."""
-    envs = [RemoteEnv(url, env_id) for _ in range(clients)]
+def play_remote(
+    url: str, env_id: str, clients: int, steps_per_client: int, transport: str, server: ServerProcess | None
+) -> dict:
+    """``clients`` threads, each stepping its own remote env (``transport``: ``progpo/Remote-v0``'s);
+    ``{latencies, elapsed_s, errors}`` and the CPU each side spent (this process, the server's own process,
+    its env workers)."""
+    envs = [RemoteEnv(url, env_id, transport=transport) for _ in range(clients)]
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
     barrier = threading.Barrier(clients + 1)
@@ -126,14 +174,66 @@ def bench_remote(url: str, env_id: str, clients: int, steps_per_client: int) -> 
         barrier.wait()
     except threading.BrokenBarrierError:
         pass
+    main, workers = server_processes(server) if server is not None else (None, [])
+    cpu_before = (time.process_time(), cpu_seconds([main] if main else []), cpu_seconds(workers))
     start = time.perf_counter()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - start
+    cpu_after = (time.process_time(), cpu_seconds([main] if main else []), cpu_seconds(workers))
     for env in envs:
         env.close()
     flat = [x for per_client in latencies for x in per_client]
-    return {"steps": len(flat), "steps_per_s": len(flat) / elapsed, "errors": errors, **percentiles(flat)}
+    cpu = [after - before for before, after in zip(cpu_before, cpu_after, strict=True)]
+    return {"latencies": flat, "elapsed_s": elapsed, "errors": errors, "cpu_s": cpu}
+
+
+def bench_remote(
+    url: str,
+    env_id: str,
+    clients: int,
+    steps_per_client: int,
+    transport: str = "auto",
+    server: ServerProcess | None = None,
+) -> dict:
+    """Steps/s, latency percentiles and CPU per step (client, server, env workers) of :func:`play_remote`."""
+    run = play_remote(url, env_id, clients, steps_per_client, transport, server)
+    steps = max(1, len(run["latencies"]))
+    client, main, workers = (1000 * x / steps for x in run["cpu_s"])
+    return {
+        "transport": transport,
+        "steps": len(run["latencies"]),
+        "steps_per_s": len(run["latencies"]) / run["elapsed_s"],
+        "errors": run["errors"],
+        **percentiles(run["latencies"] or [0.0]),
+        "cpu_ms_per_step": {"client": client, "server": main, "env_workers": workers},
+    }
+
+
+def bench_vs_openenv(
+    native: ServerProcess, openenv: ServerProcess, env_id: str, clients: int, steps: int, rounds: int
+) -> dict:
+    """``clients`` native sessions (``progpo/Remote-v0`` threads, its default transport) against as many
+    OpenEnv sessions (OpenEnv's ``GenericEnvClient`` on one event loop), both servers with the same env
+    workers: a warm-up round each, then ``rounds`` rounds in alternating order, pooled (as
+    ``bench_openenv.py`` measures them)."""
+    steps_each = max(4, steps // clients)
+    runs: dict[str, list[dict]] = {"native": [], "openenv": []}
+    for round_index in range(-1, rounds):  # round -1: the warm-up
+        order = ("native", "openenv") if round_index % 2 == 0 else ("openenv", "native")
+        for protocol in order:
+            if protocol == "native":
+                run = play_remote(native.url, env_id, clients, steps_each, "auto", None)
+            else:
+                run = run_openenv_async(openenv.url, clients, steps_each)
+            if round_index >= 0:
+                runs[protocol].append(run)
+    result = {protocol: pooled(protocol_runs) for protocol, protocol_runs in runs.items()}
+    for row in result.values():
+        row.pop("latencies", None)
+    result["clients"] = clients
+    result["rounds"] = rounds
+    return result
 
 
 def bench_batch(url: str, env_id: str, size: int, rounds: int) -> dict:
@@ -163,6 +263,7 @@ def bench_batch(url: str, env_id: str, size: int, rounds: int) -> dict:
         "single_requests_s": single_s,
         "one_batch_request_s": batch_s,
         "speedup": single_s / batch_s,
+        "batch_steps_per_s": size / batch_s,
     }
 
 
@@ -297,27 +398,6 @@ def bench_fair_share(steps: int, greedy_threads: int, workers: int, max_instance
             "lost": metrics["lost"],
         },
     }
-
-
-def start_server(env_id: str, workers: int) -> ServerProcess:
-    """``progpo serve`` for one env in its own process (so clients and server do not share a GIL), ready."""
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "progpo_envs.server.cli",
-        "--env",
-        env_id,
-        "--port",
-        str(port),
-        "--workers",
-        str(workers),
-        "--env-kwargs",
-        f"{env_id}={json.dumps(ENVS[env_id])}",
-        "--max-instances",
-        "4096",
-    ]
-    return ServerProcess(command, port, ready_path="/ready")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -528,6 +608,184 @@ class Settings:
     multi_server_kill_after: int = option(3, "multi_server: vector steps of the rollout before the kill")
     fair_share_steps: int = option(300, "polite client steps per run")
     greedy_threads: int = option(4, "greedy client's concurrent batches")
+    openenv_clients: int = option(32, "native vs OpenEnv: concurrent sessions per protocol")
+    openenv_steps: int | None = option(
+        None, "native vs OpenEnv: steps per round, all sessions (default: per env, OPENENV_STEPS)"
+    )
+    openenv_rounds: int = option(2, "native vs OpenEnv: rounds per protocol after a warm-up (0: skip)")
+
+
+def measure_env(env_id: str, settings: Settings, console: Console) -> dict:
+    """One env's hosting measurements (the module docstring), its server started and stopped here."""
+    console.print(f"[bold]{env_id}[/]: starting the servers ({settings.workers} env workers each)")
+    per_env: dict = {"load_average_before": list(os.getloadavg()), "concurrency": {}}
+    server = start_server(env_id, settings.workers)
+    try:
+        for clients in settings.clients:
+            steps_each = max(4, (settings.steps or DEFAULT_STEPS[env_id]) // clients)
+            local = bench_in_process(env_id, clients, steps_each)
+            remote = bench_remote(server.url, env_id, clients, steps_each, server=server)
+            row = {
+                "in_process": local,
+                "server": remote,
+                "throughput_ratio": remote["steps_per_s"] / local["steps_per_s"],
+                "p50_ratio": remote["p50_ms"] / local["p50_ms"],
+            }
+            if clients == 1:  # the HTTP routes beside the stream door, in the same run
+                row["server_http"] = bench_remote(server.url, env_id, 1, steps_each, "http", server)
+            per_env["concurrency"][str(clients)] = row
+            console.print(
+                f"  {clients:>2} clients: server {remote['steps_per_s']:.0f} steps/s (p50 "
+                f"{remote['p50_ms']:.2f} ms), in-process {local['steps_per_s']:.0f} steps/s (p50 "
+                f"{local['p50_ms']:.2f} ms), errors {len(remote['errors'])}"
+            )
+        one = per_env["concurrency"].get("1")
+        if one is not None:
+            per_env["overhead_p50_ms"] = one["server"]["p50_ms"] - one["in_process"]["p50_ms"]
+            per_env["overhead_p50_ms_http"] = one["server_http"]["p50_ms"] - one["in_process"]["p50_ms"]
+            per_env["cpu_ms_per_step_1_client"] = {
+                "in_process": one["in_process"]["cpu_ms_per_step"],
+                "stream": one["server"]["cpu_ms_per_step"],
+                "http": one["server_http"]["cpu_ms_per_step"],
+            }
+            console.print(
+                f"  overhead p50 at 1 client: {per_env['overhead_p50_ms']:.2f} ms (stream door), "
+                f"{per_env['overhead_p50_ms_http']:.2f} ms (HTTP routes)"
+            )
+        batch = per_env["batch"] = bench_batch(server.url, env_id, 32, settings.batch_rounds)
+        if "32" in per_env["concurrency"]:
+            in_process = per_env["concurrency"]["32"]["in_process"]["steps_per_s"]
+            batch["vs_in_process_32"] = batch["batch_steps_per_s"] / in_process
+        per_env["memory"] = bench_memory(server.url, env_id, settings.instances)
+        if settings.openenv_rounds:
+            console.print(f"  {settings.openenv_clients} native vs OpenEnv sessions")
+            openenv = start_server(env_id, settings.workers, "openenv")
+            try:
+                steps = settings.openenv_steps or OPENENV_STEPS[env_id]
+                compared = bench_vs_openenv(
+                    server, openenv, env_id, settings.openenv_clients, steps, settings.openenv_rounds
+                )
+            finally:
+                openenv.stop()
+            ratio = compared["native"]["steps_per_s"] / compared["openenv"]["steps_per_s"]
+            per_env[f"openenv_{settings.openenv_clients}"] = compared
+            per_env[f"native_vs_openenv_{settings.openenv_clients}"] = ratio
+            console.print(
+                f"  native {compared['native']['steps_per_s']:.0f} steps/s, OpenEnv "
+                f"{compared['openenv']['steps_per_s']:.0f} steps/s: native/OpenEnv x{ratio:.2f}"
+            )
+        metrics = requests.get(f"{server.url}/metrics", timeout=30).json()
+        per_env["server_metrics"] = {k: v for k, v in metrics.items() if k != "workers"}
+    finally:
+        server.stop()
+    per_env["load_average_after"] = list(os.getloadavg())
+    return per_env
+
+
+def plot(results: dict) -> None:
+    """``hosting.png``: per env, the p50 step latency at 1 client (in process, the stream door, the HTTP
+    routes) and the steps/s with 32 clients (in process, native, OpenEnv)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [env_id.split("/")[-1] for env_id in results]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    panels = (
+        (
+            axes[0],
+            "p50 step latency at 1 client (ms)",
+            [
+                ("in process", lambda r: r["concurrency"].get("1", {}).get("in_process", {}).get("p50_ms")),
+                ("stream door", lambda r: r["concurrency"].get("1", {}).get("server", {}).get("p50_ms")),
+                ("HTTP routes", lambda r: r["concurrency"].get("1", {}).get("server_http", {}).get("p50_ms")),
+            ],
+        ),
+        (
+            axes[1],
+            "steps/s, 32 clients",
+            [
+                (
+                    "in process",
+                    lambda r: r["concurrency"].get("32", {}).get("in_process", {}).get("steps_per_s"),
+                ),
+                ("native", lambda r: r.get("openenv_32", {}).get("native", {}).get("steps_per_s")),
+                ("OpenEnv", lambda r: r.get("openenv_32", {}).get("openenv", {}).get("steps_per_s")),
+            ],
+        ),
+    )
+    for ax, label, series in panels:
+        width = 0.8 / len(series)
+        for k, (name, value) in enumerate(series):
+            values = [value(results[env_id]) or 0.0 for env_id in results]
+            ax.bar(
+                [i + (k - (len(series) - 1) / 2) * width for i in range(len(names))],
+                values,
+                width,
+                label=name,
+            )
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylabel(label)
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    fig.suptitle("progpo serve vs in process (one run, same machine)")
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=110)
+    plt.close(fig)
+
+
+def print_tables(results: dict, console: Console) -> None:
+    """The results as two tables."""
+    table = Table(title="Env server vs in-process")
+    for column in [
+        "env",
+        "clients",
+        "server steps/s",
+        "in-proc steps/s",
+        "ratio",
+        "server p50/p99 ms",
+        "in-proc p50/p99 ms",
+        "errors",
+    ]:
+        table.add_column(column, justify="right" if column != "env" else "left")
+    for env_id, per_env in results.items():
+        for clients, row in per_env["concurrency"].items():
+            s, loc = row["server"], row["in_process"]
+            table.add_row(
+                env_id.split("/")[-1],
+                clients,
+                f"{s['steps_per_s']:.0f}",
+                f"{loc['steps_per_s']:.0f}",
+                f"{row['throughput_ratio']:.2f}",
+                f"{s['p50_ms']:.2f} / {s['p99_ms']:.1f}",
+                f"{loc['p50_ms']:.2f} / {loc['p99_ms']:.1f}",
+                str(len(s["errors"])),
+            )
+    console.print(table)
+    extra = Table(title="Overhead, batch stepping, OpenEnv and memory")
+    for column in [
+        "env",
+        "overhead p50 ms (stream / HTTP)",
+        "1 batch request s (32)",
+        "batch / in-process",
+        "native / OpenEnv",
+        "KiB / live instance",
+    ]:
+        extra.add_column(column)
+    for env_id, per_env in results.items():
+        b, m = per_env["batch"], per_env["memory"]
+        ratio = next((v for k, v in per_env.items() if k.startswith("native_vs_openenv_")), None)
+        extra.add_row(
+            env_id.split("/")[-1],
+            f"{per_env.get('overhead_p50_ms', float('nan')):.2f} / "
+            f"{per_env.get('overhead_p50_ms_http', float('nan')):.2f}",
+            f"{b['one_batch_request_s']:.3f}",
+            f"{b['vs_in_process_32']:.2f}" if "vs_in_process_32" in b else "-",
+            f"{ratio:.2f}" if ratio is not None else "-",
+            f"{m['bytes_per_instance'] / 1024:.1f}",
+        )
+    console.print(extra)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -542,8 +800,12 @@ def main(argv: list[str] | None = None) -> int:
             fair_share_steps=60,
             greedy_threads=2,
             multi_server_steps=30,
+            openenv_clients=8,
+            openenv_steps=64,
+            openenv_rounds=1,
         )
     console = Console()
+    load_before = list(os.getloadavg())
     if settings.only == "multi_server":
         multi_server = bench_multi_server(settings, console)
         if not settings.quick:
@@ -571,80 +833,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results: dict = {}
     for env_id in available_envs(settings.envs or list(ENVS), console):
-        console.print(f"[bold]{env_id}[/]: starting the server ({settings.workers} env workers)")
-        server = start_server(env_id, settings.workers)
-        per_env: dict = {"concurrency": {}}
-        try:
-            for clients in settings.clients:
-                steps_each = max(4, (settings.steps or DEFAULT_STEPS[env_id]) // clients)
-                local = bench_in_process(env_id, clients, steps_each)
-                remote = bench_remote(server.url, env_id, clients, steps_each)
-                per_env["concurrency"][str(clients)] = {
-                    "in_process": local,
-                    "server": remote,
-                    "throughput_ratio": remote["steps_per_s"] / local["steps_per_s"],
-                    "p50_ratio": remote["p50_ms"] / local["p50_ms"],
-                }
-                console.print(
-                    f"  {clients:>2} clients: server {remote['steps_per_s']:.0f} steps/s, in-process "
-                    f"{local['steps_per_s']:.0f} steps/s, errors {len(remote['errors'])}"
-                )
-            per_env["batch"] = bench_batch(server.url, env_id, 32, settings.batch_rounds)
-            per_env["memory"] = bench_memory(server.url, env_id, settings.instances)
-            per_env["server_metrics"] = {
-                k: v
-                for k, v in requests.get(f"{server.url}/metrics", timeout=30).json().items()
-                if k != "workers"
-            }
-        finally:
-            server.stop()
-        results[env_id] = per_env
-
-    table = Table(title="Env server vs in-process")
-    for column in [
-        "env",
-        "clients",
-        "server steps/s",
-        "in-proc steps/s",
-        "ratio",
-        "server p50/p99 ms",
-        "in-proc p50/p99 ms",
-        "errors",
-    ]:
-        table.add_column(column, justify="right" if column != "env" else "left")
-    for env_id, per_env in results.items():
-        for clients, row in per_env["concurrency"].items():
-            s, loc = row["server"], row["in_process"]
-            table.add_row(
-                env_id.split("/")[-1],
-                clients,
-                f"{s['steps_per_s']:.0f}",
-                f"{loc['steps_per_s']:.0f}",
-                f"{row['throughput_ratio']:.2f}",
-                f"{s['p50_ms']:.1f} / {s['p99_ms']:.1f}",
-                f"{loc['p50_ms']:.1f} / {loc['p99_ms']:.1f}",
-                str(len(s["errors"])),
-            )
-    console.print(table)
-    extra = Table(title="Batch stepping and memory")
-    for column in [
-        "env",
-        "32 single requests s",
-        "1 batch request s",
-        "batch speed-up",
-        "KiB / live instance",
-    ]:
-        extra.add_column(column)
-    for env_id, per_env in results.items():
-        b, m = per_env["batch"], per_env["memory"]
-        extra.add_row(
-            env_id.split("/")[-1],
-            f"{b['single_requests_s']:.3f}",
-            f"{b['one_batch_request_s']:.3f}",
-            f"{b['speedup']:.1f}x",
-            f"{m['bytes_per_instance'] / 1024:.1f}",
-        )
-    console.print(extra)
+        results[env_id] = measure_env(env_id, settings, console)
+    print_tables(results, console)
     multi_server = bench_multi_server(settings, console)
     if settings.quick:
         return 0
@@ -657,18 +847,36 @@ def main(argv: list[str] | None = None) -> int:
             "steps": settings.steps or DEFAULT_STEPS,
             "workers": settings.workers,
             "instances": settings.instances,
+            "openenv": {
+                "clients": settings.openenv_clients,
+                "steps_per_round": settings.openenv_steps or OPENENV_STEPS,
+                "rounds": settings.openenv_rounds,
+            },
             "env_kwargs": ENVS,
         },
-        "notes": "Server: `progpo serve` in its own process on loopback (waitress, --workers env workers). "
-        "In-process baseline: the same number of env copies stepped round-robin in one process. "
-        "Latencies are per step call; the machine is shared (see load_average).",
-        "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
+        "notes": "Server: `progpo serve` in its own process on loopback (waitress, --workers env workers); "
+        "clients: progpo/Remote-v0 (its default transport, the stream door; `server_http` at 1 client: the "
+        "HTTP routes, transport='http'), one thread each, in this process. In-process baseline: the same "
+        "number of env copies stepped round-robin in one process. overhead_p50_ms = server p50 - in-process "
+        "p50 at 1 client (overhead_p50_ms_http for the HTTP routes); cpu_ms_per_step_1_client: CPU per step "
+        "of this process (the client), the server's own process and its env workers. openenv_32: 32 native "
+        "sessions against 32 OpenEnv sessions (`progpo serve --protocol openenv`, the same env workers, "
+        "OpenEnv's GenericEnvClient on one event loop), rounds alternating after a warm-up, pooled; "
+        "native_vs_openenv_32 = native steps/s / OpenEnv steps/s. batch.vs_in_process_32 = steps/s of one "
+        "/batch/step request for 32 instances / in-process steps/s of 32 copies. Latencies are per step "
+        "call; the machine is shared (load averages before and after, per env and for the run).",
+        "machine": machine_info(
+            processor=platform.processor(),
+            load_average_before=load_before,
+            load_average_after=list(os.getloadavg()),
+        ),
         "results": results,
         "fair_share": fair_share_section(fair_share, settings),
         "multi_server": multi_server_section(multi_server, settings),
     }
     save_result(payload, RESULT)
-    console.print(f"wrote {RESULT.relative_to(ROOT)}")
+    plot(results)
+    console.print(f"wrote {RESULT.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
     return 0
 
 
@@ -696,8 +904,10 @@ SPECS = (
     Benchmark(
         "hosting",
         script_path(__file__),
-        "Env server vs in-process envs: steps/s and latency at 1/8/32 clients, batch stepping, memory per "
-        "instance.",
+        "Env server vs in-process envs: steps/s and latency at 1/8/32 clients, the overhead per step at 1 "
+        "client (stream door and HTTP routes, with the CPU each process spends), native vs OpenEnv with 32 "
+        "clients, "
+        "batch stepping, memory per instance, many servers and fair sharing.",
         "python benchmarks/bench_hosting.py",
         ["--quick"],
     ),

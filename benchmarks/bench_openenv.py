@@ -25,9 +25,7 @@ nothing). Writes ``benchmarks/results/openenv.json`` and ``benchmarks/results/op
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import json
 import os
 import platform
 import random
@@ -46,9 +44,17 @@ from rich.progress import Progress
 from rich.table import Table
 
 import progpo_envs  # noqa: F401
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
+from benchmarks.common import RESULTS_DIR, machine_info, save_result
 from benchmarks.harness import Benchmark, option, parse_config, script_path
-from benchmarks.lib.hosting import ENVS, available_envs, percentiles
+from benchmarks.lib.hosting import (
+    ENVS,
+    available_envs,
+    choose,
+    openenv_actions,
+    pooled,
+    run_openenv_async,
+    start_server,
+)
 from benchmarks.lib.markdown import markdown_table
 from progpo_envs.server.remote import RemoteEnv
 
@@ -60,33 +66,6 @@ PLOT = RESULTS_DIR / "openenv.png"
 TARGET_RATIO = 0.8
 #: Steps per round (all clients): ALFWorld steps (and game loads on reset) are ~100x slower than WebShop's.
 DEFAULT_STEPS = {"progpo/ALFWorld-v0": 512, "progpo/WebShop-v0": 2560}
-
-
-def choose(actions: list[str], rng: random.Random) -> str:
-    """A random admissible action (a concrete query for WebShop's search placeholder)."""
-    action = rng.choice(actions)
-    return "search[cotton shirt for men]" if action.startswith("search[") else action
-
-
-def openenv_actions(observation: dict) -> list[str]:
-    """The admissible action strings of an OpenEnv observation (WebShop's from its available actions)."""
-    if "admissible_actions" in observation:
-        return observation["admissible_actions"]
-    available = observation["available_actions"]
-    return (["search[query]"] if available["has_search_bar"] else []) + [
-        f"click[{c}]" for c in available["clickables"]
-    ]
-
-
-def start_server(env_id: str, workers: int, protocol: str) -> ServerProcess:
-    """``progpo serve`` for one env in its own process, ready (``/ready`` native, ``/health`` OpenEnv)."""
-    port = free_port()
-    command = [sys.executable, "-m", "progpo_envs.server.cli", "--protocol", protocol, "--env", env_id]
-    command += ["--port", str(port), "--workers", str(workers), "--max-instances", "4096"]
-    command += ["--env-kwargs", f"{env_id}={json.dumps(ENVS[env_id])}"]
-    if protocol == "native":
-        command += ["--agentgym", "none"]
-    return ServerProcess(command, port, ready_path="/ready" if protocol == "native" else "/health")
 
 
 def run_threads(client, clients: int, barrier: threading.Barrier) -> float:
@@ -129,38 +108,6 @@ def run_native(url: str, env_id: str, clients: int, steps_each: int) -> dict:
     return {"latencies": [x for per in latencies for x in per], "elapsed_s": elapsed, "errors": errors}
 
 
-def run_openenv_async(url: str, clients: int, steps_each: int) -> dict:
-    """``clients`` async ``GenericEnvClient`` sessions on one event loop."""
-    from openenv import GenericEnvClient
-
-    async def run() -> dict:
-        sessions = [GenericEnvClient(base_url=url, message_timeout_s=600) for _ in range(clients)]
-        firsts = await asyncio.gather(*(s.reset(seed=i) for i, s in enumerate(sessions)))
-        latencies: list[list[float]] = [[] for _ in range(clients)]
-        errors: list[str] = []
-
-        async def client(i: int) -> None:
-            rng, session, observation = random.Random(i), sessions[i], firsts[i].observation
-            try:
-                for _ in range(steps_each):
-                    t0 = time.perf_counter()
-                    result = await session.step({"command": choose(openenv_actions(observation), rng)})
-                    observation = result.observation
-                    if result.done:
-                        observation = (await session.reset()).observation
-                    latencies[i].append(time.perf_counter() - t0)
-            except Exception as exc:  # noqa: BLE001 - reported in the results
-                errors.append(repr(exc))
-
-        start = time.perf_counter()
-        await asyncio.gather(*(client(i) for i in range(clients)))
-        elapsed = time.perf_counter() - start
-        await asyncio.gather(*(s.close() for s in sessions))
-        return {"latencies": [x for per in latencies for x in per], "elapsed_s": elapsed, "errors": errors}
-
-    return asyncio.run(run())
-
-
 def run_openenv_sync(url: str, clients: int, steps_each: int) -> dict:
     """``clients`` threads, each with its own ``GenericEnvClient(...).sync()`` session."""
     from openenv import GenericEnvClient
@@ -189,20 +136,6 @@ def run_openenv_sync(url: str, clients: int, steps_each: int) -> dict:
     for session in sessions:
         session.close()
     return {"latencies": [x for per in latencies for x in per], "elapsed_s": elapsed, "errors": errors}
-
-
-def pooled(runs: list[dict]) -> dict:
-    """The rounds of one protocol together: steps/s over the total time, latency percentiles of every call."""
-    latencies = [x for run in runs for x in run["latencies"]]
-    elapsed = sum(run["elapsed_s"] for run in runs)
-    return {
-        "steps": len(latencies),
-        "elapsed_s": elapsed,
-        "steps_per_s": len(latencies) / elapsed,
-        **percentiles(latencies),
-        "steps_per_s_by_round": [len(run["latencies"]) / run["elapsed_s"] for run in runs],
-        "errors": [e for run in runs for e in run["errors"]],
-    }
 
 
 def plot(results: dict, clients: int) -> None:

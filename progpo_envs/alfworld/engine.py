@@ -2,7 +2,7 @@
 
 :class:`AlfredEngine` wraps ``textworld.envs.pddl.PddlEnv`` directly (not through ``textworld.gym``), names
 objects as ALFWorld's ``AlfredDemangler`` does (``"<class> <n>"``), keeps every loaded game so that replaying
-one (as group RL does) skips the grammar parse and the PDDL translation, and applies four fixes to the stock
+one (as group RL does) skips the grammar parse and the PDDL translation, and applies ten fixes to the stock
 engine (see ``docs/alfworld.md`` §3). Each fix is switchable through :class:`EnginePatches` and leaves
 the transcript (observations + admissible commands) byte-identical to the stock engine;
 ``tests/progpo_envs/alfworld/test_alfworld_engine.py`` proves it.
@@ -21,6 +21,35 @@ the transcript (observations + admissible commands) byte-identical to the stock 
   ``mapping`` (placeholder → variable) dicts for every symbol derived. The derivation only adds keys to these
   dicts (``query`` updates them) and never mutates their values, so copying the dicts themselves gives the
   same text.
+* ``tree_copy`` — the derivation deep-copies parse trees (every rule it expands, every symbol it instantiates,
+  every cached parse it is handed) with ``copy.deepcopy``, whose generic dispatch is most of the cost; the
+  trees are lists and TextWorld's five symbol classes, so they are copied object for object by a copier of
+  their own (the same objects, the same sharing, ``deepcopy``'s memo), and a cached query rule is copied
+  sharing its tuples of propositions (values nothing changes).
+* ``command_cache`` — what remains of a step is deriving the text of every admissible command
+  (``PddlEnv._gather_infos``: ~27 grammar derivations a step, each with its queries and copies). A command
+  template whose derivation reads only the action's arguments and facts no action can change (ALFWorld's
+  ``go to [{r.name | receptacleatlocation(r, lend)}]``: where each receptacle stands) derives the same text
+  for the same arguments all game long, so it is derived once per (template, arguments) per game; a template
+  that reads anything else (a nonterminal, a fact an action changes, a free variable) is derived as before.
+  The step's fact list is built once instead of once per command.
+* ``lazy_replan`` — every load and reset runs the translator twice: plain (the task the engine plays) and
+  optimised, only for TextWorld's planner (``replan``: the ``policy_commands`` and walkthrough infos, which
+  the engine never asks for). The optimised translation and its loading into ``libdownward`` wait for the
+  first ``replan`` call: ~55% of a first reset.
+* ``shared_logic`` — loading a game parses its whole grammar document with TatSu (``GameLogic``), though every
+  game of the wheel's grammar differs only in its ``task`` rule (the task's text). The rest is parsed once
+  (per process; with a ``disk_cache``, once for every process: kept as JSON, each symbol by its class and
+  constructor arguments, written only when it reads back equal to the parse) and each game parses only its
+  task rule.
+* ``one_first_state`` — ``PddlEnv.load`` builds the game's initial state (to name its entities) and the
+  reset that follows builds it again (the task loaded into ``libdownward`` again, the initial facts made
+  again); the first reset after a load plays on the state the load built.
+* ``translation_cache`` — the plain translation of a game (its SAS text, ~0.3 s of CPU for a real ALFWorld
+  room) is kept on disk (``AlfredEngine(disk_cache=...)``: compressed, checksummed, named by the hash of the
+  domain, the problem and the translator's version), so a process that meets a game another process (or an
+  earlier run) translated reads it instead; the parsed task it goes with is parsed again (a few ms). A
+  missing or damaged file is translated again; a cache that cannot be written is read only.
 
 Each ``PddlEnv`` loads a copy of ``libdownward`` of its own (``fast_downward.load_lib``: its planner state is
 global to the library) that TextWorld never unloads, some 2 MiB a copy: a closed engine hands its ``PddlEnv``
@@ -47,10 +76,15 @@ import contextvars
 import copy
 import dataclasses
 import functools
+import importlib.metadata
 import json
+import os
+import re
 import sys
+import tempfile
 import threading
-from collections import Counter, OrderedDict
+import zlib
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -59,8 +93,10 @@ import fast_downward
 import textworld
 import textworld.envs.pddl.logic as pddl_logic
 import textworld.envs.pddl.textgen as textgen
+import xxhash
 from textworld.envs.pddl import PddlEnv
-from textworld.logic import Proposition, Rule, Variable
+from textworld.logic import Proposition, Rule, TypeHierarchy, Variable
+from textworld.utils import check_flag
 
 #: What the stock engine says to a command that is not admissible.
 NOTHING_HAPPENS = "Nothing happens."
@@ -79,11 +115,23 @@ class EnginePatches:
     #  Copy derivation contexts shallowly (the stock ``textgen.copy_context`` deep-copies every entity per
     # symbol).
     shallow_context_copy: bool = True
+    #: Copy grammar parse trees (and cached query rules) structurally rather than with ``copy.deepcopy``.
+    tree_copy: bool = True
+    #: Derive a command template that reads only its arguments and static facts once per game and arguments.
+    command_cache: bool = True
+    #: Translate for TextWorld's planner (``replan``) only when it is called.
+    lazy_replan: bool = True
+    #: Parse the grammar document once per process; per game only its ``task`` rule.
+    shared_logic: bool = True
+    #: Keep plain translations on disk (where the engine is given a ``disk_cache`` folder).
+    translation_cache: bool = True
+    #: Play the first reset of a loaded game on the state its load built (not a second one).
+    one_first_state: bool = True
 
     @classmethod
     def stock(cls) -> EnginePatches:
         """No fix: the engine exactly as TextWorld ships it."""
-        return cls(grammar_cache=False, pddl2sas_cache=False, restore_argv=False, shallow_context_copy=False)
+        return cls(**{field.name: False for field in dataclasses.fields(cls)})
 
 
 # --- the patches --------------------------------------------------------------------------------------------
@@ -91,6 +139,10 @@ class EnginePatches:
 _ACTIVE: contextvars.ContextVar[EnginePatches] = contextvars.ContextVar(
     "alfworld_engine_patches",
     default=EnginePatches.stock(),  # noqa: B039  (a frozen dataclass)
+)
+#: The disk cache folder of the engine calling into TextWorld (``None``: none).
+_DISK_CACHE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "alfworld_engine_disk_cache", default=None
 )
 _PARSE_CACHE_SIZE = 8192
 _PDDL2SAS_CACHE_SIZE = 64
@@ -134,6 +186,8 @@ _PDDL2SAS_RESULTS = _LRU(_PDDL2SAS_CACHE_SIZE)
 #: Sharing is safe: a loaded game's grammar, actions and entity names are only read while playing, and each
 #: engine plays on its own ``PddlState`` and ``libdownward`` copy.
 _SHARED_GAMES = _LRU(64)
+#: Game logics parsed once per (domain, grammar without its task text) (``shared_logic``).
+_SHARED_LOGICS = _LRU(16)
 
 
 #: What every engine asks of TextWorld (so any idle ``PddlEnv`` serves any engine).
@@ -161,8 +215,9 @@ def _give_back_pddl_env(env: PddlEnv) -> None:
 
 
 def clear_caches() -> None:
-    """Forget every memoised parse and translation (tests and benchmarks measure cold starts with it)."""
-    for cache in (_TEXTGEN_PARSES, _QUERY_PARSES, _PDDL2SAS_RESULTS, _SHARED_GAMES):
+    """Forget every memoised parse and translation of the process (tests and benchmarks measure cold starts
+    with it); translations kept on disk stay."""
+    for cache in (_TEXTGEN_PARSES, _QUERY_PARSES, _PDDL2SAS_RESULTS, _SHARED_GAMES, _SHARED_LOGICS):
         cache.clear()
 
 
@@ -180,7 +235,7 @@ def _cached_textgen_parse(original, *args, **kwargs):
     if parsed is _MISSING:
         parsed = original(*args, **kwargs)
         _TEXTGEN_PARSES.put(key, parsed)
-    return copy.deepcopy(parsed)
+    return _tree_copy(parsed)
 
 
 def _cached_conjunctive_query(original, expr: str) -> Rule:
@@ -190,7 +245,57 @@ def _cached_conjunctive_query(original, expr: str) -> Rule:
     if rule is _MISSING:
         rule = original(expr)
         _QUERY_PARSES.put(expr, rule)
-    return copy.deepcopy(rule)
+    if not _ACTIVE.get().tree_copy:
+        return copy.deepcopy(rule)
+    # a rule's conditions are tuples of propositions (values nobody changes): the copy shares them
+    copied = copy.copy(rule)
+    copied._cache = copy.deepcopy(rule._cache)
+    return copied
+
+
+#: Exact types ``copy.deepcopy`` returns as they are.
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+#: The classes of TextWorld's grammar parse trees (``tree_copy`` copies them itself).
+_SYMBOL_CLASSES = frozenset(
+    {
+        textgen.TerminalSymbol,
+        textgen.NonterminalSymbol,
+        textgen.EvalSymbol,
+        textgen.ListSymbol,
+        textgen.ConditionalSymbol,
+    }
+)
+
+
+def _copy_tree(value: Any, memo: dict[int, Any]) -> Any:
+    """``copy.deepcopy`` of a parse tree (lists of symbols), object for object, memo and all, without
+    ``deepcopy``'s generic dispatch for the lists and symbols it is made of; anything else goes to
+    ``copy.deepcopy`` with the same memo."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    found = memo.get(id(value))
+    if found is not None:
+        return found
+    if kind is list:
+        copied: Any = []
+        memo[id(value)] = copied
+        copied.extend(_copy_tree(item, memo) for item in value)
+    elif kind in _SYMBOL_CLASSES:
+        copied = object.__new__(kind)
+        memo[id(value)] = copied
+        copied.__dict__.update({key: _copy_tree(item, memo) for key, item in value.__dict__.items()})
+    else:
+        return copy.deepcopy(value, memo)
+    memo.setdefault(id(memo), []).append(value)  # as deepcopy does: the originals outlive the copy's memo
+    return copied
+
+
+def _tree_copy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """A deep copy of ``value``: :func:`_copy_tree` under ``tree_copy``, else ``copy.deepcopy``."""
+    if _ACTIVE.get().tree_copy:
+        return _copy_tree(value, {} if memo is None else memo)
+    return copy.deepcopy(value, memo)
 
 
 def _patched_pddl2sas(original, domain: str, problem: str, verbose: bool = False, optimize: bool = False):
@@ -201,15 +306,81 @@ def _patched_pddl2sas(original, domain: str, problem: str, verbose: bool = False
         result = _PDDL2SAS_RESULTS.get(key)
         if result is not _MISSING:
             return result
-    saved_argv = list(sys.argv)
-    try:
-        result = original(domain, problem, verbose=verbose, optimize=optimize)
-    finally:
-        if patches.restore_argv:
-            sys.argv[:] = saved_argv
+    folder = _DISK_CACHE.get() if patches.translation_cache and not (verbose or optimize) else None
+    result = read_translation(folder, domain, problem) if folder is not None else None
+    if result is None:
+        saved_argv = list(sys.argv)
+        try:
+            result = original(domain, problem, verbose=verbose, optimize=optimize)
+        finally:
+            if patches.restore_argv:
+                sys.argv[:] = saved_argv
+        if folder is not None:
+            write_translation(folder, domain, problem, result[1])
     if cacheable:
         _PDDL2SAS_RESULTS.put(key, result)
     return result
+
+
+# --- translations on disk (``translation_cache``) ---------------------------------------------------------
+
+#: Bumped when the file format changes.
+_TRANSLATION_FORMAT = b"progpo-sas-1"
+
+
+@functools.cache
+def _translator_version() -> str:
+    try:
+        return importlib.metadata.version("fast-downward-textworld")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def translation_path(folder: Path, domain: str, problem: str) -> Path:
+    """Where the plain translation of (``domain``, ``problem``) is kept in ``folder``."""
+    hasher = xxhash.xxh3_128()
+    for part in (_TRANSLATION_FORMAT, _translator_version().encode(), domain.encode(), problem.encode()):
+        hasher.update(part)
+        hasher.update(b"\0")
+    return Path(folder) / f"{hasher.hexdigest()}.sas.z"
+
+
+def _parse_task(domain: str, problem: str) -> Any:
+    """The parsed and normalised PDDL task of a translation (what ``pddl2sas`` returns beside the SAS text):
+    the translator's own parser and normaliser, their warnings kept quiet as ``pddl2sas`` keeps them."""
+    saved_argv = list(sys.argv)
+    sys.argv = ["translate.py", "domain", "task"]  # the translator's options module parses it on import
+    try:
+        from fast_downward.interface import CapturingStdout
+        from fast_downward.translate import normalize
+        from fast_downward.translate.pddl_parser import lisp_parser, parsing_functions
+
+        with CapturingStdout():
+            domain_pddl = lisp_parser.parse_nested_list(domain.split("\n"))
+            problem_pddl = lisp_parser.parse_nested_list(problem.split("\n"))
+            task = parsing_functions.parse_task(domain_pddl, problem_pddl)
+            normalize.normalize(task)
+    finally:
+        sys.argv[:] = saved_argv
+    return task
+
+
+def read_translation(folder: Path, domain: str, problem: str) -> tuple[Any, str] | None:
+    """The kept plain translation ``(task, sas)`` of (``domain``, ``problem``), or ``None`` when there is none
+    or its file is damaged (its checksum does not match)."""
+    data = _read_blob(translation_path(folder, domain, problem), _TRANSLATION_FORMAT)
+    if data is None:
+        return None
+    try:
+        sas = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return _parse_task(domain, problem), sas
+
+
+def write_translation(folder: Path, domain: str, problem: str, sas: str) -> None:
+    """Keep a plain translation (:func:`_write_blob`)."""
+    _write_blob(translation_path(folder, domain, problem), _TRANSLATION_FORMAT, sas.encode("utf-8"))
 
 
 def _context_copy(original, context: dict) -> dict:
@@ -224,9 +395,446 @@ def _context_copy(original, context: dict) -> dict:
     }
 
 
+# --- lazy_replan ------------------------------------------------------------------------------------------
+
+
+class _LazyReplanState(pddl_logic.PddlState):
+    """TextWorld's ``PddlState``, whose planner task (the optimised translation, loaded for ``replan``) is
+    made on the first ``replan`` call under ``lazy_replan`` (as the stock class otherwise: every load and
+    reset)."""
+
+    def __init__(self, downward_lib, pddl_problem: str, logic):
+        if not _ACTIVE.get().lazy_replan:
+            super().__init__(downward_lib, pddl_problem, logic)
+            return
+        # TextWorld 1.7's PddlState.__init__, without the optimised translation and its load_sas_replan
+        self._facts = defaultdict(set)
+        self._vars_by_name = {}
+        self._vars_by_type = defaultdict(set)
+        self._var_counts = Counter()
+        self._logic = logic
+        self.downward_lib = downward_lib
+        self.pddl_problem = pddl_problem
+        self._replan_verbose = check_flag("TW_PDDL_DEBUG")
+        self.task, self.sas = fast_downward.pddl2sas(logic.domain, pddl_problem, verbose=self._replan_verbose)
+        self._actions = {a.name: a for a in self.task.actions}
+        for type_ in self.task.types:
+            try:
+                self._logic.types.add(textworld.logic.Type(type_.name, type_.supertype_names))
+            except ValueError:
+                pass
+        self.downward_lib.load_sas(self.sas.encode("utf-8"))
+        self.name2type = {o.name: o.type_name for o in self.task.objects}
+
+        def atom2proposition(atom):
+            if isinstance(atom, fast_downward.translate.pddl.conditions.Atom):
+                if atom.predicate == "=":
+                    return None
+                return Proposition(atom.predicate, [Variable(arg, self.name2type[arg]) for arg in atom.args])
+            elif isinstance(atom, fast_downward.translate.pddl.f_expression.Assign):
+                if atom.fluent.symbol == "total-cost":
+                    return None
+                name = f"{atom.expression.value}"
+                if str.isdigit(name):  # discard distance relations
+                    return None
+                return Proposition(name, [Variable(arg, self.name2type[arg]) for arg in atom.fluent.args])
+
+        self.add_facts(list(filter(None, (atom2proposition(atom) for atom in self.task.init))))
+        atoms = (pddl_logic.Atom * self.downward_lib.get_state_size())()
+        self.downward_lib.get_state(atoms)
+        facts = [atom.get_fact(self.name2type) for atom in atoms]
+        self.add_facts([fact for fact in facts if not fact.is_negation])
+
+    @property
+    def sas_replan(self) -> str:
+        """The optimised translation (made now if it was deferred)."""
+        if "_sas_replan" not in self.__dict__:
+            _, self._sas_replan = fast_downward.pddl2sas(
+                self._logic.domain, self.pddl_problem, verbose=self._replan_verbose, optimize=True
+            )
+            self.downward_lib.load_sas_replan(self._sas_replan.encode("utf-8"))
+        return self._sas_replan
+
+    @sas_replan.setter
+    def sas_replan(self, value: str) -> None:  # the stock __init__ sets it (and loads it itself)
+        self._sas_replan = value
+
+    def replan(self, infos):
+        self.sas_replan  # noqa: B018 - the planner's task, made and loaded on first use
+        return super().replan(infos)
+
+
+# --- command_cache ----------------------------------------------------------------------------------------
+
+#: An eval symbol that reads attributes of the derivation's variables and nothing else (``{r.name}``).
+_ATTRIBUTE_EXPRESSION = re.compile(r"\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\s*")
+
+
+def _static_predicates(task: Any) -> frozenset[str] | None:
+    """The predicates of ``task`` whose facts no action or axiom changes (``None``: unknown)."""
+    try:
+        changed = {effect.literal.predicate for action in task.actions for effect in action.effects}
+        changed |= {axiom.name for axiom in task.axioms}
+        return frozenset(p.name for p in task.predicates) - changed - {"="}
+    except AttributeError:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reads:
+    """What deriving a command template reads: variables by name, and the placeholders of its queries."""
+
+    names: frozenset[str]
+    queried: frozenset[Any]
+
+
+def _reads(symbols: list, static: frozenset[str]) -> _Reads | None:
+    """What deriving ``symbols`` reads when it reads nothing but variables and facts of ``static``
+    predicates; ``None`` when it may read anything else: a nonterminal (a grammar rule, with its
+    conditions), a query of another predicate or with a placeholder no condition binds, another
+    expression."""
+    names: set[str] = set()
+    queried: set[Any] = set()
+    for symbol in symbols:
+        inner: _Reads | None = _Reads(frozenset(), frozenset())
+        if isinstance(symbol, textgen.TerminalSymbol):
+            continue
+        if isinstance(symbol, textgen.EvalSymbol):
+            if not _ATTRIBUTE_EXPRESSION.fullmatch(symbol.expression):
+                return None
+            names.add(symbol.expression.strip().split(".")[0])
+        elif isinstance(symbol, textgen.ListSymbol):
+            inner = _reads([symbol.symbol], static)
+        elif isinstance(symbol, textgen.ConditionalSymbol):
+            if symbol.given:
+                rule = Rule.parse_conjunctive_query(symbol.given)
+                bound = {ph for pred in rule.preconditions for ph in pred.parameters}
+                if any(p.name not in static for p in rule.preconditions) or set(rule.placeholders) - bound:
+                    return None
+                queried |= set(rule.placeholders)
+                names |= {ph.name for ph in rule.placeholders}
+            inner = _reads([symbol.expression], static)
+        else:  # a nonterminal, or a symbol this check does not know
+            return None
+        if inner is None:
+            return None
+        names |= inner.names
+        queried |= inner.queried
+    return _Reads(frozenset(names), frozenset(queried))
+
+
+class _CommandTexts:
+    """One game's derived command texts (``command_cache``): what each template reads (``None``: it is not
+    kept), and the text per (template, the values it reads).
+
+    The key holds the arguments the template reads by name. A query whose placeholders the arguments all
+    bind depends on nothing else (facts of static predicates about them); one with a placeholder left for
+    the facts to bind also depends on which variables the arguments use (a query never binds a variable the
+    mapping already uses), so its key holds every argument.
+    """
+
+    def __init__(self, static: frozenset[str] | None):
+        self.static = static
+        self.reads: dict[str, _Reads | None] = {}
+        self.texts: dict[tuple, str] = {}
+
+    def key(self, template: str, mapping: Mapping) -> tuple | None:
+        if template in self.reads:
+            reads = self.reads[template]
+        else:
+            reads = None
+            if self.static is not None:
+                reads = _reads(textgen._parse_and_convert(template, rule_name="symbols"), self.static)
+            self.reads[template] = reads
+        if reads is None:
+            return None
+        every = not reads.queried.issubset(mapping)
+        return (
+            template,
+            *(
+                (ph.name, ph.type, var.name, var.type)
+                for ph, var in mapping.items()
+                if every or ph.name in reads.names
+            ),
+        )
+
+
+def _cached_gather_infos(env: PddlEnv) -> None:
+    """TextWorld 1.7's ``PddlEnv._gather_infos`` with the command texts of ``command_cache``."""
+    state = env._pddl_state
+    env.state["command_templates"] = sorted(set(action.template for action in env._logic.actions.values()))
+    env.state["won"] = state.check_goal()
+    env.state["lost"] = False
+    env.state["_entity_infos"] = dict(env._entity_infos)
+    facts = list(state.facts)
+    env.state["_facts"] = list(facts)
+    if env.request_infos.facts:
+        env.state["facts"] = list(map(env._get_human_readable_fact, env.state["_facts"]))
+    env.state["last_action"] = None
+    env.state["_last_action"] = env._last_action
+    env.state["_valid_actions"] = list(state.all_applicable_actions())
+    texts = env._logic.__dict__.get("_progpo_command_texts")
+    if texts is None:  # one per game logic (every engine playing the game shares it)
+        texts = env._logic._progpo_command_texts = _CommandTexts(_static_predicates(state.task))
+    mapping = {k: info.name for k, info in env._entity_infos.items()}
+    env.state["_valid_commands"] = []
+    for action in env.state["_valid_actions"]:
+        key = texts.key(action.command_template, action.mapping)
+        text = texts.texts.get(key) if key is not None else None
+        if text is None:
+            context = {
+                "state": state,
+                "facts": facts,  # read only by the derivation: one list for every command of the step
+                "variables": {ph.name: env._entity_infos[var.name] for ph, var in action.mapping.items()},
+                "mapping": action.mapping,
+                "entity_infos": env._entity_infos,
+            }
+            text = env._logic.grammar.derive(action.command_template, context)
+            if key is not None:
+                texts.texts[key] = text
+        action.command_template = text
+        env.state["_valid_commands"].append(action.format_command(mapping))
+    env.state["admissible_commands"] = sorted(set(env.state["_valid_commands"]))
+    if env.request_infos.moves:
+        env.state["moves"] = env._moves
+    if env.request_infos.policy_commands:
+        env.state["policy_commands"] = state.replan(env._entity_infos)
+
+
+# --- one_first_state --------------------------------------------------------------------------------------
+
+
+def reset_from_loaded_state(env: PddlEnv) -> Any:
+    """TextWorld 1.7's ``PddlEnv.reset`` on the initial state its ``load`` has just built
+    (``one_first_state``: the stock reset builds a second one, translating and loading the task again)."""
+    from textworld.core import GameState
+
+    env.prev_state = None
+    env.state = GameState()
+    env._last_action = None
+    env._moves = 0
+    state = env._pddl_state
+    context = {
+        "state": state,
+        "facts": list(state.facts),
+        "variables": {},
+        "mapping": {},
+        "entity_infos": env._entity_infos,
+    }
+    env.state.feedback = env._logic.grammar.derive("#intro#", context)
+    env.state.raw = env.state.feedback
+    env._gather_infos()
+    if "walkthrough" in env.request_infos.extras:
+        env.state["extra.walkthrough"] = env.walkthrough or state.replan(env._entity_infos)
+    return env.state
+
+
+# --- shared_logic -----------------------------------------------------------------------------------------
+
+#: The grammar's ``task`` rule: one rule, its text only (``"task": [{"rhs": "Your task is to: ..."}]``).
+_TASK_RULE = re.compile(r'"task"\s*:\s*\[\s*\{\s*"rhs"\s*:\s*"((?:[^"\\\n]|\\.)*)"\s*\}\s*\]')
+#: What stands for the task's text in the grammar parsed once.
+_TASK_PLACEHOLDER = "UNKNOWN GOAL"
+
+
+#: Bumped when the logic file format changes.
+_LOGIC_FORMAT = b"progpo-logic-1"
+
+
 @functools.cache
-def _install_patches() -> None:
-    """Wrap the patched engine functions once per process; they obey the active :class:`EnginePatches`."""
+def _textworld_version() -> str:
+    try:
+        return importlib.metadata.version("textworld")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _tree_data(value: Any) -> Any:
+    """A grammar parse tree as JSON data (each symbol by its class and constructor arguments)."""
+    kind = type(value)
+    if kind is list:
+        return [_tree_data(item) for item in value]
+    if kind is str:
+        return ["s", value]
+    if kind is textgen.TerminalSymbol:
+        return ["t", value.symbol]
+    if kind is textgen.NonterminalSymbol:
+        return ["n", value.symbol]
+    if kind is textgen.EvalSymbol:
+        return ["e", value.expression]
+    if kind is textgen.ListSymbol:
+        return ["l", _tree_data(value.symbol)]
+    if kind is textgen.ConditionalSymbol:
+        return ["c", _tree_data(value.expression), value.given]
+    raise TypeError(f"no JSON form for {kind.__name__}")
+
+
+def _tree(data: Any) -> Any:
+    """The parse tree of :func:`_tree_data`, built with the classes' constructors as the parser builds it."""
+    if not data or type(data[0]) is not str:  # a list of symbols (a tag is a string)
+        return [_tree(item) for item in data]
+    tag, *args = data
+    if tag == "s":
+        return args[0]
+    if tag == "t":
+        return textgen.TerminalSymbol(args[0])
+    if tag == "n":
+        return textgen.NonterminalSymbol(args[0])
+    if tag == "e":
+        return textgen.EvalSymbol(args[0])
+    if tag == "l":
+        return textgen.ListSymbol(_tree(args[0]))
+    if tag == "c":
+        return textgen.ConditionalSymbol(_tree(args[0]), args[1])
+    raise ValueError(f"unknown symbol tag {tag!r}")
+
+
+def _logic_data(logic: Any) -> dict[str, Any]:
+    actions = [
+        {
+            "key": key,
+            "name": a.name,
+            "template": a.template,
+            "pddl": a.pddl,
+            "grammar": a.grammar,
+            "feedback_rule": a.feedback_rule,
+        }
+        for key, a in logic.actions.items()
+    ]
+    rules = {
+        name: [[r.lhs, _tree_data(r.rhs), r.weight, r.condition] for r in rule_list]
+        for name, rule_list in logic.grammar._rules.items()
+    }
+    return {"domain": logic.domain, "actions": actions, "rules": rules}
+
+
+def _logic(data: dict[str, Any]) -> Any:
+    logic = pddl_logic.GameLogic.__new__(pddl_logic.GameLogic)
+    logic.domain = data["domain"]
+    logic.actions = {
+        a["key"]: pddl_logic.Action(a["name"], a["template"], a["pddl"], a["grammar"], a["feedback_rule"])
+        for a in data["actions"]
+    }
+    logic.types = TypeHierarchy()
+    logic.grammar = textgen.ContextSensitiveGrammar()
+    for name, rule_list in data["rules"].items():
+        for lhs, rhs, weight, condition in rule_list:
+            logic.grammar.add_rule(
+                textgen.ProductionRule(lhs=lhs, rhs=_tree(rhs), weight=weight, condition=condition)
+            )
+        if not rule_list:
+            logic.grammar._rules[name]  # noqa: B018 - an empty rule list stays a key, as parsed
+    return logic
+
+
+def _render(logic: Any) -> Any:
+    """What a logic is made of, comparable (to check a logic read from disk against its parse)."""
+    return (
+        logic.domain,
+        [(k, vars(a)) for k, a in logic.actions.items()],
+        [
+            (k, [(r.lhs, repr(r.rhs), r.weight, r.condition) for r in v])
+            for k, v in logic.grammar._rules.items()
+        ],
+    )
+
+
+def _logic_path(folder: Path, domain: str, template: str) -> Path:
+    hasher = xxhash.xxh3_128()
+    for part in (_LOGIC_FORMAT, _textworld_version().encode(), domain.encode(), template.encode()):
+        hasher.update(part)
+        hasher.update(b"\0")
+    return Path(folder) / f"logic-{hasher.hexdigest()}.json.z"
+
+
+def _read_blob(path: Path, magic: bytes) -> bytes | None:
+    """The body of a file :func:`_write_blob` wrote, or ``None`` (missing, damaged, another format)."""
+    try:
+        blob = path.read_bytes()
+        header, _, body = blob.partition(b"\n")
+        found, _, checksum = header.partition(b" ")
+        if found != magic or checksum.decode() != xxhash.xxh3_64_hexdigest(body):
+            return None
+        return zlib.decompress(body)
+    except (OSError, ValueError, zlib.error):
+        return None
+
+
+def _write_blob(path: Path, magic: bytes, data: bytes) -> None:
+    """Write ``data`` compressed, with its checksum, atomically (a reader never sees half a file); a folder
+    that cannot be written (read-only, full) is left as it is."""
+    body = zlib.compress(data, 6)
+    blob = magic + b" " + xxhash.xxh3_64_hexdigest(body).encode() + b"\n" + body
+    tmp_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".tmp-", delete=False) as tmp:
+            tmp_name = tmp.name
+            tmp.write(blob)
+        os.replace(tmp_name, path)
+    except OSError:
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+
+
+def _base_logic(domain: str, template: str) -> Any:
+    """The logic of the grammar template, parsed once per process, or read from the disk cache (where the
+    first process that parsed it kept it, checked against the parse before it was written)."""
+    key = (domain, template)
+    base = _SHARED_LOGICS.get(key)
+    if base is not _MISSING:
+        return base
+    folder = _DISK_CACHE.get()
+    path = _logic_path(folder, domain, template) if folder is not None else None
+    data = _read_blob(path, _LOGIC_FORMAT) if path is not None else None
+    base = None
+    if data is not None:
+        try:
+            base = _logic(json.loads(data))
+        except (ValueError, KeyError, TypeError, IndexError):
+            base = None
+    if base is None:
+        base = pddl_logic.GameLogic(domain=domain, grammar=template)
+        if path is not None:
+            try:
+                text = json.dumps(_logic_data(base), separators=(",", ":"))
+                if _render(_logic(json.loads(text))) == _render(base):  # only a faithful copy is kept
+                    _write_blob(path, _LOGIC_FORMAT, text.encode("utf-8"))
+            except TypeError:  # a symbol without a JSON form: parsed in every process
+                pass
+    _SHARED_LOGICS.put(key, base)
+    return base
+
+
+def game_logic(domain: str, grammar: str) -> Any:
+    """The ``GameLogic`` of a game (``shared_logic``): the grammar document without the text of its one
+    ``task`` rule is parsed once per process and shared (actions, the other rules), the game's ``task`` rule
+    is parsed alone, the types start empty as in a fresh ``GameLogic``. A grammar without exactly one plain
+    ``task`` rule is parsed whole, as the stock engine does."""
+    matches = list(_TASK_RULE.finditer(grammar))
+    if len(matches) != 1 or grammar.count('"task"') != 1:
+        return pddl_logic.GameLogic(domain=domain, grammar=grammar)
+    match = matches[0]
+    template = grammar[: match.start(1)] + _TASK_PLACEHOLDER + grammar[match.end(1) :]
+    base = _base_logic(domain, template)
+    task = json.loads(f'"{match.group(1)}"')
+    logic = pddl_logic.GameLogic.__new__(pddl_logic.GameLogic)
+    logic.domain = domain
+    logic.actions = base.actions  # read only while playing
+    logic.types = TypeHierarchy()  # filled by each state, as for a fresh GameLogic
+    logic.grammar = textgen.ContextSensitiveGrammar()
+    logic.grammar.update(base.grammar)  # fresh rule lists holding the shared (read-only) rules
+    logic.grammar._rules["task"] = textgen.ContextSensitiveGrammar.parse(
+        json.dumps({"task": [{"rhs": task}]})
+    )._rules["task"]
+    return logic
+
+
+@functools.cache
+def install_patches() -> None:
+    """Wrap the patched engine functions once per process; they obey the active :class:`EnginePatches`
+    (:func:`active_patches` calls it; a benchmark that times the patched functions calls it first)."""
     original_parse = textgen._parse_and_convert
     textgen._parse_and_convert = functools.wraps(original_parse)(
         functools.partial(_cached_textgen_parse, original_parse)
@@ -238,6 +846,9 @@ def _install_patches() -> None:
         return _cached_conjunctive_query(functools.partial(original_query, cls), expr)
 
     Rule.parse_conjunctive_query = classmethod(functools.wraps(original_query)(parse_conjunctive_query))
+
+    # ``Symbol.copy`` and ``ContextSensitiveGrammar.replace`` deep-copy parse trees through the module's name
+    textgen.deepcopy = _tree_copy
 
     original_copy_context = textgen.copy_context
     textgen.copy_context = functools.wraps(original_copy_context)(
@@ -251,15 +862,32 @@ def _install_patches() -> None:
     )
     assert pddl_logic.fast_downward is fast_downward
 
+    # ``PddlEnv.load`` and ``reset`` make their states through the module attribute.
+    pddl_logic.PddlState = _LazyReplanState
+
+    original_gather_infos = PddlEnv._gather_infos
+
+    @functools.wraps(original_gather_infos)
+    def gather_infos(self) -> None:
+        if _ACTIVE.get().command_cache:
+            _cached_gather_infos(self)
+        else:
+            original_gather_infos(self)
+
+    PddlEnv._gather_infos = gather_infos
+
 
 @contextlib.contextmanager
-def active_patches(patches: EnginePatches) -> Iterator[None]:
-    """Run the enclosed engine calls with ``patches`` on."""
-    _install_patches()
+def active_patches(patches: EnginePatches, disk_cache: Path | None = None) -> Iterator[None]:
+    """Run the enclosed engine calls with ``patches`` on (``disk_cache``: the engine's disk cache folder,
+    if any)."""
+    install_patches()
     token = _ACTIVE.set(patches)
+    folder = _DISK_CACHE.set(disk_cache)
     try:
         yield
     finally:
+        _DISK_CACHE.reset(folder)
         _ACTIVE.reset(token)
 
 
@@ -330,12 +958,21 @@ class AlfredEngine:
     Args:
         patches: Which fixes to the stock engine are on.
         max_cached_games: Loaded games kept for cheap resets.
+        disk_cache: The folder that keeps, for every process, what the engine computes once: the plain
+            translation of each game (``translation_cache``) and the parse of the grammar the games share
+            (``shared_logic``); ``None``: nothing is kept on disk.
     """
 
-    def __init__(self, patches: EnginePatches | None = None, max_cached_games: int = 16):
+    def __init__(
+        self,
+        patches: EnginePatches | None = None,
+        max_cached_games: int = 16,
+        disk_cache: str | Path | None = None,
+    ):
         self.patches = patches if patches is not None else EnginePatches()
         self.max_cached_games = max_cached_games
-        with active_patches(self.patches):
+        self.disk_cache = Path(disk_cache) if disk_cache is not None else None
+        with self._patched():
             self._env: PddlEnv | None = _take_pddl_env()
         self._games: OrderedDict[str, _LoadedGame] = OrderedDict()
         self._game_key: str | None = None
@@ -355,14 +992,15 @@ class AlfredEngine:
             if isinstance(game, Mapping):
                 raise ValueError("pass key= to identify a game given as data")
             key = str(Path(game).resolve())
-        with active_patches(self.patches):
+        with self._patched():
             if self._env is None:  # reset after close: the engine takes a PddlEnv again
                 self._env = _take_pddl_env()
+            fresh = False  # whether the env holds the initial state this call's load built
             loaded = self._games.get(key)
             if loaded is None:
                 loaded = _SHARED_GAMES.get(key)
                 if loaded is _MISSING:
-                    loaded = self._load(game)
+                    loaded, fresh = self._load(game), True
                     _SHARED_GAMES.put(key, loaded)
                 self._games[key] = loaded
                 while len(self._games) > self.max_cached_games:
@@ -370,7 +1008,10 @@ class AlfredEngine:
             self._games.move_to_end(key)
             self._install(loaded)
             self._game_key = key
-            self._state = self._env.reset()
+            if fresh and self.patches.one_first_state:
+                self._state = reset_from_loaded_state(self._env)
+            else:
+                self._state = self._env.reset()
         self._feedback = self._state.feedback
         return self._feedback
 
@@ -383,14 +1024,20 @@ class AlfredEngine:
             # and re-derives the unchanged state's commands; we skip that (the transcript is the same).
             self._feedback = NOTHING_HAPPENS
             return self._feedback
-        with active_patches(self.patches):
+        with self._patched():
             self._state, _, _ = self._env.step(command)
         self._feedback = self._state.feedback
         return self._feedback
 
+    def _patched(self):
+        return active_patches(self.patches, self.disk_cache)
+
     def _load(self, game: str | Path | Mapping[str, Any]) -> _LoadedGame:
         """``PddlEnv.load`` followed by ALFWorld's demangling (what ``AlfredDemangler.load`` does)."""
-        self._env.load(str(game) if isinstance(game, Path) else game)
+        if self.patches.shared_logic:
+            self._load_shared(str(game) if isinstance(game, Path) else game)
+        else:
+            self._env.load(str(game) if isinstance(game, Path) else game)
         names = demangled_names([info.id for info in self._env._entity_infos.values()])
         for info in self._env._entity_infos.values():
             info.name = names[info.id]
@@ -400,6 +1047,19 @@ class AlfredEngine:
             entity_infos=self._env._entity_infos,
             game_file=self._env._game_file,
         )
+
+    def _load_shared(self, game: str | Mapping[str, Any]) -> None:
+        """TextWorld 1.7's ``PddlEnv.load`` with the game logic of :func:`game_logic` (``shared_logic``)."""
+        env = self._env
+        if isinstance(game, Mapping):
+            data, env._game_file = game, None
+        else:
+            data, env._game_file = load_game_data(game), game
+        env._game_data = data
+        env.walkthrough = data.get("walkthrough", None)
+        env._logic = game_logic(data["pddl_domain"], data["grammar"])
+        env._pddl_state = pddl_logic.PddlState(env.downward_lib, data["pddl_problem"], env._logic)
+        env._entity_infos = env._get_entity_infos()
 
     def _install(self, loaded: _LoadedGame) -> None:
         """Make ``loaded`` the current game of the ``PddlEnv`` without re-running ``load``."""

@@ -98,7 +98,11 @@ class ALFWorldEnv(TextEnv):
             task_types=task_types,
             scenes=scenes,
         )
-        self.engine = AlfredEngine(engine_patches, max_cached_games=max_cached_games)
+        self.engine = AlfredEngine(
+            engine_patches,
+            max_cached_games=max_cached_games,
+            disk_cache=data.cache_dir() / "alfworld" / "engine",
+        )
         self._game_files: dict[str, Path] = {}
         self._experts: dict[str, ALFWorldExpert] = {}
         self._task: ALFWorldTask | None = None

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -133,8 +134,8 @@ def serve_requests(conn: Any, handle: Callable[[Any], Reply]) -> bool:
             return False
         if isinstance(message, Shutdown):
             return True
-        try:
-            conn.send(handle(message))
+        try:  # what Connection.send writes, without its per-message ForkingPickler
+            conn.send_bytes(pickle.dumps(handle(message), pickle.HIGHEST_PROTOCOL))
         except (BrokenPipeError, OSError):
             return False
 

@@ -1,6 +1,9 @@
 """Hosting the envs over HTTP: the env server, its remote Gymnasium client, and AgentGym's protocol.
 
 * :mod:`~progpo_envs.server.app` — the Flask app (``create_app``) and its routes;
+* :mod:`~progpo_envs.server.native` — the native API's calls, once for both its doors (routes, stream);
+* :mod:`~progpo_envs.server.stream` — the stream door: the calls as WebSocket messages (``GET /stream``);
+* :mod:`~progpo_envs.server.websocket` — RFC 6455 frames and a client connection (the door's, its client's);
 * :mod:`~progpo_envs.server.pool` — instances in worker subprocesses (ids, expiry, limits, fault isolation);
 * :mod:`~progpo_envs.server.pool_worker` — one worker subprocess: its instances, each message's reply, ``seq``
   replays;

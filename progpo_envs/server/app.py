@@ -13,14 +13,16 @@ Routes (every body and answer is JSON; values inside ``info``/``options`` use
 * ``POST /instances/<id>/step`` ``{action, seq?}`` → ``{observation, reward, terminated, truncated, info}``;
 * ``DELETE /instances/<id>`` — close;
 * ``POST /batch/step`` ``{steps: [{instance_id, action, seq?}, ...]}`` → ``{results: [...]}``, and
-  ``POST /batch/reset`` ``{resets: [{instance_id, seed?, options?, seq?}, ...]}``.
+  ``POST /batch/reset`` ``{resets: [{instance_id, seed?, options?, seq?}, ...]}``;
+* ``GET /stream`` with ``Upgrade: websocket`` — the stream door: the same calls as WebSocket messages on one
+  persistent connection (:mod:`progpo_envs.server.stream`; the route itself answers only a request that is
+  not a valid upgrade, or one a server without the door receives).
 
-A batch answers one result per item, each ``{"ok": true, ...}`` or ``{"ok": false, "status", "error"}``, so
-one lost instance does not fail the others. A batch's answer is bounded: its items run in chunks of
-:data:`BATCH_CHUNK` and once the answer holds :data:`MAX_BATCH_ANSWER_CHARS` characters of observations and
-infos (an html-mode page is some 4,000), the items left are not run and answer ``{"ok": false, "status": 413,
-"not_run": true}``: nothing happened to them, and the client sends them again (``progpo/Remote-v0`` does).
-Errors are ``{"error": message}`` with a 4xx status for anything
+Each route is one call of :class:`~progpo_envs.server.native.NativeApi`, which the stream door calls too. A
+batch answers one result per item, each ``{"ok": true, ...}`` or ``{"ok": false, "status", "error"}``, so
+one lost instance does not fail the others; its answer is bounded (:mod:`progpo_envs.server.native`: the
+items past :data:`~progpo_envs.server.native.MAX_BATCH_ANSWER_CHARS` answer ``not_run``, 413, and the client
+sends them again). Errors are ``{"error": message}`` with a 4xx status for anything
 the client can fix (400 malformed, 404 unknown instance or route, 409 out of order / not reset, 410 instance
 lost with its worker, 413 too large, 429 instance limit; 401 for an unknown client token) and 503/504 when the
 server cannot answer now. Every request counts against its client: its host, or its client token with
@@ -39,8 +41,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import threading
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,30 +48,13 @@ from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from progpo_base.http import RequestError
-from progpo_envs.core.worker_protocol import Reply
 from progpo_envs.server.agentgym import AgentGymGames, agentgym_blueprint
-from progpo_envs.server.codec import decode, encode
+from progpo_envs.server.native import NativeApi, ServerStats, error_status
 from progpo_envs.server.policy import EnvPolicy, PolicyError
 from progpo_envs.server.pool import EnvPool, PoolConfig, ServerError
-from progpo_envs.server.request_args import (
-    MAX_REQUEST_BYTES,
-    available_actions,
-    json_body,
-    options_arg,
-    request_client,
-    reset_args,
-    seed_arg,
-    step_args,
-)
+from progpo_envs.server.request_args import MAX_REQUEST_BYTES, json_body, request_client
+from progpo_envs.server.websocket import STREAM_PATH, handshake_problem
 from webshop_server.clients import ClientTokens, UnknownClientToken, identify_client
-
-#: Most items in one batch request.
-MAX_BATCH = 4096
-#: Items of a batch run together before the size of its answer is checked.
-BATCH_CHUNK = 256
-#: Characters of observations and infos after which a batch's remaining items are not run (as large as the
-#: largest request: a batch answers at most about what a client may send).
-MAX_BATCH_ANSWER_CHARS = MAX_REQUEST_BYTES
 
 
 @dataclasses.dataclass
@@ -110,39 +93,14 @@ class ServerConfig:
         }
 
 
-def _batch_items(body: Mapping[str, Any], key: str) -> list[Any]:
-    items = body.get(key)
-    if not isinstance(items, list):
-        raise ServerError(400, f"'{key}' must be a list")
-    if len(items) > MAX_BATCH:
-        raise ServerError(413, f"at most {MAX_BATCH} items per batch")
-    return items
+@dataclasses.dataclass(frozen=True)
+class NativeServer:
+    """What the app's doors share (``app.extensions["progpo_native"]``): the calls, the request counters and
+    the client tokens; the stream door (:mod:`progpo_envs.server.stream`) reads it from the app."""
 
-
-def _batch_result(reply: Reply) -> dict[str, Any]:
-    if reply.ok:
-        return {"ok": True, **reply.value}
-    return {"ok": False, "status": reply.status, "error": reply.error}
-
-
-def _text_chars(value: Any, depth: int = 0) -> int:
-    """About how many characters ``value`` takes in JSON: its strings' lengths, 8 for any other leaf."""
-    if isinstance(value, str):
-        return len(value)
-    if depth < 8 and isinstance(value, dict):
-        return sum(len(k) + _text_chars(v, depth + 1) for k, v in value.items())
-    if depth < 8 and isinstance(value, list):
-        return sum(_text_chars(v, depth + 1) for v in value)
-    return 8
-
-
-def _not_run(limit: int) -> dict[str, Any]:
-    return {
-        "ok": False,
-        "status": 413,
-        "not_run": True,
-        "error": f"not run: this batch's answer reached {limit} characters; send this item again",
-    }
+    api: NativeApi
+    stats: ServerStats
+    client_tokens: ClientTokens | None
 
 
 def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) -> Flask:
@@ -161,25 +119,21 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
     app.config["MAX_CONTENT_LENGTH"] = MAX_REQUEST_BYTES
     app.json.sort_keys = False
     app.extensions["progpo_pool"] = pool
-    stats: Counter = Counter()
-    stats_lock = threading.Lock()
-
-    def count(key: str) -> None:
-        with stats_lock:
-            stats[key] += 1
+    api, stats = NativeApi(pool), ServerStats()
+    app.extensions["progpo_native"] = NativeServer(api, stats, config.client_tokens)
 
     def error(status: int, message: str) -> tuple[Response, int]:
-        count(f"errors_{status}")
+        stats.count(f"errors_{status}")
         return jsonify(error=message), status
+
+    def answer(body: bytes, status: int = 200) -> Response:
+        return app.response_class(body, status=status, mimetype="application/json")
 
     @app.errorhandler(RequestError)  # a request body that is not a JSON object (progpo_base.http)
     @app.errorhandler(ServerError)
-    def _server_error(exc: ServerError | RequestError):
-        return error(exc.status, exc.message)
-
     @app.errorhandler(PolicyError)
-    def _policy_error(exc: PolicyError):
-        return error(400, str(exc))
+    def _client_error(exc: ServerError | RequestError | PolicyError):
+        return error(*error_status(exc))
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):
@@ -187,14 +141,15 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):  # a bug in the server itself: answer, log, keep serving
+        known = error_status(exc)
+        if known is not None:  # an env worker that could not be (re)started: 503
+            return error(*known)
         app.logger.exception("unexpected error")
-        if isinstance(exc, RuntimeError) and "env worker" in str(exc):
-            return error(503, f"an env worker could not be (re)started: {str(exc).splitlines()[0]}")
         return error(500, f"internal error: {type(exc).__name__}")
 
     @app.before_request
     def _count_request():
-        count("requests")
+        stats.count("requests")
         try:
             g.client = identify_client(
                 config.client_tokens, request.headers.get("Authorization"), request.remote_addr
@@ -214,9 +169,7 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
 
     @app.get("/metrics")
     def metrics():
-        with stats_lock:
-            http = dict(stats)
-        return jsonify(**pool.metrics(), http=http)
+        return jsonify(**pool.metrics(), http=stats.snapshot())
 
     @app.get("/envs")
     def envs():
@@ -226,73 +179,52 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
 
     @app.post("/instances")
     def create_instance():
-        body = json_body()
-        # the kwargs go to the allow-list as sent: their names are checked before any value is decoded
-        instance_id, meta = pool.create(body.get("env_id"), body.get("kwargs"), client=request_client())
-        answer: dict[str, Any] = {"instance_id": instance_id, **meta}
-        if "seed" in body or "options" in body:
-            try:
-                answer.update(
-                    pool.call(instance_id, "reset", {"seed": seed_arg(body), "options": options_arg(body)})
-                )
-            except ServerError:
-                pool.close_instance(instance_id)
-                raise
-        return jsonify(answer), 201
+        return answer(api.create(json_body(), request_client()), 201)
 
     @app.get("/instances/<instance_id>")
     def last_step(instance_id: str):
-        return jsonify(pool.call(instance_id, "get", {}))
+        return answer(api.get(instance_id))
 
     @app.get("/instances/<instance_id>/observation")
     def observation(instance_id: str):
-        return jsonify(observation=pool.call(instance_id, "get", {})["observation"])
+        return answer(api.observation(instance_id))
 
     @app.get("/instances/<instance_id>/available_actions")
     def actions(instance_id: str):
-        info = decode(pool.call(instance_id, "get", {})["info"])
-        return jsonify(available_actions=encode(available_actions(info)))
+        return answer(api.available_actions(instance_id))
 
     @app.post("/instances/<instance_id>/reset")
     def reset(instance_id: str):
-        return jsonify(pool.call(instance_id, "reset", reset_args(json_body())))
+        return answer(api.reset(instance_id, json_body()))
 
     @app.post("/instances/<instance_id>/step")
     def step(instance_id: str):
-        return jsonify(pool.call(instance_id, "step", step_args(json_body())))
+        return answer(api.step(instance_id, json_body()))
 
     @app.delete("/instances/<instance_id>")
     def close(instance_id: str):
-        pool.close_instance(instance_id)
-        return jsonify(closed=True)
-
-    def run_batch(op: str, key: str, parse) -> Response:
-        items, parsed = _batch_items(json_body(), key), []
-        for position, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise ServerError(400, f"{key}[{position}] must be a JSON object")
-            try:
-                parsed.append({"instance_id": item.get("instance_id"), **parse(item)})
-            except ServerError as exc:
-                raise ServerError(exc.status, f"{key}[{position}]: {exc.message}") from None
-        results: list[dict[str, Any]] = []
-        chars = 0
-        for start in range(0, len(parsed), BATCH_CHUNK):
-            if chars >= MAX_BATCH_ANSWER_CHARS:
-                results += [_not_run(MAX_BATCH_ANSWER_CHARS)] * (len(parsed) - start)
-                break
-            for reply in pool.batch(op, parsed[start : start + BATCH_CHUNK]):
-                results.append(_batch_result(reply))
-                chars += _text_chars(reply.value) if reply.ok else 0
-        return jsonify(results=results)
+        return answer(api.close(instance_id))
 
     @app.post("/batch/step")
     def batch_step():
-        return run_batch("step", "steps", step_args)
+        return answer(api.batch_step(json_body()))
 
     @app.post("/batch/reset")
     def batch_reset():
-        return run_batch("reset", "resets", reset_args)
+        return answer(api.batch_reset(json_body()))
+
+    @app.get(STREAM_PATH)
+    @app.route(STREAM_PATH, websocket=True)  # werkzeug routes an upgrade request to websocket rules only
+    def stream():
+        # a valid upgrade never gets here on `progpo serve`: its channels take the connection over first
+        problem = handshake_problem(request.headers.get)
+        if problem is not None:
+            return error(*problem)
+        return error(
+            501,
+            "this server does not serve the stream door (it needs progpo serve's waitress server); use the "
+            "HTTP routes",
+        )
 
     if config.agentgym is not None:
         games = None

@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 from typing import Any
@@ -59,8 +60,33 @@ def _encode_float(value: float) -> Any:
     return value if math.isfinite(value) else {"$float": repr(value)}
 
 
+#: Exact types whose values are JSON as they are: :func:`encode` and :func:`decode` return them unchanged
+#: without a look at anything else (the fast path of every step's info: strings, flags, counts).
+_PLAIN = frozenset({str, bool, int, type(None)})
+_PLAIN_OR_FLOAT = _PLAIN | {float}
+
+
 def encode(value: Any) -> Any:
     """JSON-safe data that :func:`decode` turns back into exactly ``value``."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:  # a plain dict of plain keys, built in one pass (any other key: the general case)
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str or key[:1] == "$":
+                return _encode_any(value)
+            out[key] = item if type(item) in _PLAIN else encode(item)
+        return out
+    if kind is list:
+        return [item if type(item) in _PLAIN else encode(item) for item in value]
+    if kind is float:
+        return _encode_float(value)
+    return _encode_any(value)
+
+
+def _encode_any(value: Any) -> Any:
+    """:func:`encode` of any value (subclasses, numpy values, tuples, dicts with other keys, bytes)."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -109,6 +135,11 @@ def _decode_float(value: Any) -> float:
 def _dtype(text: Any) -> np.dtype:
     if not isinstance(text, str):
         raise CodecError("dtype must be a string")
+    return _parse_dtype(text)
+
+
+@functools.lru_cache(maxsize=256)  # the same few dtypes ("<u8") in every info: parsed once each
+def _parse_dtype(text: str) -> np.dtype:
     try:
         dtype = np.dtype(text)
     except TypeError as exc:
@@ -179,11 +210,27 @@ class _Decoder:
             self.budget.charge(tag, nbytes)
 
     def decode(self, data: Any, depth: int) -> Any:
-        if data is None or isinstance(data, (bool, int, str, float)):
+        kind = type(data)
+        if kind in _PLAIN_OR_FLOAT:
             return data
         if depth >= self.max_depth:
             raise CodecError(f"nested deeper than {self.max_depth} levels")
         depth += 1
+        if kind is list:
+            return [x if type(x) in _PLAIN_OR_FLOAT else self.decode(x, depth) for x in data]
+        if kind is dict:  # no tag and plain keys, in one pass (else the general case below)
+            out = {}
+            for key, item in data.items():
+                if type(key) is not str or key[:1] == "$":
+                    return self.decode_any(data, depth)
+                out[key] = item if type(item) in _PLAIN_OR_FLOAT else self.decode(item, depth)
+            return out
+        return self.decode_any(data, depth)
+
+    def decode_any(self, data: Any, depth: int) -> Any:
+        """:meth:`decode` of anything but a scalar (``depth`` already counts this level)."""
+        if data is None or isinstance(data, (bool, int, str, float)):
+            return data
         if isinstance(data, list):
             return [self.decode(x, depth) for x in data]
         if not isinstance(data, dict):

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import pickle
 import secrets
+import select
 import sys
 import threading
 import time
@@ -124,6 +126,7 @@ class _Worker:
         self.lock = FairLock()
         self.process: Any = None
         self.conn: Any = None
+        self.poller: Any = None
         self.generation = 0
         self.ready = False
 
@@ -242,6 +245,8 @@ class EnvPool:
         process.start()
         child.close()
         worker.process, worker.conn = process, parent
+        worker.poller = select.poll()
+        worker.poller.register(parent.fileno(), select.POLLIN)
         if not parent.poll(self.config.startup_timeout):
             process.kill()
             raise WorkerStartError(
@@ -282,22 +287,23 @@ class EnvPool:
         self._start(worker)
 
     def _send(self, worker: _Worker, message: InstanceCall | Batch) -> None:
-        try:
-            worker.conn.send(message)
+        try:  # what Connection.send writes, without its per-message ForkingPickler
+            worker.conn.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
         except (BrokenPipeError, EOFError, OSError, ValueError):
             self._restart(worker, "worker pipe broken")
             raise ServerError(410, "instance lost: its env worker died; create a new instance") from None
 
     def _receive(self, worker: _Worker) -> Reply:
         try:
-            if not worker.conn.poll(self.config.request_timeout):
+            # the worker's own poll object (Connection.poll builds a selector on every call)
+            if not worker.poller.poll(1000 * self.config.request_timeout):
                 self._restart(worker, "timeout")
                 raise ServerError(
                     504,
                     f"the env did not answer within {self.config.request_timeout}s; its worker was "
                     "restarted and its instances are lost",
                 )
-            return worker.conn.recv()
+            return pickle.loads(worker.conn.recv_bytes())
         except (EOFError, OSError, ConnectionError):
             code = worker.process.exitcode if worker.process is not None else None
             self._restart(worker, f"exit {code}")
@@ -408,16 +414,18 @@ class EnvPool:
             load[record.worker] += 1
         return load
 
-    def call(self, instance_id: Any, op: str, args: dict[str, Any]) -> Any:
-        """Run ``op`` (``reset``, ``step``, ``get``) on an instance."""
+    def call(self, instance_id: Any, op: str, args: dict[str, Any], raw: bool = False) -> Any:
+        """Run ``op`` (``reset``, ``step``, ``get``) on an instance; its answer, a dict, or with ``raw`` the
+        JSON bytes the worker wrote (:func:`~progpo_envs.server.pool_worker.answer_bytes`)."""
         record = self._lookup(instance_id)
-        message = InstanceCall(_operation(op), {**args, "instance_id": instance_id})
+        message = InstanceCall(_operation(op), {**args, "instance_id": instance_id}, raw)
         result = self._unwrap(self._request(self._workers[record.worker], message, record.generation))
         self._count(message.op, 1)
         return result
 
-    def batch(self, op: str, items: list[dict[str, Any]]) -> list[Reply]:
-        """Run ``op`` on many instances; returns one worker reply per item, in order.
+    def batch(self, op: str, items: list[dict[str, Any]], raw: bool = False) -> list[Reply]:
+        """Run ``op`` on many instances; returns one worker reply per item, in order (``raw``: each value as
+        JSON bytes, as :meth:`call`).
 
         Each round sends every worker the items still to run on it and reads back what it ran within
         ``batch_slice`` seconds; workers are locked in index order (no deadlock) and all messages are sent
@@ -437,7 +445,7 @@ class EnvPool:
             by_worker.setdefault(record.worker, []).append(position)
             generations[position] = record.generation
         while by_worker:  # one slice per worker per round; the locks are let go between rounds
-            self._batch_round(operation, items, by_worker, generations, replies)
+            self._batch_round(operation, items, by_worker, generations, replies, raw)
         self._count(operation, sum(1 for r in replies if r is not None and r.ok))
         return replies  # type: ignore[return-value]
 
@@ -448,6 +456,7 @@ class EnvPool:
         by_worker: dict[int, list[int]],
         generations: dict[int, int],
         replies: list[Reply | None],
+        raw: bool = False,
     ) -> None:
         """One round of :meth:`batch`: fills ``replies`` and leaves in ``by_worker`` what is still to run."""
         workers = [self._workers[index] for index in sorted(by_worker)]
@@ -463,7 +472,7 @@ class EnvPool:
                 positions = [p for p in positions if generations[p] == worker.generation]
                 if not positions:
                     continue
-                calls = [InstanceCall(op, items[p]) for p in positions[:_MAX_SLICE_ITEMS]]
+                calls = [InstanceCall(op, items[p], raw) for p in positions[:_MAX_SLICE_ITEMS]]
                 try:
                     self._send(worker, Batch(calls, self.config.batch_slice))
                     sent.append((worker, positions))

@@ -5,7 +5,9 @@ The pool (:mod:`progpo_envs.server.pool`) sends one message at a time and reads 
 
 * :class:`InstanceCall` — one :class:`Op` on one instance (``args`` carries its ``instance_id``); an error
   is a reply with the HTTP status it is answered with (400 bad input, 404 unknown instance, 409 out of
-  order, 500 an env fault), never a dead worker;
+  order, 500 an env fault), never a dead worker. With ``raw`` the value of a get, reset or step is its JSON
+  text as bytes (:func:`answer_bytes`), the very bytes the server sends on: the server neither unpickles a
+  dict nor encodes it again;
 * :class:`Batch` — instance calls run in order until ``budget`` seconds are spent (one at least); the reply's
   value is the replies of the calls it ran, a prefix (the pool sends the rest again);
 * :class:`~progpo_envs.core.worker_protocol.Shutdown` — close every instance and exit (not answered).
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import os
 import signal
 import sys
@@ -60,10 +63,12 @@ class Op(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class InstanceCall:
-    """``op`` on the instance ``args["instance_id"]``, with the rest of ``args`` as its arguments."""
+    """``op`` on the instance ``args["instance_id"]``, with the rest of ``args`` as its arguments; ``raw``:
+    the answer of a get, reset or step as JSON bytes (:func:`answer_bytes`) instead of a dict."""
 
     op: Op
     args: dict[str, Any]
+    raw: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +81,8 @@ class Batch:
 
 @dataclasses.dataclass
 class Instance:
-    """One env instance and what it last answered (for ``GET`` and for ``seq`` replays)."""
+    """One env instance and what it last answered (for ``GET`` and for ``seq`` replays: ``last_reply`` holds
+    the last reset's or step's answer as a dict, its values encoded)."""
 
     env: Any
     observation: str | None = None
@@ -89,6 +95,15 @@ class Instance:
 def call_key(op: Op, args: Mapping[str, Any]) -> str:
     """What makes two calls the same call (the instance and ``seq`` aside), as canonical JSON."""
     return dumps([op.value, {k: v for k, v in sorted(args.items()) if k not in ("instance_id", "seq")}])
+
+
+def answer_bytes(answer: Mapping[str, Any]) -> bytes:
+    """An answer (values already :func:`~progpo_envs.server.codec.encode` d) as the JSON the server sends:
+    compact, strict (no NaN), ASCII (``\\u`` escapes, as Flask's ``jsonify`` writes it)."""
+    return _ENCODER.encode(answer).encode("ascii")
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def env_meta(env: Any) -> dict[str, Any]:
@@ -149,7 +164,7 @@ class EnvWorker:
     def safe_call(self, call: InstanceCall) -> Reply:
         """:meth:`run_call`, every exception turned into a reply (bad input 400, damaged data 500, ...)."""
         try:
-            return self.run_call(call.op, call.args)
+            return self.run_call(call.op, call.args, call.raw)
         except EnvDataError as exc:  # a damaged file on the server's side: a server fault that names the file
             if str(exc) not in _REPORTED_DATA_ERRORS:
                 _REPORTED_DATA_ERRORS.add(str(exc))
@@ -165,8 +180,9 @@ class EnvWorker:
             traceback.print_exc()  # the details go to the server log, the client gets the exception's message
             return Reply.failure(f"the env raised {type(exc).__name__}: {exc}", status=500)
 
-    def run_call(self, op: Op, args: dict[str, Any]) -> Reply:
-        """Run one operation; exceptions of the env propagate (:meth:`safe_call` answers them)."""
+    def run_call(self, op: Op, args: dict[str, Any], raw: bool = False) -> Reply:
+        """Run one operation (``raw``: see :class:`InstanceCall`); exceptions of the env propagate
+        (:meth:`safe_call` answers them)."""
         if op is Op.CREATE:
             env = self.creators[args["env_id"]](**args["kwargs"])
             self.instances[args["instance_id"]] = Instance(env)
@@ -181,19 +197,21 @@ class EnvWorker:
         if op is Op.GET:
             if instance.info is None:
                 return Reply.failure("the instance has not been reset yet", status=409)
-            return Reply.success({"observation": instance.observation, "info": encode(instance.info)})
+            answer = {"observation": instance.observation, "info": encode(instance.info)}
+            return Reply.success(answer_bytes(answer) if raw else answer)
         if op in (Op.RESET, Op.STEP):
-            return self._mutate(instance, op, args)
+            return self._mutate(instance, op, args, raw)
         return Reply.failure(f"unknown operation {op!r}", status=400)
 
-    def _mutate(self, instance: Instance, op: Op, args: dict[str, Any]) -> Reply:
+    def _mutate(self, instance: Instance, op: Op, args: dict[str, Any], raw: bool = False) -> Reply:
         """A reset or step, replayed instead of run again when it repeats the last ``seq``."""
         seq = args.get("seq")
         call = call_key(op, args) if seq is not None else None
         if seq is not None:
             if seq == instance.last_seq and instance.last_reply is not None:
-                if call == instance.last_call:
-                    return instance.last_reply  # a retried call: same answer, no second step
+                if call == instance.last_call:  # a retried call: same answer, no second step
+                    last = instance.last_reply
+                    return Reply.success(answer_bytes(last.value)) if raw else last
                 expected = instance.last_seq + 1
                 return Reply.failure(
                     f"seq {seq} was already used by a different call; the next is {expected}", status=409
@@ -220,7 +238,7 @@ class EnvWorker:
         reply = Reply.success(payload)
         if seq is not None:
             instance.last_seq, instance.last_call, instance.last_reply = seq, call, reply
-        return reply
+        return Reply.success(answer_bytes(payload)) if raw else reply
 
     def close(self) -> None:
         """Close every instance (shutting down: a failing close is passed over)."""

@@ -8,10 +8,17 @@ seed. Because it is a text env like the others, the group vector env works over 
     envs = gymnasium.make_vec("progpo/Remote-v0", num_envs=8, group_size=4, url=url,
     env_id="progpo/ALFWorld-v0")
 
-Networking: one session per env (connection reuse, :class:`~progpo_envs.core.http_client.DeadlineSession`);
-every call has a wall-clock deadline, ``timeout`` seconds for all its attempts together, so a server or proxy
-that answers a byte at a time cannot hold a trainer (the call fails with :class:`ServerUnavailableError`
-naming the deadline). Idempotent calls (reads, close, and reset/step, which carry a ``seq`` number the server
+Networking (``transport``): by default every call is one message on the server's stream door (``GET
+/stream`` as a WebSocket, :mod:`progpo_envs.server.stream`): persistent connections shared by all the remote
+envs of the process to one server (:class:`~progpo_envs.server.websocket.ClientPool`: as many as the calls in
+flight), one frame per call and one per answer, the answer's JSON parsed once. Where the server has no
+stream door (it answers the upgrade with 400, 404, 405, 426 or 501: an older server, gunicorn, a proxy that
+drops the upgrade) or the environment names a proxy for its URL, the calls go to the HTTP routes instead
+(``transport="auto"``, the default; ``"stream"`` or ``"http"`` force one), one
+:class:`~progpo_envs.core.http_client.DeadlineSession` per env. Both give the same answers. Every call has a
+wall-clock deadline, ``timeout`` seconds for all its attempts together, so a server or proxy that answers a
+byte at a time cannot hold a trainer (the call fails with :class:`ServerUnavailableError` naming the
+deadline). Idempotent calls (reads, close, and reset/step, which carry a ``seq`` number the server
 deduplicates) are retried with exponential back-off on connection errors, timeouts and 502/503/504 while time
 is left; creating an instance is retried only when the connection was refused (nothing reached the server).
 When the server stays unreachable the error says so (:class:`ServerUnavailableError`); an instance the server
@@ -30,7 +37,10 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -44,9 +54,24 @@ from progpo_envs.core.spaces import MAX_ACTION_LENGTH, MAX_OBSERVATION_LENGTH, U
 from progpo_envs.core.vector import GroupVectorEnv, VectorMode
 from progpo_envs.core.worker_protocol import Call, VectorBackend, apply_command
 from progpo_envs.server.codec import decode, encode
+from progpo_envs.server.websocket import (
+    CLOSE_TOO_BIG,
+    STREAM_PATH,
+    ClientPool,
+    ConnectionClosed,
+    DeadlineExceeded,
+    ExchangeFailed,
+    HandshakeRefused,
+)
 from webshop_server.clients import CLIENT_TOKEN_VAR
 
 _RETRY_STATUSES = {502, 503, 504}
+#: How a remote env reaches its server: the stream door where the server has it (``auto``), the stream door
+#: only, or the HTTP routes only.
+TRANSPORTS = ("auto", "stream", "http")
+#: Statuses of an upgrade that say the server (or a proxy before it) has no stream door: ``auto`` then takes
+#: the HTTP routes.
+_NO_STREAM_DOOR = {400, 404, 405, 426, 501}
 
 
 class RemoteEnvError(RuntimeError):
@@ -78,8 +103,67 @@ def _refused(exc: requests.RequestException) -> bool:
     )
 
 
+def stream_route(method: str, path: str) -> tuple[str, str | None] | None:
+    """The stream door's ``(op, instance_id)`` for an HTTP route (:data:`~progpo_envs.server.native.OPS`),
+    or ``None`` for a route the door does not carry (health, metrics, ...).
+
+    Example:
+        >>> stream_route("POST", "/instances/abc/step"), stream_route("POST", "/batch/reset")
+        (('step', 'abc'), ('batch_reset', None))
+        >>> stream_route("GET", "/metrics") is None
+        True
+    """
+    parts = path.strip("/").split("/")
+    if parts[0] == "batch" and len(parts) == 2 and method == "POST" and parts[1] in ("step", "reset"):
+        return f"batch_{parts[1]}", None
+    if parts[0] != "instances":
+        return None
+    if len(parts) == 1:
+        return ("create", None) if method == "POST" else None
+    if len(parts) == 2:
+        return {"GET": ("get", parts[1]), "DELETE": ("close", parts[1])}.get(method)
+    ops = {("POST", "reset"), ("POST", "step"), ("GET", "observation"), ("GET", "available_actions")}
+    if len(parts) == 3 and (method, parts[2]) in ops:
+        return parts[2], parts[1]
+    return None
+
+
+@dataclasses.dataclass
+class _StreamDoor:
+    """One server's stream door as this process uses it: its connections, and why ``auto`` takes the HTTP
+    routes of that server instead (its answer to the upgrade; ``None``: it has the door)."""
+
+    pool: ClientPool
+    no_door: str | None = None
+
+
+_DOORS: dict[tuple[str, str | None, float, int], _StreamDoor] = {}
+_DOORS_LOCK = threading.Lock()
+
+
+def _stream_door(url: str, authorization: str | None, connect_timeout: float) -> _StreamDoor:
+    """The process's :class:`_StreamDoor` of ``url`` for one client token (made on first use; a forked
+    process makes its own)."""
+    key = (url, authorization, connect_timeout, os.getpid())
+    with _DOORS_LOCK:
+        door = _DOORS.get(key)
+        if door is None:
+            ws_url = "ws" + url[len("http") :] + STREAM_PATH  # http -> ws, https -> wss
+            headers = {"Authorization": authorization} if authorization else {}
+            door = _DOORS[key] = _StreamDoor(ClientPool(ws_url, headers, connect_timeout=connect_timeout))
+        return door
+
+
+class _Unreached(Exception):
+    """An attempt that never reached the server (a refused connection): safe to retry, whatever the call."""
+
+
+class _Failed(Exception):
+    """An attempt that failed once it may have reached the server."""
+
+
 class _Client:
-    """HTTP calls to one server with a deadline per call and retries (see the module docstring)."""
+    """Calls to one server with a deadline per call and retries (see the module docstring)."""
 
     def __init__(
         self,
@@ -89,23 +173,39 @@ class _Client:
         retries: int,
         backoff: float,
         token: str | None = None,
+        transport: str = "auto",
     ):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https://, got {url!r}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         self.url = url.rstrip("/")
         self.timeout = float(timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.session = DeadlineSession(self.timeout, connect_timeout=connect_timeout)
         token = token if token is not None else os.environ.get(CLIENT_TOKEN_VAR)
-        if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
+        authorization = f"Bearer {token}" if token else None
+        if authorization:
+            self.session.headers["Authorization"] = authorization
+        self.stream: _StreamDoor | None = None
+        proxied = transport == "auto" and bool(requests.utils.get_environ_proxies(self.url))
+        if transport != "http" and not proxied:
+            self.stream = _stream_door(self.url, authorization, float(connect_timeout))
+        self.transport = transport
+
+    def uses_stream(self) -> bool:
+        """Whether calls go to the stream door (``False`` once ``auto`` found the server without one)."""
+        if self.stream is None:
+            return False
+        return self.transport == "stream" or self.stream.no_door is None
 
     def request(self, method: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
         last: str = ""
         deadline = time.monotonic() + self.timeout
+        route = stream_route(method, path)
         for attempt in range(self.retries + 1):
             pause = self.backoff * 2 ** (attempt - 1) if attempt else 0.0
             left = deadline - time.monotonic() - pause
@@ -116,44 +216,92 @@ class _Client:
                     f"timeout={self.timeout:g} s (one deadline for the call and its retries; last attempt: "
                     f"{last or 'none'})",
                 )
-            time.sleep(pause)
+            if pause:
+                time.sleep(pause)
             try:
-                response = self.session.request(method, self.url + path, json=body, deadline=left)
-            except requests.RequestException as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                if idempotent or _refused(exc):
+                if route is not None and self.uses_stream():
+                    status, answer = self._stream_attempt(route, body, time.monotonic() + left)
+                else:
+                    status, answer = self._http_attempt(method, path, body, left)
+            except _Unreached as exc:
+                last = str(exc)
+                continue
+            except _Failed as exc:
+                last = str(exc)
+                if idempotent:
                     continue
                 raise ServerUnavailableError(
                     None,
                     f"env server at {self.url} failed during {method} {path} "
                     f"({last}); the call may or may not have happened",
                 ) from exc
-            if response.status_code in _RETRY_STATUSES and (idempotent or response.status_code == 503):
-                last = f"HTTP {response.status_code}: {self._message(response)}"
+            if status in _RETRY_STATUSES and (idempotent or status == 503):
+                last = f"HTTP {status}: {self._message(answer)}"
                 continue
-            if response.status_code >= 400:
-                message = self._message(response)
-                if response.status_code in (404, 410) and path.startswith("/instances/"):
-                    raise InstanceLostError(response.status_code, message)
-                raise RemoteEnvError(response.status_code, message)
-            try:
-                return response.json()
-            except ValueError:  # a proxy's error page, or an answer cut short
-                raise RemoteEnvError(
-                    response.status_code,
-                    f"env server at {self.url} answered {method} {path} with a body that is not JSON: "
-                    f"{response.text[:200]!r}",
-                ) from None
+            if status >= 400:
+                message = self._message(answer)
+                if status in (404, 410) and path.startswith("/instances/"):
+                    raise InstanceLostError(status, message)
+                raise RemoteEnvError(status, message)
+            return answer
         raise ServerUnavailableError(
             None, f"env server at {self.url} is unavailable after {self.retries + 1} attempts ({last})"
         )
 
-    @staticmethod
-    def _message(response: requests.Response) -> str:
+    def _stream_attempt(self, route: tuple[str, str | None], body: dict | None, deadline: float) -> tuple:
+        """One call on the stream door: ``(status, answer)``; raises :class:`_Unreached` or :class:`_Failed`
+        (``auto``: a server without the door answers on the HTTP routes instead)."""
+        op, instance_id = route
+        message = {"op": op, "body": body or {}}
+        if instance_id is not None:
+            message["instance_id"] = instance_id
+        payload = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("ascii")
         try:
-            return str(response.json().get("error", response.text))
-        except ValueError:
-            return response.text[:500]
+            answer = json.loads(self.stream.pool.exchange(payload, deadline))
+        except HandshakeRefused as exc:
+            no_door = exc.status < 400 or exc.status in _NO_STREAM_DOOR
+            if no_door and self.transport == "auto":
+                self.stream.no_door = f"HTTP {exc.status}: {exc.message}"
+                raise _Unreached(f"no stream door ({self.stream.no_door}); the HTTP routes next") from exc
+            if no_door:
+                return 501, {"error": f"the server has no stream door (HTTP {exc.status}: {exc.message})"}
+            return exc.status, {"error": exc.message}
+        except ExchangeFailed as exc:
+            cause = exc.cause
+            if isinstance(cause, ConnectionClosed) and cause.code == CLOSE_TOO_BIG:
+                return 413, {"error": f"the message is too large for the server ({cause})"}
+            raise _Failed(f"{type(cause).__name__}: {cause}") from exc
+        except (OSError, DeadlineExceeded) as exc:  # no connection: nothing was sent
+            raise _Unreached(f"{type(exc).__name__}: {exc}") from exc
+        except ValueError as exc:  # an answer that is not JSON
+            raise RemoteEnvError(
+                None, f"env server at {self.url} answered {op} with a message that is not JSON"
+            ) from exc
+        return answer["status"], answer["body"]
+
+    def _http_attempt(self, method: str, path: str, body: dict | None, left: float) -> tuple:
+        """One HTTP request: ``(status, answer)``; raises :class:`_Unreached` or :class:`_Failed`."""
+        try:
+            response = self.session.request(method, self.url + path, json=body, deadline=left)
+        except requests.RequestException as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+            raise (_Unreached(failure) if _refused(exc) else _Failed(failure)) from exc
+        try:
+            return response.status_code, response.json()
+        except ValueError:  # a proxy's error page, or an answer cut short
+            if response.status_code >= 400:
+                return response.status_code, {"error": response.text[:500]}
+            raise RemoteEnvError(
+                response.status_code,
+                f"env server at {self.url} answered {method} {path} with a body that is not JSON: "
+                f"{response.text[:200]!r}",
+            ) from None
+
+    @staticmethod
+    def _message(answer: Any) -> str:
+        if isinstance(answer, dict):
+            return str(answer.get("error", answer))
+        return str(answer)[:500]
 
 
 class RemoteEnv(gym.Env[str, str]):
@@ -169,6 +317,8 @@ class RemoteEnv(gym.Env[str, str]):
         backoff: First back-off in seconds (doubles per attempt).
         token: The client token the server's operator gave this client (sent as ``Authorization: Bearer``;
             default ``$PROGPO_CLIENT_TOKEN``; none: the server counts this client as its host).
+        transport: ``"auto"`` (the stream door where the server has one, else the HTTP routes), ``"stream"``
+            or ``"http"`` (see the module docstring).
         render_mode: ``"ansi"`` or ``None``.
         **env_kwargs: Constructor kwargs of the hosted env (the server's allow-list applies).
     """
@@ -185,6 +335,7 @@ class RemoteEnv(gym.Env[str, str]):
         retries: int = 3,
         backoff: float = 0.2,
         token: str | None = None,
+        transport: str = "auto",
         render_mode: str | None = None,
         **env_kwargs: Any,
     ):
@@ -196,7 +347,7 @@ class RemoteEnv(gym.Env[str, str]):
             )
         self.render_mode = render_mode
         self.env_id = env_id
-        self._client = _Client(url, timeout, connect_timeout, retries, backoff, token)
+        self._client = _Client(url, timeout, connect_timeout, retries, backoff, token, transport)
         meta = self._client.request(
             "POST", "/instances", {"env_id": env_id, "kwargs": encode(env_kwargs)}, idempotent=False
         )

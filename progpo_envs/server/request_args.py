@@ -1,10 +1,11 @@
 """Reading the env server's requests: the JSON body and the validated arguments of a reset or a step.
 
-Both protocols the server speaks use these: its own routes (:mod:`~progpo_envs.server.app`) and AgentGym's
-(:mod:`~progpo_envs.server.agentgym`). Anything a client got wrong raises
-:class:`~progpo_envs.server.pool.ServerError` with status 400 and a message naming the field; a body that is
-not a JSON object raises :class:`progpo_base.http.RequestError` (the shop's session API reads its bodies with
-the same :func:`progpo_base.http.json_object`).
+Every door of the server uses these: its own routes (:mod:`~progpo_envs.server.app`), their stream door
+(:mod:`~progpo_envs.server.stream`, whose messages are not Flask requests: it passes each message's budget,
+:func:`request_budget`) and AgentGym's routes (:mod:`~progpo_envs.server.agentgym`). Anything a client got
+wrong raises :class:`~progpo_envs.server.pool.ServerError` with status 400 and a message naming the field; a
+body that is not a JSON object raises :class:`progpo_base.http.RequestError` (the shop's session API reads its
+bodies with the same :func:`progpo_base.http.json_object`).
 
 Nothing is built from a request before its size is known to be bounded: the body is at most
 :data:`MAX_REQUEST_BYTES`, holds at most :data:`MAX_JSON_VALUES` JSON values (counted on the raw bytes before
@@ -71,21 +72,25 @@ def request_client() -> str:
     return g.client
 
 
+def request_budget(size: int) -> DecodeBudget:
+    """The budget for the decoded values of a request of ``size`` bytes, shared by all its fields:
+    :data:`DECODE_BYTES_PER_BODY_BYTE` times its size, within [:data:`MIN_DECODE_BYTES`,
+    :data:`MAX_REQUEST_BYTES`]."""
+    return DecodeBudget(min(MAX_REQUEST_BYTES, max(MIN_DECODE_BYTES, DECODE_BYTES_PER_BODY_BYTE * size)))
+
+
 def decode_budget() -> DecodeBudget:
-    """The request's budget for decoded values, shared by all its fields: :data:`DECODE_BYTES_PER_BODY_BYTE`
-    times its body's size, within [:data:`MIN_DECODE_BYTES`, :data:`MAX_REQUEST_BYTES`]."""
+    """The HTTP request's budget for decoded values (:func:`request_budget` of its body's size)."""
     if "decode_budget" not in g:
-        size = len(request.get_data(cache=True))
-        g.decode_budget = DecodeBudget(
-            min(MAX_REQUEST_BYTES, max(MIN_DECODE_BYTES, DECODE_BYTES_PER_BODY_BYTE * size))
-        )
+        g.decode_budget = request_budget(len(request.get_data(cache=True)))
     return g.decode_budget
 
 
-def decode_arg(name: str, raw: Any) -> Any:
-    """A codec-encoded field of a request, decoded within the request's budget (400 naming ``name``)."""
+def decode_arg(name: str, raw: Any, budget: DecodeBudget | None = None) -> Any:
+    """A codec-encoded field of a request, decoded within the request's budget (400 naming ``name``);
+    ``budget``: the budget of a request that is not Flask's (the stream door's messages)."""
     try:
-        return decode(raw, max_depth=MAX_JSON_DEPTH, budget=decode_budget())
+        return decode(raw, max_depth=MAX_JSON_DEPTH, budget=budget if budget is not None else decode_budget())
     except CodecError as exc:
         raise ServerError(
             400, f"{name}: {exc} (a request may decode {DECODE_BYTES_PER_BODY_BYTE} times its own size)"
@@ -102,12 +107,12 @@ def seed_arg(body: Mapping[str, Any]) -> int | None:
     return seed
 
 
-def options_arg(body: Mapping[str, Any]) -> dict[str, Any] | None:
+def options_arg(body: Mapping[str, Any], budget: DecodeBudget | None = None) -> dict[str, Any] | None:
     """The body's reset ``options`` (codec-decoded): ``None`` or an object with string keys."""
     raw = body.get("options")
     if raw is None:
         return None
-    options = decode_arg("options", raw)
+    options = decode_arg("options", raw, budget)
     if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
         raise ServerError(400, "options must be a JSON object")
     task_index = options.get("task_index")
@@ -136,13 +141,13 @@ def _action_arg(body: Mapping[str, Any]) -> str | None:
     return action
 
 
-def reset_args(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Validated arguments of a reset."""
-    return {"seed": seed_arg(body), "options": options_arg(body), "seq": _seq_arg(body)}
+def reset_args(body: Mapping[str, Any], budget: DecodeBudget | None = None) -> dict[str, Any]:
+    """Validated arguments of a reset (``budget``: see :func:`decode_arg`)."""
+    return {"seed": seed_arg(body), "options": options_arg(body, budget), "seq": _seq_arg(body)}
 
 
-def step_args(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Validated arguments of a step."""
+def step_args(body: Mapping[str, Any], budget: DecodeBudget | None = None) -> dict[str, Any]:
+    """Validated arguments of a step (nothing in them is decoded: ``budget`` is unused)."""
     return {"action": _action_arg(body), "seq": _seq_arg(body)}
 
 

@@ -5,9 +5,10 @@ workers, so a few dozen threads serve many concurrent clients. (Gunicorn works t
 process and threads, e.g. ``gunicorn -w 1 --threads 32 'progpo_envs.server.cli:app_from_environment()'``:
 the instances live in the one process that owns the env workers.)
 
-Connections are shared fairly and a stop signal drains, as for the WebShop site
-(:mod:`webshop_server.serving`: a quarter of the open connections per client host, idle ones closed after a
-while).
+The env server's channels are also its stream door (:mod:`progpo_envs.server.stream`: ``GET /stream`` as a
+WebSocket), so a stream connection counts like any other. Connections are shared fairly and a stop signal
+drains, as for the WebShop site (:mod:`webshop_server.serving`: a quarter of the open connections per client
+host, idle ones closed after a while).
 :func:`serve_until_stopped` drains on SIGTERM and SIGINT, also when sent to the whole process group: the pool
 stops restarting workers at once (the workers ignore the group's signal and keep serving), the server stops
 accepting, lets the requests in flight finish, then stops the env workers.
@@ -25,6 +26,7 @@ import threading
 
 from flask import Flask
 
+from progpo_envs.server.stream import stream_channel_class
 from webshop_server.serving import make_server
 from webshop_server.serving import serve_until_stopped as serve_app_until_stopped
 
@@ -33,8 +35,13 @@ DEFAULT_THREADS = 48
 
 
 def make_wsgi_server(app: Flask, host: str = "127.0.0.1", port: int = 8000, threads: int = DEFAULT_THREADS):
-    """A waitress server for ``app`` (``port=0`` picks a free port: read ``server.effective_port``)."""
-    return make_server(app, host=host, port=port, threads=threads, ident="progpo-env-server")
+    """A waitress server for ``app`` (``port=0`` picks a free port: read ``server.effective_port``); for the
+    env server's app its channels also serve the stream door (:mod:`progpo_envs.server.stream`)."""
+    server = make_server(app, host=host, port=port, threads=threads, ident="progpo-env-server")
+    native = app.extensions.get("progpo_native")
+    if native is not None:
+        server.channel_class = stream_channel_class(native)
+    return server
 
 
 def serve_until_stopped(server, pool) -> None:

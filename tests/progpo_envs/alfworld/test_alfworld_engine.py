@@ -29,7 +29,17 @@ PATCH_SETS = {
     "stock": EnginePatches.stock(),
     **{
         name: dataclasses.replace(EnginePatches.stock(), **{name: True})
-        for name in ("grammar_cache", "pddl2sas_cache", "restore_argv", "shallow_context_copy")
+        for name in (
+            "grammar_cache",
+            "pddl2sas_cache",
+            "restore_argv",
+            "shallow_context_copy",
+            "tree_copy",
+            "command_cache",
+            "lazy_replan",
+            "shared_logic",
+            "one_first_state",
+        )
     },
     "all": EnginePatches(),
 }
@@ -171,7 +181,7 @@ def test_pddl2sas_cache_translates_each_game_once(games, monkeypatch):
     engine = AlfredEngine(EnginePatches())
     engine.reset(path)
     first = len(calls)
-    assert first == 2  # plain + optimised; the stock engine's load() and reset() would make it 4
+    assert first == 1  # plain only (lazy_replan); the stock engine's load() and reset() would make it 4
     engine.reset(path)
     AlfredEngine(EnginePatches()).reset(path)  # another engine in the process shares the cache
     assert len(calls) == first
@@ -256,8 +266,8 @@ def test_all_patches_byte_identical_on_every_task_type(task_type, shared_alfworl
 def test_engines_of_a_process_share_loaded_games_but_not_state(games, monkeypatch):
     clear_caches()
     loads = []
-    original = PddlEnv.load
-    monkeypatch.setattr(PddlEnv, "load", lambda self, game: loads.append(game) or original(self, game))
+    original = AlfredEngine._load
+    monkeypatch.setattr(AlfredEngine, "_load", lambda self, game: loads.append(game) or original(self, game))
     a, b = AlfredEngine(), AlfredEngine()
     assert a.reset(games["generated"]) == b.reset(games["generated"])
     assert len(loads) == 1
@@ -301,3 +311,167 @@ def test_a_closed_engine_hands_its_libdownward_copy_to_the_next_engine(generated
         engine.reset(path)
         engine.close()
     assert _libdownward_copies() <= before + 1
+
+
+def test_lazy_replan_plans_as_the_stock_engine_when_asked(games):
+    """The planner's task is made on the first replan call: the plan from a state mid-episode is the stock
+    engine's, and the episode goes on identically after it."""
+    path = games["generated"]
+    plans, transcripts = {}, {}
+    for name, patches in (("stock", EnginePatches.stock()), ("lazy", EnginePatches())):
+        clear_caches()
+        engine = AlfredEngine(patches)
+        transcript = [engine.reset(path)]
+        command = next(c for c in engine.admissible_commands if c.startswith("go to "))
+        transcript.append(engine.step(command))
+        with engine._patched():
+            plans[name] = engine._env._pddl_state.replan(engine._env._entity_infos)
+        for command in plans[name][:3]:
+            transcript.append(engine.step(command))
+            transcript.append("\n".join(engine.admissible_commands))
+        transcripts[name] = transcript
+    assert plans["lazy"] == plans["stock"] and plans["stock"]
+    assert transcripts["lazy"] == transcripts["stock"]
+
+
+def test_shared_logic_is_the_logic_the_game_would_parse(games, shared_alfworld_data, progpo_cache):
+    """Per game only the task rule is parsed; the logic it plays with has the same actions and rules (the
+    same texts, conditions and weights) as the game's own grammar parsed whole."""
+    import textworld.envs.pddl.logic as pddl_logic
+
+    from progpo_envs.alfworld.engine import active_patches, game_logic, load_game_data
+
+    tasks = load_tasks("valid_seen", shared_alfworld_data)[:3]
+    with active_patches(EnginePatches()):
+        logics = []
+        for task in tasks:
+            data = load_game_data(task.game_file())
+            shared, whole = (
+                game_logic(data["pddl_domain"], data["grammar"]),
+                pddl_logic.GameLogic(data["pddl_domain"], data["grammar"]),
+            )
+            assert {k: vars(a) for k, a in shared.actions.items()} == {
+                k: vars(a) for k, a in whole.actions.items()
+            }
+            render = lambda g: {  # noqa: E731
+                k: [(r.lhs, repr(r.rhs), r.weight, r.condition) for r in v] for k, v in g._rules.items()
+            }
+            assert render(shared.grammar) == render(whole.grammar)
+            assert "Your task is to: " in repr(shared.grammar._rules["task"])
+            logics.append(shared)
+    assert logics[0].actions is logics[1].actions  # parsed once, shared
+    assert logics[0].grammar._rules["task"] is not logics[1].grammar._rules["task"]
+
+
+def test_command_cache_derives_each_static_command_once_per_game(games, monkeypatch):
+    """``go to`` commands (which read where receptacles stand, a fact no action changes) are derived once per
+    (template, arguments) per game; the transcript is the stock one (the byte-identity tests above)."""
+    derived = []
+    original = textgen.ContextSensitiveGrammar.derive
+    monkeypatch.setattr(
+        textgen.ContextSensitiveGrammar,
+        "derive",
+        lambda self, start, context={}: derived.append(start) or original(self, start, context),
+    )
+    clear_caches()
+    engine = AlfredEngine(EnginePatches())
+    engine.reset(games["generated"])
+    first = sum(1 for start in derived if start.startswith("go to"))
+    assert first > 0
+    command = next(c for c in engine.admissible_commands if c.startswith("go to "))
+    engine.step(command)
+    engine.reset(games["generated"])  # the same game again: every go-to command's text is known
+    assert sum(1 for start in derived if start.startswith("go to")) <= first + 1
+    from progpo_envs.alfworld.engine import _static_predicates
+
+    static = _static_predicates(engine._env._pddl_state.task)
+    assert "receptacleatlocation" in static and "atlocation" not in static and "holds" not in static
+
+
+def test_translations_kept_on_disk_replay_byte_identically(games, reference, tmp_path, monkeypatch):
+    """A translation kept on disk by one engine is read (not translated again) by the next one in a fresh
+    process state, and the game plays byte-identically; a damaged file is translated again, and a folder
+    that cannot be written is only read."""
+    path = games["generated"]
+    folder = tmp_path / "translations"
+
+    def transcript() -> list[str]:
+        clear_caches()
+        engine = AlfredEngine(EnginePatches(), disk_cache=folder)
+        return play_transcript(lambda: engine.reset(path), engine.step, lambda: engine.admissible_commands)
+
+    assert digest(transcript()) == digest(reference("generated"))
+    files = list(folder.glob("*.sas.z"))
+    assert len(files) == 1 and files[0].read_bytes().startswith(b"progpo-sas-1 ")
+    fd_translate = sys.modules["fast_downward.translate.translate"]
+    calls = []
+    original = fd_translate.pddl_to_sas
+    monkeypatch.setattr(fd_translate, "pddl_to_sas", lambda task: calls.append(1) or original(task))
+    assert digest(transcript()) == digest(reference("generated")) and calls == []  # read from disk
+    files[0].write_bytes(files[0].read_bytes()[:-10] + b"0123456789")  # damaged: checksum mismatch
+    assert digest(transcript()) == digest(reference("generated")) and calls == [1]  # translated again
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    clear_caches()  # a folder that cannot be made (its parent is a file): translated, played, nothing kept
+    engine = AlfredEngine(EnginePatches(), disk_cache=blocked / "translations")
+    assert engine.reset(path) == reference("generated")[0]
+
+
+def test_tree_copy_hands_out_independent_copies_like_deepcopy():
+    from progpo_envs.alfworld.engine import active_patches
+
+    text = "You see {r.name}. #examineReceptacle.feedback# [{o.name | inreceptacle(o:object, r:receptacle)}]"
+    with active_patches(EnginePatches.stock()):
+        stock = textgen._parse_and_convert(text, rule_name="symbols")
+    with active_patches(EnginePatches()):
+        first = textgen._parse_and_convert(text, rule_name="symbols")
+        second = textgen._parse_and_convert(text, rule_name="symbols")
+        copied = textgen.deepcopy(first)
+    assert [repr(s) for s in first] == [repr(s) for s in stock] == [repr(s) for s in copied]
+    assert all(a is not b for a, b in zip(first, second, strict=True))
+    nested = [s for s in first if isinstance(s, textgen.ListSymbol)]
+    assert nested and nested[0].symbol is not copied[first.index(nested[0])].symbol
+    # deepcopy's sharing is kept: symbols that shared one (default) context dict share one copy of it
+    pairs = list(zip([s.context for s in first], [s.context for s in copied], strict=True))
+    assert all((a is b) == (c is d) for a, c in pairs for b, d in pairs)
+
+
+def test_the_grammar_kept_on_disk_is_the_parse_and_plays_byte_identically(games, reference, tmp_path):
+    """The shared grammar's parse is kept as JSON by the first process and read by the next (TatSu is not run
+    again), equal to the parse, and the game plays as the stock engine; a damaged file is parsed again."""
+    import textworld.envs.pddl.logic as pddl_logic
+
+    from progpo_envs.alfworld import engine as engine_module
+
+    path = games["generated"]
+    folder = tmp_path / "engine"
+
+    def transcript() -> list[str]:
+        clear_caches()
+        engine = AlfredEngine(EnginePatches(), disk_cache=folder)
+        return play_transcript(lambda: engine.reset(path), engine.step, lambda: engine.admissible_commands)
+
+    assert digest(transcript()) == digest(reference("generated"))
+    kept = sorted(folder.glob("logic-*.json.z"))
+    assert len(kept) == 1
+    parses = []
+    original = pddl_logic.GameLogic.__init__
+
+    def counting(self, *args, **kwargs):
+        parses.append(1)
+        original(self, *args, **kwargs)
+
+    pddl_logic.GameLogic.__init__ = counting
+    try:
+        assert digest(transcript()) == digest(reference("generated")) and parses == []  # read from disk
+        data = engine_module.load_game_data(path)
+        clear_caches()
+        with engine_module.active_patches(EnginePatches(), folder):
+            from_disk = engine_module.game_logic(data["pddl_domain"], data["grammar"])
+        parsed = pddl_logic.GameLogic.__new__(pddl_logic.GameLogic)
+        original(parsed, data["pddl_domain"], data["grammar"])
+        assert engine_module._render(from_disk) == engine_module._render(parsed)
+        kept[0].write_bytes(kept[0].read_bytes()[:-8] + b"damaged!")
+        assert digest(transcript()) == digest(reference("generated")) and parses == [1]  # parsed again
+    finally:
+        pddl_logic.GameLogic.__init__ = original

@@ -115,11 +115,11 @@ def test_a_small_request_decodes_at_most_a_few_times_its_size(toy_url):
 def test_a_batch_answer_is_bounded_and_the_client_sends_the_rest_again(monkeypatch):
     """Past MAX_BATCH_ANSWER_CHARS the rest of a batch is not run (413, not_run) and Remote-v0 resends it
     (before: a 4,096-item html-mode batch answered 52 times its request's size)."""
-    import progpo_envs.server.app as server_app
+    import progpo_envs.server.native as native
     from progpo_envs.server.remote import step_batch
 
-    monkeypatch.setattr(server_app, "BATCH_CHUNK", 4)
-    monkeypatch.setattr(server_app, "MAX_BATCH_ANSWER_CHARS", 2_000)
+    monkeypatch.setattr(native, "BATCH_CHUNK", 4)
+    monkeypatch.setattr(native, "MAX_BATCH_ANSWER_CHARS", 2_000)
     server = serve_toy(num_workers=1)
     try:
         envs = [RemoteEnv(server.url, TOY_ENV_ID, max_steps=1000) for _ in range(40)]
