@@ -7,8 +7,8 @@ with ``get_reward()``. TRL warns that the G rollouts of a group must share their
 ``reset`` derives it from the row only (``task_index``, ``split`` and ``seed``), so every rollout of a row
 plays the same task from the same first observation.
 
-* :class:`ALFWorldToolEnv` — one tool, ``act(command)``: the command's outcome, then the commands admissible
-  next;
+* :class:`ALFWorldToolEnv` — one tool, ``act(command)``: the command's outcome, the task's line again, then
+  the commands admissible next;
 * :class:`WebShopToolEnv` — ``search(query)`` and ``click(target)``: the page, then what can be clicked;
 * both: ``get_reward()`` is the env's own return (the sum of its rewards: 10 for a solved task by default);
   a tool called after the episode ended raises ``ValueError`` (TRL hands the message to the model); a
@@ -49,6 +49,7 @@ Training (see docs/hosting.md, "OpenEnv", for a run against a server)::
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -272,6 +273,10 @@ class _TextToolEnv:
         self._split = split
         self._backend = _backend(self.env_id, server, protocol, env_kwargs, timeout_s)
         weakref.finalize(self, _close, self._backend)
+        #: The env's view of the state after the last ``reset`` or tool call (an attribute, so TRL does not
+        #: take it for a tool): ``admissible_actions``, ``won``, and ``expert_action`` when the env (or the
+        #: server's operator) has the expert on: what an SFT warm start on the expert's plays reads.
+        self.last_view: Mapping[str, Any] = {}
         self._return = 0.0
         self._done = True
         self._won = False
@@ -287,6 +292,7 @@ class _TextToolEnv:
         if task_index is None:
             raise ValueError("the dataset row needs a task_index column (agents.trl.task_rows makes one)")
         episode = self._backend.reset(int(task_index), split or self._split, seed)
+        self.last_view = episode.view
         self._return, self._done, self._won = 0.0, False, False
         return self._render(episode)
 
@@ -294,10 +300,17 @@ class _TextToolEnv:
         """The env's return for the episode (the sum of its rewards)."""
         return self._return
 
+    @property
+    def done(self) -> bool:
+        """Whether the episode is over (won, or the env's step limit); a tool called then raises. A property,
+        so TRL does not take it for a tool."""
+        return self._done
+
     def _apply(self, command: str) -> str:
         if self._done:
             raise ValueError("The episode is over; no more actions can be taken.")
         episode = self._backend.step(command)
+        self.last_view = episode.view
         self._return += episode.reward
         self._done, self._won = episode.done, bool(episode.view.get("won", False))
         return self._render(episode)
@@ -324,6 +337,10 @@ class ALFWorldToolEnv(_TextToolEnv):
         protocol: ``"openenv"`` (``progpo serve --protocol openenv``) or ``"native"`` (``progpo serve``).
         split: The split played when a row names none.
         timeout_s: Seconds a hosted env may take to answer.
+        restate_task: Repeat the task's line ("Your task is to: ...") in every answer of :meth:`act`, just
+            before the admissible commands (the first observation states it once, and in a long episode it
+            ends up thousands of tokens back: a small model then no longer reads it; the quickstart's
+            ``compact`` prompt puts the task last for the same reason).
         **env_kwargs: Constructor kwargs of the env (in this process; for a server: those it allows).
     """
 
@@ -333,6 +350,33 @@ class ALFWorldToolEnv(_TextToolEnv):
         "admissible command at a time."
     )
 
+    def __init__(
+        self,
+        server: str | None = None,
+        protocol: str = "openenv",
+        split: str = "train",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        restate_task: bool = True,
+        **env_kwargs: Any,
+    ):
+        super().__init__(server, protocol, split, timeout_s, **env_kwargs)
+        self._restate_task = restate_task
+        self._task_line: str | None = None
+
+    def reset(
+        self, task_index: int | None = None, split: str | None = None, seed: int | None = 0, **row: Any
+    ):
+        """Start the row's task: ``task_index`` of ``split`` (default: the constructor's), seeded by ``seed``.
+
+        Every other column of the row (``prompt``, ...) is ignored; the same row always gives the same first
+        observation, so a GRPO group shares its task. Returns the first observation for the prompt.
+        """
+        self._task_line = None
+        first = super().reset(task_index, split, seed, **row)
+        found = re.search(r"^Your task is to: .*$", first, re.M)
+        self._task_line = found.group(0) if found and self._restate_task else None
+        return first
+
     def act(self, command: str) -> str:
         """Carry out one command in the household, e.g. "go to desk 1" or "take mug 1 from desk 1".
 
@@ -340,12 +384,13 @@ class ALFWorldToolEnv(_TextToolEnv):
             command: One of the admissible commands listed after the last observation.
 
         Returns:
-            What happened, then the commands admissible next (or that the episode is over).
+            What happened, the task again, then the commands admissible next (or that the episode is over).
         """
         return self._apply(command)
 
     def _actions_line(self, view: Mapping[str, Any]) -> str:
-        return "Admissible commands: " + ", ".join(view.get("admissible_actions") or [])
+        commands = "Admissible commands: " + ", ".join(view.get("admissible_actions") or [])
+        return commands if self._task_line is None else f"{self._task_line}\n{commands}"
 
 
 class WebShopToolEnv(_TextToolEnv):
@@ -398,8 +443,9 @@ def task_rows(
 ) -> Iterator[dict]:
     """The dataset rows of ``split`` for ``env``'s class: one per task, ``repeats`` times over.
 
-    Each row is ``{"prompt": [{"role": "user", "content": instruction}], "task_index", "split", "seed"}``;
-    ``reset(**row)`` appends the task's first observation to the prompt.
+    Each row is ``{"prompt": [{"role": "user", "content": instruction + "\\n\\n"}], "task_index", "split",
+    "seed"}``; ``reset(**row)``'s first observation is appended to that content (TRL adds it as it is, so the
+    blank line keeps the instruction and the observation apart).
 
     Args:
         env: A tool env (it tells how many tasks the split has).
@@ -412,7 +458,7 @@ def task_rows(
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     count = env._backend.num_tasks(split)
     count = count if limit is None else min(count, limit)
-    prompt = [{"role": "user", "content": env.instruction}]
+    prompt = [{"role": "user", "content": env.instruction + "\n\n"}]
     for _ in range(repeats):
         for task_index in range(count):
             yield {"prompt": prompt, "task_index": task_index, "split": split, "seed": seed}

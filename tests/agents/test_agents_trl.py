@@ -3,6 +3,7 @@
 * the tools play the expert's plan to a win with the env's own return, in process, against OpenEnv's server
   (``progpo serve --protocol openenv``) and against our native server, and the three agree text for text;
 * ``reset(**row)`` is deterministic in the row; a tool after the episode's end raises; the rows of a split;
+* ALFWorld's answers restate the task before the admissible commands; ``last_view`` and ``done`` are no tools;
 * TRL's tool schema comes out of the docstrings (TRL's own Qwen2.5 template renders it);
 * (slow) TRL's own ``GRPOTrainer`` runs 2 optimisation steps on each env through the class, with a tiny
   random-initialised Qwen2 and the bundled tokenizer: loss and the env's rewards finite and logged, every
@@ -129,6 +130,38 @@ def test_an_inadmissible_command_is_the_envs_invalid_action_not_an_error():
     assert env.get_reward() == 0.0
 
 
+def test_each_answer_restates_the_task_just_before_the_admissible_commands():
+    _buildable(ALFWORLD)
+    env = ALFWorldToolEnv()
+    first = env.reset(task_index=0, split="train")
+    task = re.search(r"^Your task is to: .*$", first, re.M).group(0)
+    assert first.count("Your task is to:") == 1  # the first observation states it once
+    answer = env.act("look")
+    assert f"\n\n{task}\nAdmissible commands: " in answer
+    plain = ALFWorldToolEnv(restate_task=False)
+    plain.reset(task_index=0, split="train")
+    assert "Your task is to:" not in plain.act("look")
+
+
+def test_the_view_and_the_end_of_the_episode_are_attributes_not_tools():
+    """``last_view`` (the expert's next command with the expert on) and ``done`` follow the episode; TRL
+    exposes neither as a tool (it takes the class's public functions)."""
+    import inspect
+
+    _buildable(ALFWORLD)
+    env = ALFWorldToolEnv(expert=True)
+    assert env.done and env.last_view == {}
+    env.reset(task_index=2, split="train")
+    steps = 0
+    while not env.done:
+        assert env.last_view["expert_action"] in env.last_view["admissible_actions"]
+        env.act(env.last_view["expert_action"])
+        steps += 1
+    assert env.last_view["won"] and env.get_reward() > 0 and steps > 1
+    tools = [name for name, _ in inspect.getmembers(ALFWorldToolEnv, inspect.isfunction) if name[0] != "_"]
+    assert sorted(tools) == ["act", "get_reward", "reset"]
+
+
 def test_rows_cover_the_split_and_reset_is_deterministic_in_the_row():
     _buildable(ALFWORLD)
     env = ALFWorldToolEnv()
@@ -136,6 +169,8 @@ def test_rows_cover_the_split_and_reset_is_deterministic_in_the_row():
     rows = list(task_rows(env, "train", repeats=2, seed=3))
     assert len(rows) == 2 * count and [r["task_index"] for r in rows[:count]] == list(range(count))
     assert {r["split"] for r in rows} == {"train"} and {r["seed"] for r in rows} == {3}
+    # TRL appends the first observation to the prompt as it is: a blank line keeps them apart
+    assert rows[0]["prompt"][0]["content"] == env.instruction + "\n\n"
     other = ALFWorldToolEnv()
     assert env.reset(**rows[1]) == other.reset(**rows[1]) != env.reset(**rows[2])
     with pytest.raises(ValueError, match="task_index"):

@@ -1,0 +1,69 @@
+"""``examples/trl_alfworld.py``, the TRL example of docs/hosting.md ("Training with TRL"), as a user runs it.
+
+* (fast) the code docs/hosting.md shows is the example's: every line of its ``python`` block is a line of
+  the file;
+* (slow, ``.ci/run``) the example's shortened run (``benchmarks.trl_alfworld.QUICK_ARGS``: a few SFT and GRPO
+  steps, a couple of held-out episodes) as a subprocess, with the OpenEnv server it starts itself: TRL's
+  ``SFTTrainer`` lowers its loss on the expert's conversations, ``GRPOTrainer`` calls the ``act`` tool on the
+  server and takes its steps, and the held-out success before and after is recorded in [0, 1].
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.trl_alfworld import EXAMPLE, QUICK_ARGS
+from tests.paths import REPO_ROOT as ROOT
+
+
+def docs_block() -> str:
+    """The ``python`` block of docs/hosting.md's "Training with TRL"."""
+    text = (ROOT / "docs" / "hosting.md").read_text()
+    start = text.index("\n### Training with TRL\n")
+    return re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+
+
+def test_the_docs_show_the_examples_code():
+    example = {line.strip() for line in (ROOT / EXAMPLE).read_text().splitlines()}
+    shown = [line.strip() for line in docs_block().splitlines() if line.strip() and line.strip() != "..."]
+    assert len(shown) > 20
+    missing = [line for line in shown if line not in example]
+    assert not missing, f"lines of docs/hosting.md's TRL example that {EXAMPLE} does not have: {missing}"
+
+
+@pytest.mark.slow  # ~3 min on 2 cores; .ci/run runs it
+def test_the_shortened_example_warm_starts_trains_and_measures(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, EXAMPLE, *QUICK_ARGS, "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    sft = result["sft"]
+    # the expert won its games, and TRL's SFTTrainer learnt from them: the loss fell
+    assert sft["demo_won"] == sft["demo_episodes"] == sft["sft_conversations"] == 12
+    assert len(sft["sft_losses"]) >= 4 and sft["sft_loss_last"] < sft["sft_loss_first"] - 1.0
+    assert (run_dir / "sft" / "model.safetensors").is_file()
+    # GRPOTrainer took its steps against the server, calling the tool: the env was stepped
+    grpo = result["grpo"]
+    assert grpo["grpo_steps"] == 2 and len(grpo["grpo_reward"]) == 2
+    assert all(math.isfinite(loss) for loss in grpo["grpo_loss"])
+    assert sum(grpo["grpo_tool_calls"]) > 0
+    for when in ("before", "after"):
+        evaluation = result[when]
+        assert 0.0 <= evaluation["success"] <= 1.0 and evaluation["episodes"] == 2
+        assert evaluation["tool_calls_per_episode"] > 0
+    assert "held-out success" in done.stdout and "after 2 GRPO steps" in done.stdout
