@@ -271,6 +271,17 @@ SPECS = (
         "`.venv-vllm`: no quick version.",
         ".venv-vllm/bin/python -m benchmarks.bench_free_text_engines",
     ),
+    Benchmark(
+        "free_text_engines_constrained_loss",
+        script_path(__file__),
+        "The same comparison for the quickstart's warm start as it was before it imitated over the whole "
+        "vocabulary (its loss over the admissible commands' tokens only, commit a42d472, weights de7fbcc7): "
+        "whether that policy ever writes its stop token in free text, on either engine.",
+        "git checkout a42d472 && progpo train --config configs/quickstart.yaml iterations=0 "
+        "run_dir=runs/ws_constrained; git checkout - && .venv-vllm/bin/python -m "
+        "benchmarks.bench_free_text_engines --policy runs/ws_constrained/reference "
+        "--out benchmarks/results/free_text_engines_constrained_loss.json",
+    ),
 )
 
 

@@ -3,8 +3,8 @@
 Runs ``examples/trl_alfworld.py`` (TRL's ``SFTTrainer`` warm start of the tiny policy on the expert's tool
 calls, then ``GRPOTrainer(environment_factory=...)`` against the ALFWorld OpenEnv server; held-out success
 before and after GRPO) once per seed, each in its own process with its own server. Seed 0 runs the whole
-example; seeds ``1..N-1`` start from **seed 0's warm start** (``--warm-start <seed 0>/sft``), so the spread over
-seeds is the spread of GRPO (its task draws and sampling) from one warm start, as in
+example; seeds ``1..N-1`` start from **seed 0's warm start** (``--warm-start <seed 0>/sft``), so the spread
+over seeds is the spread of GRPO (its task draws and sampling) from one warm start, as in
 ``benchmarks/quickstart.py``; ``--own-warm-start`` gives every seed its own SFT instead.
 
 For every seed the result holds the example's ``result.json`` (held-out success before and after GRPO: mean,
@@ -306,13 +306,14 @@ def render(data: dict) -> str:
     )
     return "\n\n".join(
         [
-            f"Held-out success ({data['held_out_tasks']} generated valid_seen tasks × {data['eval_seeds']} "
-            f"sampling seeds at temperature {fmt(data['temperature'])}) after TRL's SFTTrainer warm start and "
-            f"after {settings['grpo_steps']} GRPOTrainer steps against the ALFWorld OpenEnv server; seeds 1.. "
-            "start from seed 0's warm start.",
+            f"Held-out success ({data['held_out_tasks']} generated valid_seen tasks × "
+            f"{data['eval_seeds']} sampling seeds at temperature {fmt(data['temperature'])}) after TRL's "
+            f"SFTTrainer warm start and after {settings['grpo_steps']} GRPOTrainer steps against the "
+            "ALFWorld OpenEnv server; seeds 1.. start from seed 0's warm start.",
             markdown_table(["seed", "before GRPO", "after GRPO", "change", "wall s"], rows),
             f"GRPO raised success beyond the spread: {data['gain_beyond_spread']} (rose in "
-            f"{data['seeds_where_it_rose']}, fell in {data['seeds_where_it_fell']} of {len(data['seeds'])} seeds).",
+            f"{data['seeds_where_it_rose']}, fell in {data['seeds_where_it_fell']} of "
+            f"{len(data['seeds'])} seeds).",
         ]
     )
 

@@ -1,12 +1,13 @@
 """Train a tiny policy on ALFWorld with TRL alone: ``SFTTrainer`` on the expert's tool calls, then
-``GRPOTrainer(environment_factory=...)`` against the OpenEnv server, held-out success measured before and after.
+``GRPOTrainer(environment_factory=...)`` against the OpenEnv server, held-out success before and after.
 
 What it does, in order (docs/hosting.md, "Training with TRL", walks through it):
 
 1. **The env.** ALFWorld as an OpenEnv server (``progpo serve --protocol openenv``; this script starts one in
-   its own process unless ``--server`` names one), kept to the CPU quickstart's recipe (configs/quickstart.yaml):
-   two task types in four small bedrooms, 160 generated training games, the searching expert on. The model
-   plays it through :class:`agents.trl.ALFWorldToolEnv`: one tool, ``act(command)``.
+   its own process unless ``--server`` names one), kept to the CPU quickstart's recipe
+   (configs/quickstart.yaml): two task types in four small bedrooms, 160 generated training games, the
+   searching expert on. The model plays it through :class:`agents.trl.ALFWorldToolEnv`: one tool,
+   ``act(command)``.
 2. **The warm start** (TRL's ``SFTTrainer``). The expert plays the 160 training tasks through the same tool
    env; each game becomes one conversation in TRL's Qwen2.5 tool template (the task, the assistant's
    ``act`` calls, the tool's answers) with the env class's ``tools``. A random-initialised model cannot read
@@ -107,7 +108,7 @@ def env_factory(url: str):
 
 
 def tool_schemas(env: ALFWorldToolEnv) -> list[dict]:
-    """The tools as ``GRPOTrainer`` renders them: the env's public methods, their schema from the docstrings."""
+    """The tools as ``GRPOTrainer`` renders them: the env's public methods, their schemas from docstrings."""
     return [get_json_schema(env.act)]
 
 
@@ -238,8 +239,9 @@ def play(model, tokenizer, make_env, rows: list[dict], args, seed: int) -> list[
     observation in the chat template with the tools, then generate, parse the tool calls with TRL's
     ``parse_response``, call them, append the template's tool turn and generate again, until the model calls
     no tool, ``--max-tool-calls`` calls were made or ``--max-completion-length`` tokens (every turn, tool
-    answers included) are spent. Episodes run batched; sampling at ``--temperature`` (0: greedy) from ``seed``.
-    Returns per episode: won, tool calls, well-formed ``act`` calls, admissible commands, completion tokens."""
+    answers included) are spent. Episodes run batched; sampling at ``--temperature`` (0: greedy) from
+    ``seed``. Returns per episode: won, tool calls, well-formed ``act`` calls, admissible commands, completion
+    tokens."""
     model.eval()
     envs = [make_env() for _ in rows]
     tools = [envs[0].act]
@@ -514,7 +516,8 @@ def main(argv=None) -> dict:
                 f"held-out success ({len(held_out)} valid_seen tasks × {args.eval_seeds} sampling seeds, "
                 f"temperature {args.temperature}):",
                 f"  after SFT (before GRPO): {before['success']:.1%} ± {before['spread']:.1%}",
-                f"  after {result['grpo']['grpo_steps']} GRPO steps:     {after['success']:.1%} ± {after['spread']:.1%}",
+                f"  after {result['grpo']['grpo_steps']} GRPO steps:     "
+                f"{after['success']:.1%} ± {after['spread']:.1%}",
                 f"result: {run_dir / 'result.json'}",
             ]
         ),
