@@ -10,6 +10,8 @@ rehearsal fits a 24 GiB machine.
 Run (from the repository root; needs ``.venv-vllm``, made by ``scripts/setup_vllm_cpu.sh``)::
 
     .venv/bin/python benchmarks/vllm_rehearsal_memory.py
+    .venv/bin/python benchmarks/vllm_rehearsal_memory.py --ci-step \\
+        --out benchmarks/results/run_vllm_memory.json
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ RUN_VLLM_ENV = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFF
 @dataclass
 class Settings:
     vllm_python: Path = option(REPO / ".venv-vllm" / "bin" / "python", "the vLLM venv's Python")
+    ci_step: bool = option(False, "measure the whole of .ci/run_vllm (every vllm-marked test) instead")
     out: Path = option(RESULTS_DIR / "vllm_rehearsal_memory.json", "result file")
 
 
@@ -47,14 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
         measured = Path(folder) / "peak.json"
-        command = [python, "scripts/peak_memory.py", "--out", str(measured), "--", python, *TEST]
-        print("the 2-rank vLLM rehearsal under scripts/peak_memory.py (~15 min on 2 cores)", flush=True)
+        measured_command = [".ci/run_vllm"] if settings.ci_step else [python, *TEST]
+        command = [python, "scripts/peak_memory.py", "--out", str(measured), "--", *measured_command]
+        what = ".ci/run_vllm (~25 min" if settings.ci_step else "the 2-rank vLLM rehearsal (~15 min"
+        print(f"{what} on 2 cores) under scripts/peak_memory.py", flush=True)
         subprocess.run(command, cwd=REPO, env={**os.environ, **RUN_VLLM_ENV}, check=False)
         peak = json.loads(measured.read_text())
     result = {
         "benchmark": "vllm_rehearsal_memory",
         "command": recorded_command(script_path(__file__), argv),
-        "test": " ".join(["python", *TEST]),
+        "measured": ".ci/run_vllm" if settings.ci_step else " ".join(["python", *TEST]),
         "passed": peak["returncode"] == 0,
         "wall_s": peak["wall_s"],
         "peak_pss_gib": peak["peak_pss_gib"],
@@ -65,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     save_result(result, settings.out)
     print(
-        f"\nrehearsal {'passed' if result['passed'] else 'FAILED'} in {result['wall_s'] / 60:.1f} min; peak "
+        f"\n{result['measured']} {'passed' if result['passed'] else 'FAILED'} in "
+        f"{result['wall_s'] / 60:.1f} min; peak "
         f"PSS {result['peak_pss_gib']:.2f} GiB (RSS {result['peak_rss_gib']:.2f}) of "
         f"{result['machine_memory_gib']:.1f} GiB\nresult: {settings.out}"
     )
@@ -81,6 +87,15 @@ SPECS = (
         "and resumed): whether it passes, its wall time and the peak memory of its whole process tree. Needs "
         "`.venv-vllm`: no quick version.",
         ".venv/bin/python benchmarks/vllm_rehearsal_memory.py",
+    ),
+    Benchmark(
+        "run_vllm_memory",
+        script_path(__file__),
+        "The whole optional CI step `.ci/run_vllm` (every vllm-marked test, the rehearsal among them): "
+        "whether it passes, its wall time and the peak memory of its process tree, for whether `.ci/run` can "
+        "afford it. Needs `.venv-vllm`: no quick version.",
+        ".venv/bin/python benchmarks/vllm_rehearsal_memory.py --ci-step "
+        "--out benchmarks/results/run_vllm_memory.json",
     ),
 )
 

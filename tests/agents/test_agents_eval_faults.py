@@ -176,7 +176,7 @@ def test_ctrl_c_stops_eval_at_once_and_keeps_the_finished_episodes(trickling_ser
     _, err = process.communicate(timeout=30)
     elapsed = time.monotonic() - started
     assert process.returncode == 130, err
-    assert elapsed < 2.0, f"took {elapsed:.2f} s to stop"  # within a second on an idle machine
+    assert elapsed < 5.0, f"took {elapsed:.2f} s to stop"  # within a second on an idle machine (before: 40 s)
     assert "interrupted; 2 finished episodes are kept" in err
     assert len(_lines(out)) == 2
 
