@@ -29,10 +29,10 @@ from tests.training.training_helpers import REPO, subprocess_env
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]
 
 MINI_BATCH_ROWS = 3
-#: Qwen2.5's tokenizer cut to its first 32,768 ids (the quickstart cuts it to 65,536): at the full 151,936 rows
-#: the embedding is 71% of the 2-layer model's parameters, and each rank (its FSDP2 shard, optimizer state,
-#: reference and the full gathered weights, beside its vLLM engine) peaked past 8 GB, so the two ranks outgrew
-#: the 24 GiB machine; the layers keep Qwen2.5-1.5B's shapes.
+#: Qwen2.5's tokenizer cut to its first 32,768 ids (the quickstart cuts it to 65,536): at the full 151,936
+#: rows the embedding is 71% of the 2-layer model's parameters, and the two ranks (each its FSDP2 shard,
+#: optimizer state, reference and gathered weights beside its vLLM engine) passed 16 GiB together in their
+#: first iteration, too much for the 24 GiB machine; the layers keep Qwen2.5-1.5B's shapes.
 VOCABULARY_CUT = ("model.tiny.vocab_size=32768", "model.tiny.embedding_rows=0")
 
 
