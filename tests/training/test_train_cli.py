@@ -102,8 +102,10 @@ def test_a_second_train_on_a_live_run_dir_exits_2_in_one_line_and_the_first_is_u
     """Issue 35, item 3 (before: two ``progpo train --resume`` on one run dir both ran, writing duplicate
     metric rows and overwriting each other's checkpoints)."""
     run_dir = tmp_path / "run"
-    slow = ("iterations=3", "checkpoint_every=1", "warm_start.enabled=false", "eval.num_tasks=0")
-    slow += ("env.kwargs={step_delay: 0.5}",)  # a run that is still going when the second one starts
+    slow = ("iterations=6", "checkpoint_every=1", "warm_start.enabled=false", "eval.num_tasks=0")
+    # a run still going while three more start and are refused (each a fresh interpreter importing torch: on a
+    # loaded 2-core machine 0.5 s a step and 3 iterations let the first finish before the second was refused)
+    slow += ("env.kwargs={step_delay: 3.0}",)
     first = subprocess.Popen(
         _train_cmd(run_dir, *slow),
         env=subprocess_env(),
@@ -136,7 +138,7 @@ def test_a_second_train_on_a_live_run_dir_exits_2_in_one_line_and_the_first_is_u
         out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-3000:]
     train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in train if r["kind"] == "train"] == [1, 2, 3]  # one row each
+    assert [r["iteration"] for r in train if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]  # one row each
     resumed = subprocess.run(  # the lock went with the first process
         _train_cmd(run_dir, *slow, "--resume"),
         env=subprocess_env(),
