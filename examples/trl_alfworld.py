@@ -167,7 +167,7 @@ def warm_start(folder: Path, conversations: list[dict], args, out: Path) -> dict
             max_length=None,  # whole conversations (the longest is ~2,000 tokens)
             train_sampling_strategy="group_by_length",  # batches of similar lengths: less padding
             assistant_only_loss=assistant_only,
-            logging_steps=5,
+            logging_steps=1,  # a loss per step: the curve of a short warm start too
             save_strategy="no",
             report_to="none",
             use_cpu=True,
