@@ -156,7 +156,11 @@ def test_ctrl_c_stops_eval_at_once_and_keeps_the_finished_episodes(trickling_ser
     (before: SIGINT was ignored for 40 s, close() waited for the stuck request)."""
     server = trickling_server(["/chat/completions"], after=2, reply=COMPLETION)
     out = tmp_path / "run"
+    # Ctrl-C at a terminal reaches a foreground process with Python's own SIGINT handler. A test runner
+    # started in the background of a non-interactive shell (as `.ci/run` is) inherits SIGINT ignored, and so
+    # would the run: it restores Python's handler first, as a terminal's foreground process has it.
     code = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
         "import sys, tests.agents.agents_toy_envs; "  # run with cwd=REPO: `python -c` puts it on sys.path
         "from agents.cli import main; raise SystemExit(main(sys.argv[1:]))"
     )
@@ -206,7 +210,11 @@ def test_an_uncached_hub_id_is_one_line_and_no_network(tmp_path):
     threading.Thread(target=record, daemon=True).start()
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env |= {"HF_ENDPOINT": f"http://127.0.0.1:{listener.getsockname()[1]}", "HF_HOME": str(tmp_path / "hf")}
+    # Ctrl-C at a terminal reaches a foreground process with Python's own SIGINT handler. A test runner
+    # started in the background of a non-interactive shell (as `.ci/run` is) inherits SIGINT ignored, and so
+    # would the run: it restores Python's handler first, as a terminal's foreground process has it.
     code = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
         "import sys, tests.agents.agents_toy_envs; "  # run with cwd=REPO: `python -c` puts it on sys.path
         "from agents.cli import main; raise SystemExit(main(sys.argv[1:]))"
     )
