@@ -85,7 +85,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Steps per (env, concurrency) measurement (ALFWorld steps are ~10x slower than WebShop's, game loads more).
 DEFAULT_STEPS = {"progpo/ALFWorld-v0": 960, "progpo/WebShop-v0": 960}
 #: Steps per round of the native-vs-OpenEnv comparison (all clients together). ALFWorld's rounds are 3x
-#: bench_openenv.py's 512: rounds of ~1 s differed by 25% from one to the next (game loads), more than the doors.
+#: bench_openenv.py's 512: its rounds of ~1 s differed by 25% from one to the next (game loads), more than
+#: the two doors did.
 OPENENV_STEPS = {"progpo/ALFWorld-v0": 1536, "progpo/WebShop-v0": 2560}
 RESULT = RESULTS_DIR / "hosting.json"
 PLOT = RESULTS_DIR / "hosting.png"
