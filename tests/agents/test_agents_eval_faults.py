@@ -20,6 +20,15 @@ from agents.evaluate import DAMAGED_FILE, MAX_STORED_OUTPUT_CHARS, EvalConfig, e
 from tests.paths import REPO_ROOT as REPO
 
 TOY = "agents-test/ToyALFWorld-v0"
+#: ``progpo eval`` in a subprocess, with the toy envs registered (run with cwd=REPO: ``python -c`` puts it on
+#: sys.path). Ctrl-C at a terminal reaches a foreground process with Python's own SIGINT handler; a test
+#: runner started in the background of a non-interactive shell (as `.ci/run` is) inherits SIGINT ignored, and
+#: so would the run: it restores Python's handler first, as a terminal's foreground process has it.
+EVAL_CLI = (
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "import sys, tests.agents.agents_toy_envs; "
+    "from agents.cli import main; raise SystemExit(main(sys.argv[1:]))"
+)
 
 
 def _lines(out: Path) -> list[dict]:
@@ -156,16 +165,8 @@ def test_ctrl_c_stops_eval_at_once_and_keeps_the_finished_episodes(trickling_ser
     (before: SIGINT was ignored for 40 s, close() waited for the stuck request)."""
     server = trickling_server(["/chat/completions"], after=2, reply=COMPLETION)
     out = tmp_path / "run"
-    # Ctrl-C at a terminal reaches a foreground process with Python's own SIGINT handler. A test runner
-    # started in the background of a non-interactive shell (as `.ci/run` is) inherits SIGINT ignored, and so
-    # would the run: it restores Python's handler first, as a terminal's foreground process has it.
-    code = (
-        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "import sys, tests.agents.agents_toy_envs; "  # run with cwd=REPO: `python -c` puts it on sys.path
-        "from agents.cli import main; raise SystemExit(main(sys.argv[1:]))"
-    )
-    argv = [sys.executable, "-c", code, *_argv(server.url + "/v1", out, "--episodes", "6", "--num-envs", "2")]
-    argv += ["--max-steps", "1", "--concurrency", "2"]
+    argv = [sys.executable, "-c", EVAL_CLI, *_argv(server.url + "/v1", out, "--episodes", "6")]
+    argv += ["--num-envs", "2", "--max-steps", "1", "--concurrency", "2"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     # Its output goes to a file, not a pipe: a helper process of the run's (multiprocessing's resource
     # tracker) may hold a pipe open after the run itself has ended, and the test times the run's own exit.
@@ -210,16 +211,8 @@ def test_an_uncached_hub_id_is_one_line_and_no_network(tmp_path):
     threading.Thread(target=record, daemon=True).start()
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env |= {"HF_ENDPOINT": f"http://127.0.0.1:{listener.getsockname()[1]}", "HF_HOME": str(tmp_path / "hf")}
-    # Ctrl-C at a terminal reaches a foreground process with Python's own SIGINT handler. A test runner
-    # started in the background of a non-interactive shell (as `.ci/run` is) inherits SIGINT ignored, and so
-    # would the run: it restores Python's handler first, as a terminal's foreground process has it.
-    code = (
-        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "import sys, tests.agents.agents_toy_envs; "  # run with cwd=REPO: `python -c` puts it on sys.path
-        "from agents.cli import main; raise SystemExit(main(sys.argv[1:]))"
-    )
-    argv = [sys.executable, "-c", code, "--env", TOY, "--agent", "transformers", "--model", "someorg/some"]
-    argv += ["--out", str(tmp_path / "run"), "--episodes", "1", "--no-progress"]
+    argv = [sys.executable, "-c", EVAL_CLI, "--env", TOY, "--agent", "transformers"]
+    argv += ["--model", "someorg/some", "--out", str(tmp_path / "run"), "--episodes", "1", "--no-progress"]
     try:
         result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     finally:
