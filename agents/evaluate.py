@@ -62,7 +62,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from agents.base import Agent, AgentAction, PromptConfig, Task
+from agents.base import Agent, AgentAction, AnswerMode, PromptConfig, Task
 from agents.envs import (
     make_group_envs,
     num_tasks,
@@ -104,7 +104,10 @@ RESUME_KEYS = {
     "env_kind": "env_kind",
     "max_steps": "max_steps",
     "task_order": "task_order",
+    "mode": "mode",
 }
+#: What a ``run.json`` written before a resume key existed meant by it.
+RESUME_DEFAULTS = {"mode": AnswerMode.FREE.value}
 
 
 class TaskOrder(str, enum.Enum):
@@ -153,6 +156,13 @@ class EvalConfig:
     env_id: str = required_field("registered env id, e.g. progpo/ALFWorld-v0 or progpo/WebShop-v0")
     agent: str = required_field("the agent to evaluate", choices=[k.value for k in AgentKind])
     out_dir: str = required_field("output folder: trajectories, summary, report (rerun with it to resume)")
+    mode: str = documented_field(
+        AnswerMode.FREE.value,
+        "how an LLM agent (openai, transformers) answers: free text in the papers' <think>/<action> format, "
+        "or guided: it chooses among the step's admissible actions, by its own log-probabilities "
+        "(transformers) or by the engine's guided choice (openai against vLLM's server)",
+        choices=[m.value for m in AnswerMode],
+    )
     split: str | None = documented_field(
         None,
         "env split: ALFWorld a folder of json_2.1.1 (train, valid_seen, valid_unseen, ...), WebShop test, "
@@ -296,10 +306,10 @@ def build_agent(config: EvalConfig) -> Agent:
     if kind is AgentKind.OPENAI:
         from agents.openai_agent import OpenAIChatAgent
 
-        return OpenAIChatAgent(config.openai, config.prompt)
+        return OpenAIChatAgent(config.openai, config.prompt, config.mode)
     from agents.transformers_agent import TransformersAgent
 
-    return TransformersAgent(config.transformers, config.prompt)
+    return TransformersAgent(config.transformers, config.prompt, config.mode)
 
 
 def _hex(key: Any) -> str | None:
@@ -448,6 +458,7 @@ def _check_resume(out_dir: Path, config: EvalConfig, kind: str) -> None:
     run_file = out_dir / RUN_FILE
     if run_file.exists():
         previous = json.loads(run_file.read_text())
+        previous = RESUME_DEFAULTS | previous
         changed = {
             k: (previous.get(k), v) for k, v in _resume_settings(config, kind).items() if previous.get(k) != v
         }
