@@ -176,7 +176,7 @@ class TransformersAgent(PromptedAgent):
         """The model's answer among ``answers`` (:meth:`answer_scores`): the most probable at temperature 0
         (the first on a tie), else drawn with ``seed`` from the scores over the temperature, softmaxed."""
         torch, temperature = self.torch, self.config.temperature
-        scores = self.answer_scores(prompt, answers)
+        scores = self.answer_scores(prompt, answers) if len(answers) > 1 else [0.0]  # one answer: no choice
         if temperature > 0:
             weights = torch.softmax(torch.tensor(scores, dtype=torch.float64) / temperature, dim=0)
             generator = torch.Generator().manual_seed(int(seed))
