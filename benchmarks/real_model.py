@@ -9,14 +9,17 @@ and WebShop's test split (its 15 steps):
 
 * ``progpo eval --agent transformers`` in **free** text (greedy, ``--max-tokens`` new tokens a step: the
   answer format needs about 20) and **guided** (the model's choice among the admissible actions by its own
-  log-probabilities), on ``--threads`` CPU threads;
+  log-probabilities: the most probable, and draws at temperature 1, the quickstart evaluation's), on
+  ``--threads`` CPU threads, with the action each guided run played most;
 * ``progpo eval --agent random`` on the same tasks, one run per seed (``--random-seeds``): what choosing
   uniformly among the same actions scores;
 * a short ``progpo train --config configs/finetune_smollm2.yaml`` from the model (``--train-iterations``
   iterations, its evaluations off: they are measured above), under ``scripts/peak_memory.py`` for the peak
   RSS of its process tree; seconds per iteration from its ``metrics.jsonl`` (``time_iteration``);
 * the run's export (``final/``) served by vLLM's OpenAI server (``.venv-vllm``: ``scripts/setup_vllm_cpu.sh``)
-  and scored by ``progpo eval --agent openai --mode guided`` on the ALFWorld tasks (vLLM's guided choice).
+  and scored by ``progpo eval --agent openai --mode guided`` on the ALFWorld tasks (vLLM's guided choice);
+* free-text decoding speed on 1 and 2 torch threads, alternated in one process (what ``--threads``'s default
+  rests on).
 
 Each run keeps its folder under ``--work-dir``; a rerun resumes (``progpo eval`` skips finished episodes, a
 finished training run or served evaluation is read back). CPU-heavy: run it niced; about 3 hours on 2 shared
@@ -35,6 +38,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +55,8 @@ PROGPO = ROOT / ".venv" / "bin" / "progpo"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 FINETUNE_CONFIG = "configs/finetune_smollm2.yaml"
 SERVED_NAME = "policy"
+#: The temperature of the sampled guided runs: the quickstart evaluation's (``eval.temperature``).
+SAMPLED_TEMPERATURE = 1.0
 
 
 def held_out_envs() -> dict[str, dict[str, Any]]:
@@ -103,6 +109,45 @@ def run(command: list[str], log: Path, console: Console, env: dict[str, str] | N
         )
 
 
+def decode_speed(settings: Settings, console: Console, repeats: int = 3) -> dict[str, Any]:
+    """Free-text decoding speed of the transformers agent (one prompt, ``--max-tokens`` new tokens, greedy) on
+    1 and on 2 torch threads, alternated ``repeats`` times in one process so that both see the same load; the
+    median of each. What the default of ``--threads`` rests on."""
+    import statistics
+
+    import torch
+
+    from agents.llm_config import TransformersConfig
+    from agents.transformers_agent import TransformersAgent
+
+    config = TransformersConfig(
+        model_path=str(settings.model), device="cpu", max_new_tokens=settings.max_tokens
+    )
+    agent = TransformersAgent(config)
+    prompt = [
+        {"role": "user", "content": "Describe, step by step, how to find a mug in a kitchen and heat it."}
+    ]
+    agent.generate([prompt], [0])  # warm-up
+    rates: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(repeats):
+        for threads in rates:
+            torch.set_num_threads(threads)
+            started = time.perf_counter()
+            generation = agent.generate([prompt], [0])[0]
+            rates[threads].append(generation.completion_tokens / (time.perf_counter() - started))
+    agent.close()
+    median = {threads: statistics.median(values) for threads, values in rates.items()}
+    console.print(f"  tokens/s: 1 thread {median[1]:.1f}, 2 threads {median[2]:.1f}")
+    return {
+        "tokens_per_s_1_thread": median[1],
+        "tokens_per_s_2_threads": median[2],
+        "one_over_two": median[1] / median[2],
+        "each": {str(k): v for k, v in rates.items()},
+        "new_tokens": settings.max_tokens,
+        "load_average_1m": os.getloadavg()[0],
+    }
+
+
 def evaluation(settings: Settings, env: str, out: Path, agent: list[str], console: Console) -> dict[str, Any]:
     """``progpo eval`` of ``agent``'s flags on ``env``'s held-out tasks (resumed in ``out``); its summary."""
     spec = ENVS[env]
@@ -122,18 +167,27 @@ def evaluation(settings: Settings, env: str, out: Path, agent: list[str], consol
     return summary
 
 
+def most_chosen(out: Path) -> dict[str, Any]:
+    """The action a run played most often, and its share of the run's steps."""
+    actions = Counter(
+        step["action"]
+        for line in (out / "trajectories.jsonl").read_text().splitlines()
+        for step in json.loads(line)["trajectory"]
+    )
+    action, count = actions.most_common(1)[0]
+    return {"action": action, "share": count / sum(actions.values())}
+
+
 def evaluate_env(settings: Settings, env: str, console: Console) -> dict[str, Any]:
-    """Free, guided and random on ``env``'s held-out tasks."""
+    """Free, guided (the argmax, and draws at temperature 1, the quickstart evaluation's) and random on
+    ``env``'s held-out tasks."""
     work, model = settings.work_dir / env, str(settings.model)
     local = ["--agent", "transformers", "--model", model, "--threads", str(settings.threads), "--seed", "0"]
-    free = evaluation(
-        settings,
-        env,
-        work / "free",
-        [*local, "--mode", "free", "--max-tokens", str(settings.max_tokens)],
-        console,
-    )
+    free_flags = [*local, "--mode", "free", "--max-tokens", str(settings.max_tokens)]
+    free = evaluation(settings, env, work / "free", free_flags, console)
     guided = evaluation(settings, env, work / "guided", [*local, "--mode", "guided"], console)
+    sampled_flags = [*local, "--mode", "guided", "--temperature", str(SAMPLED_TEMPERATURE)]
+    sampled = evaluation(settings, env, work / "guided_sampled", sampled_flags, console)
     randoms = [
         evaluation(settings, env, work / f"random{seed}", ["--agent", "random", "--seed", str(seed)], console)
         for seed in range(settings.random_seeds)
@@ -146,7 +200,16 @@ def evaluate_env(settings: Settings, env: str, console: Console) -> dict[str, An
             "max_new_tokens": settings.max_tokens,
             "completion_tokens_per_action": free["completion_tokens"] / max(free["actions"], 1),
         },
-        "guided": {"success": guided["success_rate"], "mean_steps": guided["mean_steps"]},
+        "guided": {
+            "success": guided["success_rate"],
+            "temperature": 0.0,
+            "most_chosen": most_chosen(work / "guided"),
+        },
+        "guided_sampled": {
+            "success": sampled["success_rate"],
+            "temperature": SAMPLED_TEMPERATURE,
+            "most_chosen": most_chosen(work / "guided_sampled"),
+        },
         "random": {"success": sum(per_seed) / len(per_seed), "per_seed": per_seed},
         "episodes": settings.episodes,
         "split": ENVS[env]["split"],
@@ -171,7 +234,16 @@ def train(settings: Settings, console: Console) -> tuple[dict[str, Any], Path]:
     memory = settings.work_dir / "train_memory.json"
     train_command = [str(PROGPO), "train", "--config", FINETUNE_CONFIG, *overrides]
     run(
-        [sys.executable, "scripts/peak_memory.py", "--out", str(memory), "--", *train_command],
+        [
+            sys.executable,
+            "scripts/peak_memory.py",
+            "--interval",
+            "2",
+            "--out",
+            str(memory),
+            "--",
+            *train_command,
+        ],
         run_dir.with_suffix(".log"),
         console,
     )
@@ -231,8 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse_config(Settings, argv, __doc__.splitlines()[0])
     console = Console(width=150)
     started, load_at_start = time.perf_counter(), os.getloadavg()[0]
-    console.print(f"[bold]real model[/] {settings.model}: 5 stages, about 3 hours on 2 shared cores")
-    console.print("[bold]1/5[/] the model folder")
+    console.print(f"[bold]real model[/] {settings.model}: 6 stages, about 3 hours on 2 shared cores")
+    console.print("[bold]1/6[/] the model folder")
     if not (settings.model / "source.json").exists():
         run(
             [sys.executable, "scripts/convert_smollm2.py", "--out", str(settings.model)],
@@ -240,14 +312,16 @@ def main(argv: list[str] | None = None) -> int:
             console,
         )
     source = json.loads((settings.model / "source.json").read_text())
-    console.print("[bold]2/5[/] a short progpo train from it")
+    console.print("[bold]2/6[/] a short progpo train from it")
     cost, run_dir = train(settings, console)
-    console.print("[bold]3/5[/] its export served by vLLM")
+    console.print("[bold]3/6[/] its export served by vLLM")
     serving = served(settings, run_dir, console)
     results: dict[str, Any] = {}
     for stage, env in enumerate(ENVS, start=4):
-        console.print(f"[bold]{stage}/5[/] {env}: free, guided, random")
+        console.print(f"[bold]{stage}/6[/] {env}: free, guided, random")
         results[env] = evaluate_env(settings, env, console)
+    console.print("[bold]6/6[/] decoding speed on 1 and 2 threads")
+    speed = decode_speed(settings, console)
     result = {
         "benchmark": "real_model",
         "model": "SmolLM2-135M-Instruct",
@@ -255,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         "eval": results,
         "train": cost,
         "served": serving,
+        "threads": speed,
         "command": recorded_command(SCRIPT, argv if argv is not None else sys.argv[1:]),
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
         "wall_s": time.perf_counter() - started,
@@ -262,20 +337,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     save_result(result, settings.out)
     table = Table(title=f"SmolLM2-135M-Instruct, {settings.episodes} held-out tasks per env")
-    for column in ("env", "free success", "free valid actions", "guided success", "random success"):
+    columns = ("env", "free success", "free valid actions", "guided success", "guided, T=1", "random success")
+    for column in columns:
         table.add_column(column)
     for env, r in results.items():
-        table.add_row(
-            env,
-            f"{r['free']['success']:.1%}",
-            f"{r['free']['valid_action_rate']:.1%}",
-            f"{r['guided']['success']:.1%}",
-            f"{r['random']['success']:.1%}",
-        )
+        rates = (r["free"]["success"], r["free"]["valid_action_rate"], r["guided"]["success"])
+        rates += (r["guided_sampled"]["success"], r["random"]["success"])
+        table.add_row(env, *(f"{rate:.1%}" for rate in rates))
     console.print(table)
     console.print(
         f"train: {cost['seconds_per_iteration']:.0f} s/iteration over {cost['iterations']}, peak RSS "
         f"{cost['peak_rss_gib']:.2f} GiB; served (vLLM, guided) on ALFWorld: success {serving['success']:.1%}"
+    )
+    console.print(
+        f"decoding: {speed['tokens_per_s_1_thread']:.1f} tokens/s on 1 thread, "
+        f"{speed['tokens_per_s_2_threads']:.1f} on 2"
     )
     console.print(f"wrote {settings.out}")
     return 0
