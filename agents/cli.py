@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from agents.base import AnswerMode
-from agents.evaluate import TRAJECTORIES_FILE, AgentKind, EvalConfig, evaluate
+from agents.evaluate import LLM_AGENTS, TRAJECTORIES_FILE, AgentKind, EvalConfig, evaluate
 from agents.prompts import style_names
 from progpo_base.config import (
     ALIASED,
@@ -39,8 +39,6 @@ from progpo_base.config import (
 from progpo_base.usage import CommandParser, UsageError, existing_dir, one_of, report
 
 PROG = "progpo eval"
-#: The agents that answer with a model (``--mode`` applies to them).
-LLM_AGENTS = (AgentKind.OPENAI, AgentKind.TRANSFORMERS)
 
 #: Short flags -> the config keys they set (several keys: the same value for each agent's section).
 ALIASES = {

@@ -146,6 +146,10 @@ class AgentKind(str, enum.Enum):
     HUMAN = "human"
 
 
+#: The agents that answer with a model: ``mode`` (free or guided) applies to them.
+LLM_AGENTS = (AgentKind.OPENAI, AgentKind.TRANSFORMERS)
+
+
 @dataclasses.dataclass
 class EvalConfig:
     """One evaluation run: the run's settings, then the sections of the agents that use them (``prompt`` for
@@ -225,6 +229,16 @@ class EvalConfig:
         kind = AgentKind(self.agent)
         chosen = {AgentKind.OPENAI: self.openai.model, AgentKind.TRANSFORMERS: self.transformers.model_path}
         return chosen.get(kind) or None
+
+    @property
+    def answer_mode(self) -> str | None:
+        """How the agent answers (``mode``) when it is an LLM agent; ``None`` for the scripted agents.
+
+        Example:
+            >>> EvalConfig(env_id="progpo/WebShop-v0", agent="random", out_dir="runs/x").answer_mode is None
+            True
+        """
+        return self.mode if AgentKind(self.agent) in LLM_AGENTS else None
 
     def allowed_errors(self, episodes: int) -> int:
         """Episodes of ``episodes`` that may end with an agent error (more fail the run).

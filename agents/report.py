@@ -63,7 +63,8 @@ def summarize(
 
     Args:
         records: Episode records, errored ones included (they are counted, not scored).
-        config: The run's settings (env, agent, answer mode, model, split, seed are copied in).
+        config: The run's settings (env, agent, model, split, seed are copied in, and the answer mode of an
+            LLM agent: ``free`` or ``guided``, ``None`` for the scripted agents).
         planned: Episodes the run was to play (``None``: as many as ``records``).
         allowed_errors: Errored episodes the run tolerates (``failed`` says whether there were more).
         servers: Each env server's state and share, when the run played on several (the summary's
@@ -80,7 +81,7 @@ def summarize(
     summary: dict[str, Any] = {
         "env_id": getattr(config, "env_id", None),
         "agent": getattr(config, "agent", None),
-        "mode": getattr(config, "mode", None),
+        "mode": getattr(config, "answer_mode", None),
         "model": getattr(config, "model", None),
         "split": getattr(config, "split", None),
         "seed": getattr(config, "seed", None),

@@ -161,7 +161,7 @@ def evaluation(settings: Settings, env: str, out: Path, agent: list[str], consol
     run(command, out.with_suffix(".log"), console)
     summary = json.loads((out / "summary.json").read_text())
     console.print(
-        f"  {env} {summary['agent']} ({summary['mode']}): success {summary['success_rate']:.1%}, valid "
+        f"  {env} {summary['agent']} {summary['mode'] or ''}: success {summary['success_rate']:.1%}, valid "
         f"actions {1 - summary['invalid_action_rate']:.1%} ({time.perf_counter() - started:.0f} s)"
     )
     return summary

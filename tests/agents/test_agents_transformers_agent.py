@@ -216,3 +216,8 @@ def test_guided_sampling_draws_from_the_answers_probabilities_at_the_temperature
     for answer, probability in zip(answers, expected.tolist(), strict=True):
         assert abs(draws.count(answer) / 300 - probability) < 0.1, (answer, probability)
     agent.close()
+
+
+def test_a_scripted_agents_summary_names_no_answer_mode(tmp_path):
+    config = EvalConfig(env_id="agents-test/ToyALFWorld-v0", agent="random", out_dir=str(tmp_path), episodes=1)
+    assert evaluate(config, progress=False)["mode"] is None
