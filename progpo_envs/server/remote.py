@@ -62,6 +62,7 @@ from progpo_envs.server.websocket import (
     DeadlineExceeded,
     ExchangeFailed,
     HandshakeRefused,
+    ProtocolError,
 )
 from webshop_server.clients import CLIENT_TOKEN_VAR
 
@@ -270,6 +271,10 @@ class _Client:
             cause = exc.cause
             if isinstance(cause, ConnectionClosed) and cause.code == CLOSE_TOO_BIG:
                 return 413, {"error": f"the message is too large for the server ({cause})"}
+            if isinstance(cause, ProtocolError) and cause.code == CLOSE_TOO_BIG:  # an answer too big for us
+                raise RemoteEnvError(
+                    None, f"env server at {self.url} answered {op} with {cause.reason} (this client's limit)"
+                ) from exc
             raise _Failed(f"{type(cause).__name__}: {cause}") from exc
         except (OSError, DeadlineExceeded) as exc:  # no connection: nothing was sent
             raise _Unreached(f"{type(exc).__name__}: {exc}") from exc
