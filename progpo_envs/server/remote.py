@@ -155,6 +155,19 @@ def _stream_door(url: str, authorization: str | None, connect_timeout: float) ->
         return door
 
 
+def largest_stream_connections() -> dict[str, int]:
+    """Per server this process reached through its stream door (by ``ws://`` URL): the most bytes, calls and
+    answers together, that one of its connections carried (a long run's soak checks that no bound is per
+    connection)."""
+    with _DOORS_LOCK:
+        doors = [door for key, door in _DOORS.items() if key[3] == os.getpid()]
+    largest: dict[str, int] = {}
+    for door in doors:
+        url = door.pool.url
+        largest[url] = max(largest.get(url, 0), door.pool.largest_connection_bytes)
+    return largest
+
+
 class _Unreached(Exception):
     """An attempt that never reached the server (a refused connection): safe to retry, whatever the call."""
 

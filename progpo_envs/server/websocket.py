@@ -417,6 +417,7 @@ class WebSocketClient:
         host, port = parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.pid = os.getpid()
+        self.bytes_sent = self.bytes_received = 0  # over the connection's life, handshake included
         self._parser = FrameParser(max_message, masked=False)
         self._messages: list[tuple[int, bytes]] = []
         sock = socket.create_connection((host, port), timeout=min(connect_timeout, _left(deadline)))
@@ -495,6 +496,7 @@ class WebSocketClient:
             self.sock.sendall(data)
         except TimeoutError:
             raise DeadlineExceeded("the deadline passed while sending") from None
+        self.bytes_sent += len(data)
 
     def _recv(self, deadline: float) -> bytes:
         # each read waits at most the time left: a server that trickles bytes cannot reset it
@@ -505,6 +507,7 @@ class WebSocketClient:
             raise DeadlineExceeded("the deadline passed while waiting for the server") from None
         if not data:
             raise ConnectionClosed("the server closed the connection")
+        self.bytes_received += len(data)
         return data
 
     def send(self, payload: bytes, deadline: float, opcode: int = OP_TEXT) -> None:
@@ -585,6 +588,8 @@ class ClientPool:
         self.headers = dict(headers or {})
         self.connect_timeout = float(connect_timeout)
         self.max_idle = int(max_idle)
+        #: The most bytes (both ways) one connection of the pool has carried, as of its last finished call.
+        self.largest_connection_bytes = 0
         self._idle: list[WebSocketClient] = []
         self._lock = threading.Lock()
 
@@ -604,6 +609,8 @@ class ClientPool:
     def give_back(self, connection: WebSocketClient) -> None:
         """Keep ``connection`` for the next call (after a call that went right)."""
         with self._lock:
+            carried = connection.bytes_sent + connection.bytes_received
+            self.largest_connection_bytes = max(self.largest_connection_bytes, carried)
             if len(self._idle) < self.max_idle and connection.pid == os.getpid():
                 self._idle.append(connection)
                 return
