@@ -35,10 +35,13 @@ What each does:
 :func:`task_rows` writes the dataset rows of some tasks (``prompt``, ``env_class``, ``task_index``, ``seed``,
 ``split``).
 
-Example (in the generator's process; SkyRL itself calls ``init`` and ``step``):
-    >>> import skyrl_gym
-    >>> env = skyrl_gym.make("progpo_alfworld", env_config={"split": "train"},
-    ...                      extras={"task_index": 0, "seed": 0})
+With ``skyrl-gym`` installed (``.venv-skyrl``: ``scripts/setup_integrations.sh``) the classes are
+``skyrl_gym``'s ``BaseTextEnv`` and registered; without it they keep the same contract on their own (what the
+project's tests and this example use), and :func:`register` says what to install.
+
+Example (SkyRL makes it with ``skyrl_gym.make("progpo_alfworld", env_config=..., extras=...)`` and calls
+``init`` and ``step`` itself):
+    >>> env = ALFWorldSkyRLEnv(env_config={"split": "train"}, extras={"task_index": 0, "seed": 0})
     >>> chat, _ = env.init([])
     >>> "Your admissible actions of the current situation are" in chat[-1]["content"]
     True
@@ -52,12 +55,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-import skyrl_gym
-from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
-
 from agents.hosted import DEFAULT_TIMEOUT_S, Episode, close_quietly, open_backend
 from agents.projection import project_action_with_reason
 from agents.prompts import admissible_actions_from_info, build_prompt, task_text_from_observation
+
+try:
+    import skyrl_gym
+    from skyrl_gym.envs.base_text_env import BaseTextEnv as _SkyRLTextEnv
+except ImportError:  # skyrl-gym is not installed: the classes keep its contract on their own
+    skyrl_gym = None
+    _SkyRLTextEnv = object
 
 #: The ids this module registers with ``skyrl_gym``, and the class of each.
 ENV_CLASSES = {"progpo_alfworld": "ALFWorldSkyRLEnv", "progpo_webshop": "WebShopSkyRLEnv"}
@@ -85,7 +92,7 @@ def _row_value(extras: Mapping[str, Any], name: str) -> Any:
     return extra_info.get(name) if isinstance(extra_info, Mapping) else None
 
 
-class _ProgpoSkyRLEnv(BaseTextEnv):
+class _ProgpoSkyRLEnv(_SkyRLTextEnv):
     """One rollout of a hosted text env for SkyRL (see the module docstring).
 
     Args:
@@ -102,6 +109,7 @@ class _ProgpoSkyRLEnv(BaseTextEnv):
 
     def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None):
         super().__init__()
+        self.turns = 0  # BaseTextEnv's counter, set here too for use without skyrl-gym
         config, extras = _config(env_config), dict(extras or {})
         task_index = _row_value(extras, "task_index")
         if task_index is None or isinstance(task_index, bool) or not isinstance(task_index, int):
@@ -140,7 +148,7 @@ class _ProgpoSkyRLEnv(BaseTextEnv):
         metadata = {"task_index": self.task_index, "seed": self.seed, "split": self.split}
         return [*prompt, self._turn(episode)], metadata
 
-    def step(self, action: str) -> BaseTextEnvStepOutput:
+    def step(self, action: str) -> dict[str, Any]:
         """Play the reply's ``<action>`` (an answer without one is an invalid action); the next turn."""
         self.turns += 1
         admissible = admissible_actions_from_info(self.style, dict(self._view))
@@ -152,18 +160,18 @@ class _ProgpoSkyRLEnv(BaseTextEnv):
         self._won = bool(episode.view.get("won", False))
         self._score = float(episode.view.get("task_score", 1.0 if self._won else 0.0))
         done = episode.done or bool(self.max_turns and self.turns >= self.max_turns)
-        return BaseTextEnvStepOutput(
-            observations=[] if done else [self._turn(episode)],
-            reward=episode.reward,
-            done=done,
-            metadata={
+        return {  # skyrl_gym's BaseTextEnvStepOutput
+            "observations": [] if done else [self._turn(episode)],
+            "reward": episode.reward,
+            "done": done,
+            "metadata": {
                 "action": projection.action,
                 "valid": projection.valid,
                 "invalid_reason": projection.reason.value,
                 "won": self._won,
                 "env_error": episode.view.get("env_error"),
             },
-        )
+        }
 
     def get_metrics(self) -> dict[str, Any]:
         """The episode's ``success``, ``task_score``, ``return``, ``steps`` and ``invalid_actions``."""
@@ -207,7 +215,10 @@ class WebShopSkyRLEnv(_ProgpoSkyRLEnv):
 
 
 def register() -> None:
-    """Register :data:`ENV_CLASSES` with ``skyrl_gym`` (done at import; again is a no-op)."""
+    """Register :data:`ENV_CLASSES` with ``skyrl_gym`` (done at import where it is installed; again is a
+    no-op)."""
+    if skyrl_gym is None:
+        raise ImportError("skyrl-gym is not installed: scripts/setup_integrations.sh skyrl makes .venv-skyrl")
     for env_class, cls in ENV_CLASSES.items():
         if env_class not in skyrl_gym.registry:
             skyrl_gym.register(id=env_class, entry_point=f"{__name__}:{cls}")
@@ -242,4 +253,5 @@ def task_rows(
         }
 
 
-register()
+if skyrl_gym is not None:
+    register()

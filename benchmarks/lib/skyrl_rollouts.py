@@ -27,16 +27,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import skyrl_gym
 from openai import OpenAI
 
-import agents.skyrl  # noqa: F401  (registers progpo_alfworld and progpo_webshop with skyrl_gym)
+import agents.skyrl
 
 
 def play_row(
     row: Mapping[str, Any], env_config: Mapping[str, Any], client: OpenAI, model: str, max_turns: int
 ) -> dict[str, Any]:
-    """One row played as SkyRL's generator plays it (see the module docstring)."""
+    """One row played as SkyRL's generator plays it (see the module docstring; needs ``skyrl_gym``)."""
+    import skyrl_gym  # installed in .venv-skyrl only; importing agents.skyrl registered our env classes there
+
     extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
     extras["max_turns"] = max_turns
     env = skyrl_gym.make(row["env_class"], env_config=dict(env_config), extras=extras)

@@ -10,8 +10,9 @@ verifiers): a group's rollouts share one start, nothing a policy is shown depend
 * verifiers' package carries its own copy of our prompt style and answer rule (it installs without the
   suite): the same turns and the same commands as ``agents.prompts`` and ``agents.projection``.
 
-agents.skyrl needs ``skyrl_gym`` (``.venv-skyrl``, ``scripts/setup_integrations.sh``): its tests skip without
-it here and run in ``.ci/run_integrations``.
+agents.skyrl's classes are made through ``skyrl_gym.make`` where skyrl-gym is installed (``.venv-skyrl``,
+which ``.ci/run_integrations`` runs this module with), and directly otherwise; their registration with
+``skyrl_gym`` is tested there only.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import gymnasium as gym
 import pytest
 
+import agents.skyrl
 from agents.projection import project_action_with_reason
 from agents.prompts import admissible_actions_from_info, build_prompt, task_text_from_observation
 from agents.trl import ALFWorldToolEnv, WebShopToolEnv, expert_command, task_rows
@@ -131,22 +133,30 @@ def test_trl_a_group_shares_its_start(expert_servers):
 
 
 # --- SkyRL -------------------------------------------------------------------------------------------------
-def _skyrl():
-    pytest.importorskip(
-        "skyrl_gym", reason="skyrl-gym is installed in .venv-skyrl (scripts/setup_integrations.sh)"
-    )
-    import skyrl_gym
+def _skyrl_make(env_class: str, env_config: dict | None = None, extras: dict | None = None):
+    """The env as SkyRL's generator makes it (``skyrl_gym.make``) where skyrl-gym is installed, else the
+    class itself."""
+    try:
+        import skyrl_gym
+    except ImportError:
+        return getattr(agents.skyrl, agents.skyrl.ENV_CLASSES[env_class])(env_config, extras)
+    return skyrl_gym.make(env_class, env_config=env_config or {}, extras=extras or {})
 
-    import agents.skyrl  # noqa: F401  (registers the env classes)
 
-    return skyrl_gym
+def test_skyrl_gym_makes_our_registered_env_classes():
+    reason = "skyrl-gym is in .venv-skyrl (scripts/setup_integrations.sh)"
+    skyrl_gym = pytest.importorskip("skyrl_gym", reason=reason)
+    from skyrl_gym.envs.base_text_env import BaseTextEnv
+
+    for env_class, cls in agents.skyrl.ENV_CLASSES.items():
+        assert skyrl_gym.registry[env_class].entry_point == f"agents.skyrl:{cls}"
+    assert isinstance(_skyrl_make("progpo_alfworld", extras={"task_index": 0}), BaseTextEnv)
 
 
 def _skyrl_chat(env_class: str, env_config: dict, plan: list[str], task_index: int = 1) -> list[dict]:
-    skyrl_gym = _skyrl()
     env_id = ALFWORLD if env_class == "progpo_alfworld" else WEBSHOP
     extras = {"task_index": task_index, "seed": 0, "split": SPLIT[env_id], "max_turns": 100}
-    env = skyrl_gym.make(env_class, env_config=env_config, extras=extras)
+    env = _skyrl_make(env_class, env_config, extras)
     chat, _ = env.init([{"role": "system", "content": "Play the task."}])
     for command in plan:
         out = env.step(f"<think>the plan</think><action>{command}</action>")
@@ -159,7 +169,6 @@ def _skyrl_chat(env_class: str, env_config: dict, plan: list[str], task_index: i
 @pytest.mark.parametrize("protocol", ["openenv", "native"])
 @pytest.mark.parametrize("env_id", [ALFWORLD, WEBSHOP])
 def test_skyrl_envs_show_the_model_nothing_of_the_servers_expert(expert_servers, env_id, protocol):
-    _skyrl()
     env_class = "progpo_alfworld" if env_id == ALFWORLD else "progpo_webshop"
     plan = _expert_plan(env_id, 1)
     local = _skyrl_chat(env_class, {"env_kwargs": ENV_KWARGS[env_id]}, plan)
@@ -169,11 +178,10 @@ def test_skyrl_envs_show_the_model_nothing_of_the_servers_expert(expert_servers,
 
 
 def test_skyrl_a_group_shares_its_start_and_shows_every_admissible_command():
-    skyrl_gym = _skyrl()
     starts = {}
     for task_index in (21, 2):
         group = [
-            skyrl_gym.make("progpo_alfworld", extras={"task_index": task_index, "seed": 5}) for _ in range(3)
+            _skyrl_make("progpo_alfworld", extras={"task_index": task_index, "seed": 5}) for _ in range(3)
         ]
         firsts = {env.init([])[0][-1]["content"] for env in group}
         assert len(firsts) == 1
@@ -185,12 +193,11 @@ def test_skyrl_a_group_shares_its_start_and_shows_every_admissible_command():
     admissible = admissible_actions_from_info("alfworld", info)
     assert len(admissible) > 20 and all(f"'{a}'" in starts[21] for a in admissible)
     with pytest.raises(ValueError, match="task_index"):
-        skyrl_gym.make("progpo_alfworld", extras={"seed": 5})
+        _skyrl_make("progpo_alfworld", extras={"seed": 5})
 
 
 def test_skyrl_an_answer_without_an_action_is_an_invalid_action():
-    skyrl_gym = _skyrl()
-    env = skyrl_gym.make("progpo_alfworld", extras={"task_index": 0, "seed": 0, "max_turns": 3})
+    env = _skyrl_make("progpo_alfworld", extras={"task_index": 0, "seed": 0, "max_turns": 3})
     env.init([])
     out = env.step("I would rather not say.")
     assert not out["done"] and out["reward"] == 0.0 and not out["metadata"]["valid"]
