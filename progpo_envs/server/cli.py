@@ -21,7 +21,8 @@ the port, episodes in the same env workers; :mod:`progpo_envs.server.openenv_app
 
     progpo serve --protocol openenv --env progpo/ALFWorld-v0 --port 8010
 
-A usage error (an unknown env id, a folder that does not exist) is one line on stderr and exit status 2.
+A usage error (an unknown env id, a folder that does not exist, a port in use) is one line on stderr and exit
+status 2; the port is bound before the env workers start, so a busy one is said within seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import json
 import math
 import os
 import shlex
+import socket
 import sys
 
 from flask import Flask
@@ -42,7 +44,12 @@ from progpo_envs.server.agentgym import AgentGymGames, Flavor, flavor_of
 from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError
 from progpo_envs.server.pool import PoolConfig, WorkerStartError
-from progpo_envs.server.serving import DEFAULT_THREADS, make_wsgi_server, serve_until_stopped
+from progpo_envs.server.serving import (
+    DEFAULT_THREADS,
+    listening_socket,
+    make_wsgi_server,
+    serve_until_stopped,
+)
 from webshop_server.clients import ClientTokens
 
 #: Envs whose AgentGym protocol is mounted automatically.
@@ -336,8 +343,9 @@ def openenv_app_from_environment():
     return create_openenv_app(config, threads=args.threads)
 
 
-def serve_openenv(args: argparse.Namespace) -> int:
-    """``progpo serve --protocol openenv``: OpenEnv's server for one env until SIGTERM or SIGINT."""
+def serve_openenv(args: argparse.Namespace, config: ServerConfig, sock: socket.socket) -> int:
+    """``progpo serve --protocol openenv``: OpenEnv's server for one env on ``sock`` (bound already) until
+    SIGTERM or SIGINT."""
     try:
         from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app, serve_until_stopped
     except ModuleNotFoundError as exc:
@@ -346,11 +354,10 @@ def serve_openenv(args: argparse.Namespace) -> int:
             UsageError(f"--protocol openenv needs the openenv extra (pip install '.[openenv]'): {exc}"),
         )
     try:
-        config = build_config(args)
         app = create_openenv_app(config, threads=args.threads)
     except (UsageError, PolicyError) as error:
         return report("progpo serve", error)
-    server = OpenEnvServer(app, host=args.host, port=args.port)
+    server = OpenEnvServer(app, host=args.host, sock=sock)
     print(
         json.dumps(
             {
@@ -370,14 +377,25 @@ def serve_openenv(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the env server until interrupted."""
     args = parse_args(argv)
-    if args.protocol == "openenv":
-        return serve_openenv(args)
     try:
         config = build_config(args)
+        sock = listening_socket(args.host, args.port)  # before the slow start: a busy port is said at once
+    except (UsageError, PolicyError) as error:
+        return report("progpo serve", error)
+    with sock:
+        if args.protocol == "openenv":
+            return serve_openenv(args, config, sock)
+        return serve_native(args, config, sock)
+
+
+def serve_native(args: argparse.Namespace, config: ServerConfig, sock: socket.socket) -> int:
+    """``progpo serve`` (``--protocol native``): the env server's API and AgentGym's on ``sock`` (bound
+    already) until SIGTERM or SIGINT."""
+    try:
         app = create_app(config)
     except (UsageError, PolicyError, WorkerStartError) as error:
         return report("progpo serve", error)
-    server = make_wsgi_server(app, host=args.host, port=args.port, threads=args.threads)
+    server = make_wsgi_server(app, threads=args.threads, sock=sock)
     print(
         json.dumps(
             {
