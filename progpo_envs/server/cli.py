@@ -281,7 +281,7 @@ def _check_split(env_id: str, kwargs: dict) -> None:
     its data has: else one line naming the ones it has and how to choose one (before any worker starts)."""
     import gymnasium as gym
 
-    from progpo_envs.alfworld.data import resolve_data_dir
+    from progpo_envs.alfworld.data import missing_data_dir, resolve_data_dir
 
     spec = gym.spec(env_id)
     fixed = {**(spec.kwargs or {}), **kwargs}
@@ -289,6 +289,10 @@ def _check_split(env_id: str, kwargs: dict) -> None:
     parameter = _parameters(spec).get("split")
     if splits is None or parameter is None:
         return
+    reads_data = "data_dir" in _parameters(spec)
+    missing = missing_data_dir(fixed.get("data_dir")) if not splits and reads_data else None
+    if missing is not None:
+        raise UsageError(f"{env_id}: {missing}")
     split = fixed.get("split", parameter.default)
     split = getattr(split, "value", split)  # an enum default (WebShop's Split.TRAIN)
     if str(split) not in splits:
