@@ -410,7 +410,11 @@ class TrainConfig:
     )
     keep_checkpoints: int = _field(2, "most recent checkpoints kept", bounds=at_least(1))
     tensorboard: bool = _field(True, "also write TensorBoard event files")
-    progress: bool = _field(True, "show a rich progress display")
+    progress: bool = _field(
+        True,
+        "show a rich progress bar at a terminal (false, or stdout not a terminal: one plain line per RL "
+        "iteration, as in a log file)",
+    )
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig, metadata={"doc": "policy"})
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig, metadata={"doc": "environment"})
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig, metadata={"doc": "rollouts"})
