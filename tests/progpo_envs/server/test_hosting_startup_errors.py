@@ -1,6 +1,6 @@
 """A server that cannot start says why in one line, with the fix, instead of a traceback: a missing ALFWorld
-split, a full disk, a read-only cache that is not complete, a damaged search index or cached catalog, a port in
-use (on both doors, before the env workers start)."""
+split, a full disk, a read-only cache that is not complete, a damaged search index or cached catalog, a port
+in use (on both doors, before the env workers start)."""
 
 from __future__ import annotations
 
