@@ -62,6 +62,7 @@ from progpo_envs.server.websocket import (
     DeadlineExceeded,
     ExchangeFailed,
     HandshakeRefused,
+    ProtocolError,
 )
 from webshop_server.clients import CLIENT_TOKEN_VAR
 
@@ -152,6 +153,19 @@ def _stream_door(url: str, authorization: str | None, connect_timeout: float) ->
             headers = {"Authorization": authorization} if authorization else {}
             door = _DOORS[key] = _StreamDoor(ClientPool(ws_url, headers, connect_timeout=connect_timeout))
         return door
+
+
+def largest_stream_connections() -> dict[str, int]:
+    """Per server this process reached through its stream door (by ``ws://`` URL): the most bytes, calls and
+    answers together, that one of its connections carried (a long run's soak checks that no bound is per
+    connection)."""
+    with _DOORS_LOCK:
+        doors = [door for key, door in _DOORS.items() if key[3] == os.getpid()]
+    largest: dict[str, int] = {}
+    for door in doors:
+        url = door.pool.url
+        largest[url] = max(largest.get(url, 0), door.pool.largest_connection_bytes)
+    return largest
 
 
 class _Unreached(Exception):
@@ -270,6 +284,10 @@ class _Client:
             cause = exc.cause
             if isinstance(cause, ConnectionClosed) and cause.code == CLOSE_TOO_BIG:
                 return 413, {"error": f"the message is too large for the server ({cause})"}
+            if isinstance(cause, ProtocolError) and cause.code == CLOSE_TOO_BIG:  # an answer too big for us
+                raise RemoteEnvError(
+                    None, f"env server at {self.url} answered {op} with {cause.reason} (this client's limit)"
+                ) from exc
             raise _Failed(f"{type(cause).__name__}: {cause}") from exc
         except (OSError, DeadlineExceeded) as exc:  # no connection: nothing was sent
             raise _Unreached(f"{type(exc).__name__}: {exc}") from exc
