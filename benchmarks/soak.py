@@ -437,6 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     for env_id in settings.envs:
         result["envs"][env_id] = soak_env(env_id, settings, console)
     result["machine"]["load_average_after"] = os.getloadavg()
+    result["bounds"] = {
+        "min_connection_bytes": settings.min_connection_mib * MIB,
+        "max_stall_s": MAX_STALL_S,
+        "max_rss_growth": None if settings.quick else MAX_RSS_GROWTH,
+    }
     result["failed"] = checks(result, settings)
     out = Path(settings.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -497,9 +502,9 @@ SPECS = (
         "soak",
         script_path(__file__),
         "A training run's env traffic (each GPU preset's groups, steps and iterations, a random policy) "
-        "over a fleet of 3 `progpo serve` servers on the stream door, with a kill -9, a 60 s SIGSTOP, a "
-        "restart and a drain on the way; claims: no episode lost, at least 512 MiB through one connection, "
-        "no fault stalls the run more than 15 s, no server or worker grows its RSS by more than 10%.",
+        "over a fleet of `progpo serve` servers on the stream door, with a kill -9, a SIGSTOP, a restart and a "
+        "drain on the way; claims: no episode lost, and the bounds the result file names (`bounds`: the most "
+        "one connection carries, the longest stall a fault causes, the growth of any process's RSS).",
         "python benchmarks/soak.py",
         ["--quick"],
         render_soak,
