@@ -158,21 +158,34 @@ def quiet_floods(*names: str) -> None:
 
 class FairShareChannel(HTTPChannel):
     """Waitress's HTTP channel, counted in its client host's share of connections as it is accepted: past the
-    share it closes the host's oldest idle connection, or itself (:func:`connection_to_close`)."""
+    share it closes the host's oldest idle connection, or itself (:func:`connection_to_close`).
+
+    The room is made before the channel is registered (in :meth:`add_channel`, which waitress's constructor
+    calls), so at no instant does the server's table of open connections (``active_channels``, which another
+    thread may read: the drain, ``/metrics``, a test) hold more than a host's share: registered first and
+    trimmed after, the table briefly held share + 1 while each connection past the share was accepted.
+    """
 
     def __init__(self, server, sock, addr, adj, map=None):  # noqa: A002 - waitress's signature
         self.host = client_host(addr[0]) if isinstance(addr, tuple) else None
         self.opened = time.monotonic()
+        self.addr = addr  # waitress sets it after registering the channel: a reader of the table needs it
+        self._refused = False
         super().__init__(server, sock, addr, adj, map)
-        if self.host is None:
-            return
-        channels = list(server.active_channels.values())
-        share = connections_per_host(adj.connection_limit)
-        victim = connection_to_close(self, (c for c in channels if hasattr(c, "opened")), share, _idle)
-        if victim is self:
-            self.close()
-        elif victim is not None:
-            victim.handle_close()
+        if self._refused:  # every other connection of its host is busy: this one goes, never registered
+            self.handle_close()
+
+    def add_channel(self, map=None) -> None:  # noqa: A002 - wasyncore's signature
+        if self.host is not None:
+            channels = [c for c in list(self.server.active_channels.values()) if hasattr(c, "opened")]
+            share = connections_per_host(self.adj.connection_limit)
+            victim = connection_to_close(self, channels, share, _idle)
+            if victim is self:
+                self._refused = True
+                return
+            if victim is not None:
+                victim.handle_close()
+        super().add_channel(map)
 
 
 def _idle(channel: HTTPChannel) -> bool:
