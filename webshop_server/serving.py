@@ -9,7 +9,9 @@ closed after ``channel_timeout`` seconds; so one client holding idle or half-sen
 the others or the health checks. A host's connection past its share closes the host's oldest connection with
 no request in flight (idle, or a request half sent), or itself when every one has a request in flight
 (:func:`connection_to_close`): the host's own next request, a health check among them, gets through its
-share's stale connections instead of being locked out behind them.
+share's stale connections instead of being locked out behind them. A connection whose first byte opens a TLS
+handshake (a client given ``https://`` for this plain-HTTP server) is answered 400 in plain HTTP and closed,
+so the client's TLS fails at once instead of waiting out its deadline.
 
 The same rules serve the env server's OpenEnv door (:mod:`progpo_envs.server.uvicorn_serving`), with the same
 numbers, and the two share the rest of this module: the open-file limit raised to what the connections need
@@ -60,6 +62,9 @@ DRAIN_TIMEOUT = 8.0
 #: The signals that stop a server (with a drain).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+
+#: The first byte of a TLS handshake (a record of content type 22): what an https:// client sends first.
+TLS_HANDSHAKE = b"\x16"
 
 #: Seconds between two log records of one kind (:class:`FloodFilter`).
 LOG_INTERVAL = 10.0
@@ -171,9 +176,32 @@ class FairShareChannel(HTTPChannel):
         self.opened = time.monotonic()
         self.addr = addr  # waitress sets it after registering the channel: a reader of the table needs it
         self._refused = False
+        self._heard = False  # whether any byte came yet
         super().__init__(server, sock, addr, adj, map)
         if self._refused:  # every other connection of its host is busy: this one goes, never registered
             self.handle_close()
+
+    def received(self, data: bytes) -> bool:
+        if not self._heard:
+            self._heard = True
+            if data[:1] == TLS_HANDSHAKE:  # a client that took this http:// server for https://
+                self._refuse_tls()
+                return False
+        return super().received(data)
+
+    def _refuse_tls(self) -> None:
+        """Answer a TLS handshake in plain HTTP and close: the client's TLS fails at once on these bytes
+        (instead of waiting out its deadline for a server that waits for the end of a request head)."""
+        body = b'{"error": "this server speaks plain HTTP: use http://, not https://"}'
+        answer = (
+            b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        with self.outbuf_lock:
+            self.outbufs[-1].append(answer)
+            self.current_outbuf_count += len(answer)
+            self.total_outbufs_len += len(answer)
+        self.close_when_flushed = True
 
     def add_channel(self, map=None) -> None:  # noqa: A002 - wasyncore's signature
         if self.host is not None:
