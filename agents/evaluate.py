@@ -25,10 +25,10 @@ outputs up to :data:`MAX_STORED_OUTPUT_CHARS` characters each, parsed actions, o
 ``obs_hash``/``history_key`` as 16-digit hex). Rerunning with the same ``--out`` skips the task indices
 already there, so an interrupted run resumes without redoing finished episodes: a line cut short by a kill, or
 damaged anywhere in the file, is set aside and only its task is played again (:func:`load_finished`). One run
-at a time writes a ``DIR``: a second one is refused while the first holds its lock (``DIR/.progpo-eval.lock``,
-an ``flock`` the kernel releases when the process ends, however it ends). ``DIR/run.json`` records the
-settings; resuming with different ones is refused. At the end ``summary.json``, ``report.md`` and
-``success.png`` are written from all the lines (:mod:`agents.report`).
+at a time writes a ``DIR``: a second one, or a ``progpo train`` there, is refused while the first holds the
+run folder's lock (:mod:`progpo_base.folder_lock`: an ``flock`` the kernel releases when the process ends,
+however it ends). ``DIR/run.json`` records the settings; resuming with different ones is refused. At the end
+``summary.json``, ``report.md`` and ``success.png`` are written from all the lines (:mod:`agents.report`).
 
 An episode whose agent could not decide (an LLM request refused or still failing after its retries), or whose
 env server was lost under it (``info["env_error"]``: several servers, :mod:`progpo_envs.server.fleet`), ends
@@ -83,9 +83,6 @@ TRAJECTORIES_FILE = "trajectories.jsonl"
 #: Where lines of ``trajectories.jsonl`` that do not parse are moved (their tasks are played again).
 DAMAGED_FILE = "trajectories.jsonl.damaged"
 RUN_FILE = "run.json"
-#: Held (:func:`progpo_base.folder_lock.folder_lock`) by the run writing the folder, so that two runs never
-#: append to one file.
-LOCK_FILE = ".progpo-eval.lock"
 #: Characters of a model's output kept per step in the trajectory (the rest is cut; ``raw_output_chars``
 #: records the full length): a misbehaving endpoint's 10 MB completion must not make a 100 MB file.
 MAX_STORED_OUTPUT_CHARS = 32_768
@@ -524,7 +521,7 @@ def evaluate(
                 raise ValueError(
                     f"--episodes must be in 1..{split_size} (tasks in the split), got {episodes}"
                 )
-            stack.enter_context(folder_lock(out_dir, LOCK_FILE, "progpo eval", "give another --out"))
+            stack.enter_context(folder_lock(out_dir, "progpo eval", "give another --out"))
             _record_settings(out_dir, config, kind)
             trajectories = out_dir / TRAJECTORIES_FILE
             finished = load_finished(trajectories)

@@ -9,7 +9,8 @@ One iteration (:meth:`Trainer.train_iteration`, ``docs/architecture.md`` "One tr
    (:func:`training.rollout.collect_groups`), or with ``rollout.mode=async`` every episode at its own pace,
    the next batches rolling out during this update (:class:`training.async_rollout.AsyncRollout`).
 2. **Advantages** — one per step row from the ``algo.name`` estimator (ProGPO by default), broadcast over
-   the row's response tokens (:func:`training.update.step_advantages`).
+   the row's response tokens (:func:`training.update.step_advantages`); a group a lost env server cut
+   short is left out of them and of the update.
 3. **Update** — the clipped token-level objective with KL to the frozen reference over global mini-batches,
    with gradient accumulation and AdamW (:func:`training.update.update_policy`).
 4. **Weight sync** — when the sampler is not the trained model itself
@@ -186,7 +187,7 @@ class Trainer:
         else:
             result = collect_groups(self.rollout_worker, self.engine, cfg, iteration, self.dist)
         marks["rollout"] = time.perf_counter()
-        advantages = step_advantages(result.rows, cfg.algo)
+        advantages = step_advantages(result, cfg.algo)
         marks["advantages"] = time.perf_counter()
         kept = rows_to_train(result, cfg.loss.exclude_uniform_groups)
         staleness = iteration - np.asarray(result.rows.policy_version, dtype=np.int64)
@@ -209,9 +210,7 @@ class Trainer:
         if asynchronous:
             metrics.update(engine_loop_metrics(counters, marks))
         envs = self.async_rollout(iteration).envs if asynchronous else self.rollout_worker.envs
-        metrics.update(
-            server_metrics(server_status(envs), self.dist)
-        )  # several env servers: each one's share
+        metrics.update(server_metrics(server_status(envs), self.dist))  # several env servers: each's share
         return metrics
 
     def _engine_counters(self) -> tuple[float, int, int]:

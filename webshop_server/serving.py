@@ -21,7 +21,8 @@ files``) is logged once per :data:`LOG_INTERVAL` seconds with a count, not thous
 
 :func:`serve_until_stopped` drains on SIGTERM and SIGINT, also when the signal goes to the whole process group
 (Ctrl-C in a terminal, ``systemd``'s default ``KillMode=control-group``, ``kill -TERM -PGID``): it stops
-accepting at once, lets the requests in flight finish (at most ``drain_timeout`` seconds: a container's stop
+accepting at once, tells each connection it is going away (:meth:`FairShareChannel.going_away`), lets the
+requests in flight finish (at most ``drain_timeout`` seconds: a container's stop
 grace period is 10 s by default), then closes and calls ``on_stop``. Helper processes of a server ignore
 these signals and are stopped by it (the env server's workers, see ``progpo_envs.server.pool``).
 
@@ -215,6 +216,10 @@ class FairShareChannel(HTTPChannel):
                 victim.handle_close()
         super().add_channel(map)
 
+    def going_away(self) -> None:
+        """The server is stopping: say so to the peer where the protocol can (an HTTP connection is simply
+        closed once its request is answered; the env server's stream door sends a WebSocket close)."""
+
 
 def _idle(channel: HTTPChannel) -> bool:
     """No request of ``channel`` is in flight: nothing received in full and unanswered, nothing to write (a
@@ -285,6 +290,9 @@ def serve_until_stopped(
         print(f"[{name}] stopping: finishing the requests in flight", file=sys.stderr, flush=True)
         server.del_channel()  # no more accepts: new connections are refused, the open ones keep being served
         server.socket.close()
+        for channel in list(server.active_channels.values()):
+            if isinstance(channel, FairShareChannel):
+                channel.going_away()
         deadline = time.monotonic() + drain_timeout
         while requests_in_flight(server) and time.monotonic() < deadline:
             one_pass(0.05)

@@ -226,6 +226,8 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
         problem = handshake_problem(request.headers.get)
         if problem is not None:
             return error(*problem)
+        if request.method != "GET":  # HEAD: Flask answers it with the GET route, the door does not
+            return error(405, f"the stream door is opened with GET {STREAM_PATH} (Upgrade: websocket)")
         return error(
             501,
             "this server does not serve the stream door (it needs progpo serve's waitress server); use the "

@@ -69,6 +69,7 @@ from progpo_envs.server.websocket import (
     DeadlineExceeded,
     ExchangeFailed,
     HandshakeRefused,
+    ProtocolError,
     TLSFailed,
 )
 from webshop_server.clients import CLIENT_TOKEN_VAR
@@ -235,6 +236,18 @@ def _connections(url: str, authorization: str | None, connect_timeout: float) ->
         return connections
 
 
+def largest_stream_connections() -> dict[str, int]:
+    """Per server this process reached through its stream door (by ``ws://`` URL): the most bytes, calls and
+    answers together, that one of its connections carried (a long run's soak checks that no bound is per
+    connection)."""
+    with _CONNECTIONS_LOCK:
+        pools = [c.stream for key, c in _CONNECTIONS.items() if key[3] == os.getpid()]
+    largest: dict[str, int] = {}
+    for pool in pools:
+        largest[pool.url] = max(largest.get(pool.url, 0), pool.largest_connection_bytes)
+    return largest
+
+
 class _AttemptFailed(Exception):
     """An attempt that got no answer (no connection, a connection closed or reset, no answer by the
     deadline): tried again while time is left. Every call is safe to send again: reads and close change
@@ -340,6 +353,10 @@ class _Client:
             cause = exc.cause
             if isinstance(cause, ConnectionClosed) and cause.code == CLOSE_TOO_BIG:
                 return 413, {"error": f"the message is too large for the server ({cause})"}
+            if isinstance(cause, ProtocolError) and cause.code == CLOSE_TOO_BIG:  # an answer too big for us
+                raise RemoteEnvError(
+                    None, f"env server at {self.url} answered {op} with {cause.reason} (this client's limit)"
+                ) from exc
             raise _AttemptFailed(f"{type(cause).__name__}: {cause}") from exc
         except (OSError, DeadlineExceeded) as exc:  # no connection: nothing was sent
             raise _AttemptFailed(f"{type(exc).__name__}: {exc}") from exc

@@ -17,6 +17,7 @@ import pytest
 
 from agents.cli import main
 from agents.evaluate import DAMAGED_FILE, MAX_STORED_OUTPUT_CHARS, EvalConfig, evaluate
+from progpo_base.folder_lock import LOCK_FILE
 from tests.paths import REPO_ROOT as REPO
 
 TOY = "agents-test/ToyALFWorld-v0"
@@ -122,10 +123,10 @@ def test_two_runs_on_one_out_do_not_both_write(tmp_path):
     )
     first = threading.Thread(target=evaluate, args=(config,), kwargs={"progress": False})
     first.start()
-    while not (tmp_path / ".progpo-eval.lock").exists():
+    while not (tmp_path / LOCK_FILE).exists():
         time.sleep(0.02)
     time.sleep(0.3)
-    with pytest.raises(ValueError, match=r"being written by another progpo eval \(pid \d+\)"):
+    with pytest.raises(ValueError, match=r"being written by progpo eval \(pid \d+\)"):
         evaluate(config, progress=False)
     first.join(120)
     records = _lines(tmp_path)

@@ -130,7 +130,7 @@ def test_a_second_train_on_a_live_run_dir_exits_2_in_one_line_and_the_first_is_u
             assert second.returncode == 2, second.stderr[-2000:]
             assert first.poll() is None, "the first run ended before the second was refused"
             assert second.stderr.count("\n") == 1 and second.stdout == ""
-            assert f"is being written by another progpo train (pid {first.pid})" in second.stderr, (
+            assert f"is being written by progpo train (pid {first.pid})" in second.stderr, (
                 second.stderr
             )
         assert (run_dir / "config.yaml").stat().st_mtime_ns == config_file.st_mtime_ns  # nothing written

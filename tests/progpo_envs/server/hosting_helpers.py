@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import math
+import os
+import socket
+import struct
 import sys
+import time
 
 import numpy as np
 
 from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.pool import PoolConfig
 from progpo_envs.server.serving import BackgroundServer
+from progpo_envs.server.websocket import FrameParser, WebSocketClient, accept_key
 from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
 from tests.paths import repo_on_pythonpath
 
@@ -32,6 +39,59 @@ def same(a, b) -> bool:
     if isinstance(a, (float, np.floating)) and math.isnan(a):
         return math.isnan(b)
     return bool(a == b)
+
+
+def ws_url(url: str) -> str:
+    return url.replace("http://", "ws://") + "/stream"
+
+
+def call(ws: WebSocketClient, message: dict | bytes, timeout: float = 30) -> dict:
+    """One message and its answer."""
+    payload = message if isinstance(message, bytes) else json.dumps(message).encode()
+    ws.send(payload, time.monotonic() + timeout)
+    return json.loads(ws.receive(time.monotonic() + timeout))
+
+
+def raw_upgrade(port: int, source: str = "127.0.0.1", headers: str = "") -> socket.socket:
+    """A socket through the handshake (its 101 read), for frames written by hand."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            f"GET /stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{headers}\r\n"
+        ).encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(4096)
+    assert head.startswith(b"HTTP/1.1 101") and accept_key(key).encode() in head, head
+    return sock
+
+
+def read_message(sock: socket.socket) -> bytes:
+    """The next message the server sends on a raw socket."""
+    parser = FrameParser(1 << 24, masked=False)
+    while True:
+        messages = parser.feed(sock.recv(65536))
+        if messages:
+            return messages[0][1]
+
+
+def close_code(sock: socket.socket) -> int | None:
+    """The close code of the close frame the server sends (``None`` if it closed without one)."""
+    data = b""
+    try:
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass
+    if len(data) >= 4 and data[0] & 0x0F == 0x8:
+        return struct.unpack("!H", data[2:4])[0]
+    return None
 
 
 def serve_toy(**pool_kwargs) -> BackgroundServer:

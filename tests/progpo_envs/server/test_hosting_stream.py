@@ -5,9 +5,7 @@ bad input, idle timeout, drain), spoken by an independent WebSocket client as we
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import random
 import signal
 import socket
@@ -30,13 +28,22 @@ from progpo_envs.server.websocket import (
     OP_TEXT,
     ClientPool,
     ConnectionClosed,
-    FrameParser,
     WebSocketClient,
     accept_key,
     encode_frame,
 )
 from tests.net import half_open
-from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, same, serve_toy
+from tests.progpo_envs.server.hosting_helpers import (
+    TOY_ENV_ID,
+    CliServer,
+    call,
+    close_code,
+    raw_upgrade,
+    read_message,
+    same,
+    serve_toy,
+    ws_url,
+)
 from webshop_server.serving import CONNECTION_LIMIT, connections_per_host
 
 ACTIONS = ["go left", "go right", "take key", "open door", "look", "dance", "", "x" * 5000, 17, None]
@@ -47,17 +54,6 @@ def play(env: gym.Env, seed: int | None, steps: int, rng: random.Random) -> list
     for _ in range(steps):
         trace.append(env.step(rng.choice(ACTIONS)))
     return trace
-
-
-def ws_url(url: str) -> str:
-    return url.replace("http://", "ws://") + "/stream"
-
-
-def call(ws: WebSocketClient, message: dict | bytes, timeout: float = 30) -> dict:
-    """One message and its answer."""
-    payload = message if isinstance(message, bytes) else json.dumps(message).encode()
-    ws.send(payload, time.monotonic() + timeout)
-    return json.loads(ws.receive(time.monotonic() + timeout))
 
 
 def metrics(url: str) -> dict:
@@ -207,48 +203,6 @@ def test_too_many_json_values_is_a_413(ws):
 # --- protocol errors close the connection -------------------------------------------------------------------
 
 
-def raw_upgrade(port: int, source: str = "127.0.0.1", headers: str = "") -> socket.socket:
-    """A socket through the handshake (its 101 read), for frames written by hand."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(
-        (
-            f"GET /stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{headers}\r\n"
-        ).encode()
-    )
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += sock.recv(4096)
-    assert head.startswith(b"HTTP/1.1 101") and accept_key(key).encode() in head, head
-    return sock
-
-
-def read_message(sock: socket.socket) -> bytes:
-    """The next message the server sends on a raw socket."""
-    parser = FrameParser(1 << 24, masked=False)
-    while True:
-        messages = parser.feed(sock.recv(65536))
-        if messages:
-            return messages[0][1]
-
-
-def close_code(sock: socket.socket) -> int | None:
-    """The close code of the close frame the server sends (``None`` if it closed without one)."""
-    data = b""
-    try:
-        while True:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        pass
-    if len(data) >= 4 and data[0] & 0x0F == 0x8:
-        return struct.unpack("!H", data[2:4])[0]
-    return None
-
-
 @pytest.mark.parametrize(
     "frame, code",
     [
@@ -279,7 +233,7 @@ def test_a_frame_over_the_limit_is_answered_413_from_its_header_and_never_kept(t
         answer = json.loads(read_message(sock))
         assert answer["status"] == 413 and "at most" in answer["body"]["error"]
         channels = [c for c in toy_server._server.active_channels.values() if getattr(c, "parser", None)]
-        assert all(c.parser.buffered < (1 << 20) or c.parser._skipping for c in channels)
+        assert all(c.parser.buffered_in_memory < (1 << 20) for c in channels)
     finally:
         sock.close()
 
