@@ -29,6 +29,13 @@ infos, plus:
   at once when no server is left). A reset moves a group to a less loaded server only when that evens the
   load (a server that came back gets its share again). Only when no server works does a reset raise
   (:class:`NoServerError`).
+* **A hung server costs seconds.** A server whose batch runs past ``hang_after`` seconds is probed on a
+  connection of its own; one that does not answer within ``probe_timeout`` (stopped, its event loop stuck)
+  is down at once, its copies' episodes fail as above and the step returns without it
+  (:meth:`ServerFleet.gather`); its late answer is never read, and its copies get no other call. Instances
+  left on a server that did not answer are closed once it answers again.
+* **Each server once.** The fleet probes every server as it is made, and refuses one server under two
+  names (``progpo serve`` names itself in ``/ready``: its ``server_id``).
 * **Every server visible.** Each copy's ``info["server"]`` is the URL it plays on; the vector env's
   :meth:`FleetGroupVectorEnv.servers` (and the single env's :meth:`FleetRemoteEnv.servers`) is each
   server's state (``up``, ``down``, ``not_ready``, ``full``), the groups and sessions it holds now, the
@@ -202,7 +209,8 @@ class ServerFleet:
         self.probe_timeout = float(probe_timeout)
         self.hang_after = float(hang_after)
         self.lock = threading.RLock()
-        # probes and the closing of orphans: off the callers' threads (a probe may wait probe_timeout)
+        # the probes, off the callers' threads (each may wait probe_timeout), and the closing of orphans on a
+        # thread of its own (a close that waits holds up no probe)
         self._helpers = ThreadPoolExecutor(
             max_workers=2 * len(self.servers), thread_name_prefix="progpo-probe"
         )
@@ -267,7 +275,7 @@ class ServerFleet:
         self.heard(server)
         with self.lock:
             orphans, server.orphans = server.orphans, []
-        if orphans:  # one thread for them: a close that waits cannot hold up the probes
+        if orphans:
             self._closer.submit(_close_all, orphans)
 
     def probe(self, server: FleetServer) -> ServerState:

@@ -354,7 +354,7 @@ def test_a_stopped_server_costs_its_copies_seconds_and_the_others_go_on():
             _, _, _, truncated, _ = envs.step(
                 ["look"] * 12
             )  # the others go on; the stopped copies stay ended
-            assert time.monotonic() - started < fleet.hang_after and truncated.tolist() == on_stopped
+            assert time.monotonic() - started < 30.0 and truncated.tolist() == on_stopped
             _, info = envs.reset(seed=1)  # its 2 groups made again on the two left
             assert stopped.url not in set(info["server"]) and not envs.step(["look"] * 12)[3].any()
         finally:
