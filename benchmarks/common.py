@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -42,6 +41,7 @@ import requests
 
 from training.provenance import environment
 from training.provenance import git_commit as git_commit  # one implementation, re-exported for the benchmarks
+from training.provenance import weights_digest as weights_digest  # the digest progpo train's summary records
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -214,25 +214,3 @@ def save_figure(fig, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def weights_digest(folder: Path) -> str | None:
-    """SHA-256 of a saved model's weights (``model.safetensors``; None when absent): two runs with equal
-    digests computed the same numbers bit for bit, so a user can tell whether their machine reproduces ours
-    exactly or only within the spread.
-
-    Example:
-        >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / "model.safetensors").write_bytes(b"abc")
-        >>> weights_digest(d)[:12], weights_digest(d / "missing")
-        ('ba7816bf8f01', None)
-    """
-    path = folder / "model.safetensors"
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
