@@ -502,9 +502,9 @@ SPECS = (
         "soak",
         script_path(__file__),
         "A training run's env traffic (each GPU preset's groups, steps and iterations, a random policy) "
-        "over a fleet of `progpo serve` servers on the stream door, with a kill -9, a SIGSTOP, a restart and a "
-        "drain on the way; claims: no episode lost, and the bounds the result file names (`bounds`: the most "
-        "one connection carries, the longest stall a fault causes, the growth of any process's RSS).",
+        "over a fleet of `progpo serve` servers on the stream door, with a kill -9, a SIGSTOP, a restart and "
+        "a drain on the way; claims: no episode lost, and the bounds the result file names (`bounds`: the "
+        "most one connection carries, the longest stall a fault causes, the growth of any process's RSS).",
         "python benchmarks/soak.py",
         ["--quick"],
         render_soak,
