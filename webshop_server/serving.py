@@ -46,6 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from waitress.buffers import OverflowableBuffer
 from waitress.channel import HTTPChannel
 from waitress.server import create_server
 
@@ -67,6 +68,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: The first byte of a TLS handshake (a record of content type 22): what an https:// client sends first.
 TLS_HANDSHAKE = b"\x16"
 
+#: Bytes a connection's out-buffer may have carried before, once all of it is sent, it is replaced (waitress
+#: would keep them until 16 MiB: :meth:`FairShareChannel._flush_some`).
+OUTBUF_RECYCLE_BYTES = 1 << 20
 #: Seconds between two log records of one kind (:class:`FloodFilter`).
 LOG_INTERVAL = 10.0
 #: Descriptors a server keeps beyond its connections: listening sockets, env workers' pipes, files, imports.
@@ -219,6 +223,18 @@ class FairShareChannel(HTTPChannel):
     def going_away(self) -> None:
         """The server is stopping: say so to the peer where the protocol can (an HTTP connection is simply
         closed once its request is answered; the env server's stream door sends a WebSocket close)."""
+
+    def _flush_some(self, do_close: bool = True) -> bool:
+        sent = super()._flush_some(do_close=do_close)
+        # Waitress's out-buffer keeps the bytes it sent (a BytesIO read forward, never cut) until
+        # outbuf_high_watermark (16 MiB) has gone through it; so every long-lived connection (a pooled
+        # keep-alive one, a stream door's) held up to 16 MiB of answers long sent, and a server's memory grew
+        # with its traffic. Once everything is out, a buffer past OUTBUF_RECYCLE_BYTES starts afresh.
+        if not self.total_outbufs_len and self.current_outbuf_count >= OUTBUF_RECYCLE_BYTES:
+            self.outbufs[-1].close()
+            self.outbufs[-1] = OverflowableBuffer(self.adj.outbuf_overflow)
+            self.current_outbuf_count = 0
+        return sent
 
 
 def _idle(channel: HTTPChannel) -> bool:
