@@ -482,6 +482,7 @@ class FleetBackend:
         self.last: list[StepResult | None] = [None] * self.num_envs
         # a request to a server found hung is left running until its own deadline: room for one per server
         self._pool = ThreadPoolExecutor(max_workers=2 * len(fleet), thread_name_prefix="progpo-fleet")
+        self._creating = ThreadPoolExecutor(max_workers=self.group_size, thread_name_prefix="progpo-create")
         try:
             for group in range(len(self.homes)):
                 self._house(group, self.fleet.choose())
@@ -496,19 +497,32 @@ class FleetBackend:
     def _house(self, group: int, server: FleetServer) -> None:
         """Make the group's copies on ``server``, or on the next server that works when it cannot."""
         while True:
+            # the copies are made together: each create is a round trip to an env worker (a game loaded),
+            # and one after another they made a regrouping after a lost server take seconds per group
+            creates = [
+                self._creating.submit(RemoteEnv, server.url, **self.env_kwargs)
+                for _ in self._group_copies(group)
+            ]
             made: list[RemoteEnv] = []
-            try:
-                for _ in range(self.group_size):
-                    made.append(RemoteEnv(server.url, **self.env_kwargs))
-            except RemoteEnvError as exc:
-                state = _create_failure(exc)
+            failure: BaseException | None = None
+            for create in creates:
+                try:
+                    made.append(create.result())
+                except BaseException as exc:  # noqa: BLE001 - the first failure is raised once all are in
+                    failure = failure or exc
+            if isinstance(failure, RemoteEnvError):
+                state = _create_failure(failure)
                 for env in made:
                     self.fleet.orphan(server, env) if state in _GONE else env.close()
                 if state is None:
-                    raise
-                self.fleet.fail(server, state, str(exc))
+                    raise failure
+                self.fleet.fail(server, state, str(failure))
                 server = self.fleet.choose()
                 continue
+            if failure is not None:
+                for env in made:
+                    env.close()
+                raise failure
             self.fleet.heard(server)
             for i, env in zip(self._group_copies(group), made, strict=True):
                 self.copies[i], self.lost[i], self.last[i] = env, None, None
@@ -729,6 +743,7 @@ class FleetBackend:
         for group in range(len(self.homes)):
             self._release(group)
         self._pool.shutdown(wait=False)
+        self._creating.shutdown(wait=False)
 
 
 class FleetGroupVectorEnv(RemoteGroupVectorEnv):
