@@ -10,6 +10,8 @@ Routes (every body and answer is JSON; values inside ``info``/``options`` use
 * ``POST /instances`` ``{env_id, kwargs?, seed?, options?}`` → 201 ``{instance_id, num_tasks, ...}`` (with
   ``seed`` or ``options`` the instance is also reset);
 * ``GET /instances/<id>`` (last ``{observation, info}``), ``.../observation``, ``.../available_actions``;
+* ``GET /instances/<id>/expert`` — ``{expert_action}``: the expert's next command, where the operator turned
+  the expert on; no other answer carries it (:mod:`~progpo_envs.server.pool_worker`);
 * ``POST /instances/<id>/reset`` ``{seed?, options?, seq?}`` → ``{observation, info}``;
 * ``POST /instances/<id>/step`` ``{action, seq?}`` → ``{observation, reward, terminated, truncated, info}``;
 * ``DELETE /instances/<id>`` — close;
@@ -198,6 +200,10 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
     @app.get("/instances/<instance_id>/available_actions")
     def actions(instance_id: str):
         return answer(api.available_actions(instance_id))
+
+    @app.get("/instances/<instance_id>/expert")
+    def expert(instance_id: str):
+        return answer(api.expert(instance_id))
 
     @app.post("/instances/<instance_id>/reset")
     def reset(instance_id: str):

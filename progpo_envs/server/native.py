@@ -235,6 +235,11 @@ class NativeApi:
         info = decode(self.pool.call(instance_id, "get", {})["info"])
         return json_bytes({"available_actions": encode(available_actions(info))})
 
+    def expert(self, instance_id: Any) -> bytes:
+        """``GET /instances/<id>/expert``: ``{expert_action}``, the expert's next command (``null`` once it
+        has none), which no other answer carries; 409 when the env has no expert (the operator's choice)."""
+        return json_bytes(self.pool.call(instance_id, "expert", {}))
+
     def reset(self, instance_id: Any, body: Mapping[str, Any], budget: DecodeBudget | None = None) -> bytes:
         """``POST /instances/<id>/reset``: ``{seed?, options?, seq?}`` → ``{observation, info}``."""
         return self.pool.call(instance_id, "reset", reset_args(body, budget), raw=True)
@@ -293,6 +298,7 @@ OPS: dict[str, tuple[str, bool]] = {
     "get": ("GET /instances/<id>", True),
     "observation": ("GET /instances/<id>/observation", True),
     "available_actions": ("GET /instances/<id>/available_actions", True),
+    "expert": ("GET /instances/<id>/expert", True),
     "reset": ("POST /instances/<id>/reset", True),
     "step": ("POST /instances/<id>/step", True),
     "close": ("DELETE /instances/<id>", True),
@@ -327,6 +333,8 @@ def run_op(
         return 200, api.observation(instance_id)
     if op == "available_actions":
         return 200, api.available_actions(instance_id)
+    if op == "expert":
+        return 200, api.expert(instance_id)
     if op == "close":
         return 200, api.close(instance_id)
     raise ServerError(404, f"unknown op {op!r} (the ops: {', '.join(OPS)})")

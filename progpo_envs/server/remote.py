@@ -167,7 +167,13 @@ def stream_route(method: str, path: str) -> tuple[str, str | None] | None:
         return ("create", None) if method == "POST" else None
     if len(parts) == 2:
         return {"GET": ("get", parts[1]), "DELETE": ("close", parts[1])}.get(method)
-    ops = {("POST", "reset"), ("POST", "step"), ("GET", "observation"), ("GET", "available_actions")}
+    ops = {
+        ("POST", "reset"),
+        ("POST", "step"),
+        ("GET", "observation"),
+        ("GET", "available_actions"),
+        ("GET", "expert"),
+    }
     if len(parts) == 3 and (method, parts[2]) in ops:
         return parts[2], parts[1]
     return None
@@ -421,7 +427,10 @@ class RemoteEnv(gym.Env[str, str]):
         transport: ``"auto"`` (the stream door where the server has one, else the HTTP routes), ``"stream"``
             or ``"http"`` (see the module docstring).
         render_mode: ``"ansi"`` or ``None``.
-        **env_kwargs: Constructor kwargs of the hosted env (the server's allow-list applies).
+        **env_kwargs: Constructor kwargs of the hosted env (the server's allow-list applies). With
+            ``expert=True`` (allowed where the operator turned the expert on) each info gets the expert's
+            next command, ``info["expert_action"]``, as in process: the server's answers never carry it, so
+            this env reads it from its own route after every reset and step.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -468,6 +477,7 @@ class RemoteEnv(gym.Env[str, str]):
         self._seq = 0
         self._steps = 0
         self._observation: str | None = None
+        self._expert = bool(env_kwargs.get("expert"))
 
     @property
     def url(self) -> str:
@@ -499,7 +509,17 @@ class RemoteEnv(gym.Env[str, str]):
 
     def _apply_reset(self, answer: dict) -> tuple[str, dict]:
         self._observation, self._steps = answer["observation"], 0
-        return answer["observation"], decode(answer["info"])
+        return answer["observation"], self._with_expert(decode(answer["info"]))
+
+    def _with_expert(self, info: dict) -> dict:
+        if self._expert:
+            info["expert_action"] = self.expert_action()
+        return info
+
+    def expert_action(self) -> str | None:
+        """The expert's next command (``None`` once it has none), from the server's expert route: where the
+        operator turned the expert on (else :class:`RemoteEnvError`, 409)."""
+        return self._client.request("GET", self._path("/expert"))["expert_action"]
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         """Step the remote instance; a non-string action is sent as an invalid action, as in-process."""
@@ -519,7 +539,7 @@ class RemoteEnv(gym.Env[str, str]):
             float(decode(answer["reward"])),
             bool(answer["terminated"]),
             bool(answer["truncated"]),
-            decode(answer["info"]),
+            self._with_expert(decode(answer["info"])),
         )
 
     def available_actions(self) -> Any:
