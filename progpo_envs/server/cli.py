@@ -50,7 +50,7 @@ from progpo_envs.server.serving import (
     make_wsgi_server,
     serve_until_stopped,
 )
-from webshop_server.clients import ClientTokens
+from webshop_server.clients import add_client_tokens_option, tokens_of_option
 
 #: Envs whose AgentGym protocol is mounted automatically.
 AGENTGYM_ENVS = ("progpo/ALFWorld-v0", "progpo/WebShop-v0")
@@ -122,13 +122,7 @@ def build_parser() -> CommandParser:
         help="live instances one client (a host, or a client token) may hold (default: half of "
         "--max-instances; then 429)",
     )
-    parser.add_argument(
-        "--client-tokens",
-        metavar="FILE",
-        help="a file of client tokens, one per line: a request with 'Authorization: Bearer <token>' counts "
-        "as that token's client (its own share), an unknown token is refused (401), a request without one "
-        "counts as its host",
-    )
+    add_client_tokens_option(parser)
     parser.add_argument(
         "--idle-timeout",
         type=float,
@@ -245,12 +239,6 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         env_kwargs[agentgym] = _split_for_partial_data(agentgym, env_kwargs.get(agentgym, {}), games)
     for env_id in env_ids:
         _check_split(env_id, env_kwargs.get(env_id, {}))
-    tokens = None
-    if args.client_tokens is not None:
-        try:
-            tokens = ClientTokens.from_file(args.client_tokens)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--client-tokens {args.client_tokens}: {exc}") from None
     pool = PoolConfig(
         num_workers=args.workers,
         max_instances=args.max_instances,
@@ -265,7 +253,7 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         pool=pool,
         agentgym=agentgym,
         agentgym_mappings=mappings,
-        client_tokens=tokens,
+        client_tokens=tokens_of_option(args.client_tokens),
     )
 
 
