@@ -9,7 +9,9 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -39,6 +41,17 @@ def same(a, b) -> bool:
     if isinstance(a, (float, np.floating)) and math.isnan(a):
         return math.isnan(b)
     return bool(a == b)
+
+
+def plain(value):
+    """Arrays as lists, recursively (vector infos compare by value)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
 def ws_url(url: str) -> str:
@@ -92,6 +105,66 @@ def close_code(sock: socket.socket) -> int | None:
     if len(data) >= 4 and data[0] & 0x0F == 0x8:
         return struct.unpack("!H", data[2:4])[0]
     return None
+
+
+class MisbehavingWebSocketServer:
+    """A WebSocket server on loopback that accepts the upgrade and reads the client's first message, then
+    does ``misbehave(conn)`` (a stalled, trickling or oversized answer): one thread per connection."""
+
+    def __init__(self, misbehave: Callable[[socket.socket], None]):
+        self.misbehave = misbehave
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            key = next(
+                line.split(b":", 1)[1].strip().decode()
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"sec-websocket-key")
+            )
+            conn.sendall(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                + f"Sec-WebSocket-Accept: {accept_key(key)}\r\n\r\n".encode()
+            )
+            conn.recv(65536)
+            self.misbehave(conn)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def concurrent_clients(play: Callable[[int], None], clients: int, timeout: float) -> list[str]:
+    """``play(index)`` for ``clients`` indices at once, a thread each (each joined within ``timeout`` s);
+    every error raised, as ``client <index>: <error>``."""
+    errors: list[str] = []
+
+    def client(index: int) -> None:
+        try:
+            play(index)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted on
+            errors.append(f"client {index}: {exc!r}")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    return errors
 
 
 def serve_toy(**pool_kwargs) -> BackgroundServer:
@@ -169,3 +242,17 @@ class CliServer:
             except Exception:  # noqa: BLE001
                 self.process.kill()
                 self.process.wait(5)
+
+
+#: The toy ALFWorld whose steps sleep (``tests/progpo_envs/server/hosting_slow_env.py`` registers it).
+SLOW_ENV_ID = "progpo/SlowToy-v0"
+
+
+def slow_toy_cli_server(*args: str, **env_kwargs) -> CliServer:
+    """``progpo serve`` hosting :data:`SLOW_ENV_ID` alone, built with ``env_kwargs`` (``step_delay``: seconds
+    each step sleeps), without AgentGym's door; ``args``: more of the command line."""
+    kwargs = f"{SLOW_ENV_ID}={json.dumps(env_kwargs)}"
+    module = "tests.progpo_envs.server.hosting_slow_env"  # CliServer puts the repo root on PYTHONPATH
+    return CliServer(
+        "--import", module, "--env", SLOW_ENV_ID, "--env-kwargs", kwargs, "--agentgym", "none", *args
+    )

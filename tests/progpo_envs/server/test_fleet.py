@@ -13,7 +13,6 @@ import signal
 import time
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import requests
 
@@ -28,7 +27,7 @@ from progpo_envs.server.fleet import (
     server_urls,
 )
 from progpo_envs.server.remote import REMOTE_ENV_ID, RemoteEnv, RemoteGroupVectorEnv
-from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, same, serve_toy
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, plain, same, serve_toy
 
 #: Fast failure: a refused connection fails a call after ~0.1 s instead of the default ~1.4 s of retries.
 FAST = {"retries": 1, "backoff": 0.05, "connect_timeout": 1.0, "timeout": 20.0}
@@ -54,17 +53,6 @@ def without_server(value):
         return {k: without_server(v) for k, v in value.items() if k not in ("server", "_server")}
     if isinstance(value, (list, tuple)):
         return type(value)(without_server(v) for v in value)
-    return value
-
-
-def plain(value):
-    """Arrays as lists, recursively (vector infos compare by value)."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
     return value
 
 
