@@ -39,3 +39,15 @@ def session_from(address: str):
     session = requests.Session()
     session.mount("http://", SourceAddressAdapter())
     return session
+
+
+def recv_until(sock: socket.socket, marker: bytes, size: int = 65536) -> bytes:
+    """What ``sock`` receives until ``marker`` is in it or the peer closes (then what came), ``size`` bytes a
+    read at most (1: nothing after the marker is read, e.g. the frames behind a 101's head)."""
+    received = b""
+    while marker not in received:
+        chunk = sock.recv(size)
+        if not chunk:
+            break
+        received += chunk
+    return received

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.net import half_open, session_from
+from tests.net import half_open, recv_until, session_from
 from tests.paths import REPO_ROOT as REPO
 from webshop_server.clients import ClientTokens
 from webshop_server.serving import READ_TIMEOUT
@@ -202,12 +202,7 @@ def test_gunicorn_site_drains_on_a_signal_to_the_whole_group(site, sig):
     time.sleep(1.0)
     sock.sendall(body[10:])
     sock.settimeout(20)
-    answer = b""
-    while b"session_id" not in answer:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        answer += chunk
+    answer = recv_until(sock, b"session_id")
     sock.close()
     assert answer.startswith(b"HTTP/1.1 201") and b"session_id" in answer, answer[:300]
     assert shop.process.wait(30) == 0, shop.output()[-2000:]

@@ -20,6 +20,7 @@ from progpo_envs.server.pool import PoolConfig
 from progpo_envs.server.serving import BackgroundServer
 from progpo_envs.server.websocket import FrameParser, WebSocketClient, accept_key
 from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
+from tests.net import recv_until
 from tests.paths import repo_on_pythonpath
 
 
@@ -75,9 +76,7 @@ def raw_upgrade(port: int, source: str = "127.0.0.1", headers: str = "") -> sock
             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{headers}\r\n"
         ).encode()
     )
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += sock.recv(4096)
+    head = recv_until(sock, b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 101") and accept_key(key).encode() in head, head
     return sock
 
@@ -127,9 +126,7 @@ class MisbehavingWebSocketServer:
 
     def _one(self, conn: socket.socket) -> None:
         try:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                head += conn.recv(4096)
+            head = recv_until(conn, b"\r\n\r\n")
             key = next(
                 line.split(b":", 1)[1].strip().decode()
                 for line in head.split(b"\r\n")

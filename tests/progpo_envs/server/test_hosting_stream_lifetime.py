@@ -29,6 +29,7 @@ from progpo_envs.server.websocket import (
     WebSocketClient,
     encode_frame,
 )
+from tests.net import recv_until
 from tests.progpo_envs.server.hosting_big_env import BIG_ENV_ID, WRITING
 from tests.progpo_envs.server.hosting_helpers import (
     TOY_ENV_ID,
@@ -211,9 +212,7 @@ def test_an_http_request_pipelined_behind_the_upgrade_is_refused_and_its_connect
                 "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
             ).encode()
         )
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += sock.recv(1)
+        head = recv_until(sock, b"\r\n\r\n", size=1)  # not a byte of the frame behind it
         assert head.startswith(b"HTTP/1.1 101")
         assert close_code(sock) == 1002
     finally:
@@ -333,10 +332,7 @@ def _upgrade_request(method: str, path: str) -> bytes:
 def _first_answer(port: int, request: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(request)
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += sock.recv(4096)
-        return head
+        return recv_until(sock, b"\r\n\r\n")
 
 
 def test_head_is_refused_with_405_and_a_doubled_slash_is_the_door(toy_server):
