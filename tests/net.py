@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import threading
+from collections.abc import Callable
 
 
 def half_open(port: int, addresses: list[str], per_address: int, path: str) -> list[socket.socket]:
@@ -51,3 +53,18 @@ def recv_until(sock: socket.socket, marker: bytes, size: int = 65536) -> bytes:
             break
         received += chunk
     return received
+
+
+def accept_each(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+    """Hands each connection ``listener`` accepts to ``handle``, on a thread of its own, until ``listener``
+    is closed (the accepting runs on a daemon thread; this returns at once)."""
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()

@@ -20,7 +20,7 @@ from progpo_envs.server.pool import PoolConfig
 from progpo_envs.server.serving import BackgroundServer
 from progpo_envs.server.websocket import FrameParser, WebSocketClient, accept_key
 from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
-from tests.net import recv_until
+from tests.net import accept_each, recv_until
 from tests.paths import repo_on_pythonpath
 
 
@@ -114,15 +114,7 @@ class MisbehavingWebSocketServer:
         self.misbehave = misbehave
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+        accept_each(self.sock, self._one)
 
     def _one(self, conn: socket.socket) -> None:
         try:
