@@ -59,6 +59,11 @@ def _train(run_dir: Path, *extra: str, timeout: float = 300) -> subprocess.Compl
     )
 
 
+def _start_train(run_dir: Path, *extra: str, **popen) -> subprocess.Popen:
+    """``progpo train`` (:func:`_train_cmd`) started in the background (``popen``: where its output goes)."""
+    return subprocess.Popen(_train_cmd(run_dir, *extra), env=subprocess_env(), **popen)
+
+
 def _stable_records(run_dir: Path) -> list[dict]:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not any(word in k for word in VOLATILE)} for r in records]
@@ -130,13 +135,7 @@ def test_a_second_train_on_a_live_run_dir_exits_2_in_one_line_and_the_first_is_u
     # a run still going while three more start and are refused (each a fresh interpreter importing torch: on a
     # loaded 2-core machine 0.5 s a step and 3 iterations let the first finish before the second was refused)
     slow += ("env.kwargs={step_delay: 3.0}",)
-    first = subprocess.Popen(
-        _train_cmd(run_dir, *slow),
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = _start_train(run_dir, *slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
         while not (run_dir / "checkpoints").is_dir() or not any((run_dir / "checkpoints").iterdir()):
@@ -236,13 +235,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, straight_run):
     extra = RUN_ARGS
 
     killed = tmp_path / "killed"
-    process = subprocess.Popen(
-        _train_cmd(killed, *extra),
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    process = _start_train(killed, *extra, start_new_session=True, **quiet)  # its group is killed below
     latest = killed / "checkpoints" / "latest"
     deadline = time.time() + 240
     while time.time() < deadline and process.poll() is None:
