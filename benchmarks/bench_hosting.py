@@ -1,29 +1,16 @@
 """Hosting the envs: ``progpo serve`` against the same envs in process, OpenEnv's protocol against ours, the
-fleet and fair sharing. (The hour-long soak of a fleet under faults is ``benchmarks/soak.py``.)
+fleet and fair sharing (the hour-long soak of a fleet under faults is ``benchmarks/soak.py``).
 
-Parts (``python benchmarks/bench_hosting.py PART [--quick]``), on ALFWorld's generated games and a generated
-WebShop catalog, servers in their own processes on loopback, clients in this one, random admissible actions
-from fixed seeds (an episode that ends is reset); the machine is shared, so the claims are ratios of one run:
-
-* ``hosting`` (``hosting.json``): at 1, 8 and 32 clients, steps/s and p50/p99 step latency through the server
-  (``progpo/Remote-v0`` clients, a thread each, on the stream door) against the same number of copies stepped
-  round-robin in process; at 1 client the HTTP routes too, each door's overhead and the CPU per step of the
-  client, the server and its env workers; 32 native sessions against 32 OpenEnv sessions on the same env
-  workers (``openenv_32``, as the ``openenv`` part plays them); one ``/batch/step`` for 32 instances against
-  32 single steps; worker memory per live instance; ``multi_server``: one group vector env over one server
-  and over three, then the kill test (the third killed mid-rollout, the rollout played out, the next one on
-  the two left); ``fair_share``: a polite client's p99 alone and beside a greedy client holding every
-  instance it may, stepped in 4,096-step batches (on the toy env). ``--only fair_share|multi_server``
-  measures that section again and keeps the rest of the file.
-* ``openenv`` (``openenv.json``): ``--clients`` OpenEnv ``GenericEnvClient`` sessions (one asyncio loop)
-  against as many native clients, both servers with the same env workers: a warm-up round each, then
-  ``--rounds`` rounds in alternating order, pooled; the claim is OpenEnv's share of the native throughput
-  (goal: ``target_throughput_ratio``).
+``python benchmarks/bench_hosting.py PART [--quick]``, PART ``hosting`` or ``openenv``; what each measures is
+its result's ``SPECS`` entry at the end (the results page shows it). Servers run in their own processes on
+loopback, clients in this one, playing random admissible actions from fixed seeds (an episode that ends is
+reset); the machine is shared, so the claims are ratios of one run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
@@ -45,7 +32,16 @@ from rich.console import Console
 
 import progpo_envs  # noqa: F401
 from benchmarks.common import ServerProcess, free_port, shown
-from benchmarks.harness import RESULTS_DIR, Benchmark, Part, option, run_suite, script_path
+from benchmarks.harness import (
+    RESULTS_DIR,
+    Benchmark,
+    Part,
+    option,
+    recorded_command,
+    run_suite,
+    script_path,
+    settings_argv,
+)
 from benchmarks.lib.hosting import ENVS, available_envs, choose, percentiles, serve_command, start_server
 from benchmarks.lib.markdown import markdown_table
 from benchmarks.lib.processes import cpu_seconds, tree
@@ -617,15 +613,9 @@ class HostingSettings:
 
 def run_hosting(s: HostingSettings) -> dict:
     """The env server against in process, each door, OpenEnv, batch stepping, memory, fleet, fair sharing."""
-    flags = {
-        "fair_share": f"--fair-share-steps {s.fair_share_steps} --greedy-threads {s.greedy_threads}",
-        "multi_server": f"--multi-server-groups {s.multi_server_groups} --multi-server-group-size "
-        f"{s.multi_server_group_size} --multi-server-steps {s.multi_server_steps} --multi-server-kill-after "
-        f"{s.multi_server_kill_after} --workers {s.workers}" + "".join(f" --env {e}" for e in s.envs or []),
-    }
 
-    def section(name: str, measured: dict, **settings) -> dict:
-        command = f"python {script_path(__file__)} hosting --only {name} {flags[name]}"
+    def section(name: str, measured: dict, **settings) -> dict:  # with the command that measures it again
+        command = recorded_command(script_path(__file__), ["hosting", *settings_argv(s, only=name)])
         load = {"load_average": list(os.getloadavg())}
         return {"command": command, "notes": SECTION_NOTES[name], "machine": load, **settings, **measured}
 
@@ -799,26 +789,33 @@ SPECS = (
     Benchmark(
         "hosting",
         script_path(__file__),
-        "Env server vs in-process envs: steps/s and latency at 1/8/32 clients, the overhead per step at 1 "
-        "client (stream door and HTTP routes, with the CPU each process spends), native vs OpenEnv with 32 "
-        "clients, batch stepping, memory per instance, many servers and fair sharing.",
+        "`progpo serve` (its own process, `--workers` env workers) against the same envs in process (as many "
+        "copies stepped round-robin), on ALFWorld's generated games and a generated WebShop catalog: "
+        "steps/s and p50/p99 step latency at 1, 8 and 32 clients (`progpo/Remote-v0`, a thread each, on the "
+        "stream door); at 1 client the HTTP routes too, each door's overhead and the CPU per step of the "
+        "client, the server and its env workers; 32 native against 32 OpenEnv sessions on the same env "
+        "workers (`openenv_32`); one `/batch/step` for 32 instances against 32 single steps; worker memory "
+        "per live instance; `multi_server`: one group vector env over one server and over three, then three "
+        "with the third killed mid-rollout (episodes finished and failed, groups made again on the two "
+        "left); `fair_share`: a polite client's p99 alone and beside a greedy one holding every instance it "
+        "may, stepped in 4,096-step batches (`--only fair_share|multi_server` measures that section again).",
         ["hosting"],
     ),
     Benchmark(
         "openenv",
         script_path(__file__),
         "The OpenEnv protocol (`progpo serve --protocol openenv`: OpenEnv's own server, `GenericEnvClient` "
-        "sessions) against our native protocol on the same machine in one run: steps/s and p99 step latency "
-        "with many concurrent sessions on ALFWorld and WebShop; claim: OpenEnv keeps the share of the native "
-        "throughput that the result file names as its goal (`target_throughput_ratio`).",
+        "sessions on one asyncio loop) against our native protocol on the same env workers, on ALFWorld and "
+        "WebShop: a warm-up round each, then rounds in alternating order, pooled; steps/s and p99 step "
+        "latency with many concurrent sessions; claim: OpenEnv keeps the share of the native throughput "
+        "that the result names as its goal (`target_throughput_ratio`).",
         ["openenv"],
         render=render_openenv,
     ),
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_suite(__file__, PARTS, SPECS, __doc__, argv)
+main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
 
 
 if __name__ == "__main__":

