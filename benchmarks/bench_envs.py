@@ -301,13 +301,15 @@ def bench_env_memory(settings, num_envs: int) -> dict:
 class AlfworldSettings:
     data_dir: Path | None = option(None, "folder containing json_2.1.1/ (default: $ALFWORLD_DATA)")
     split: str = option("valid_seen", "the ALFWorld split whose games are played")
-    quick: bool = option(False, "2 games of 8 steps, 10 vector rounds")
+    quick: bool = option(False, "2 games of 8 steps, 10 vector rounds; generated games without real ones")
     out: Path | None = option(None, "result file (default: benchmarks/results/alfworld.json)")
 
     def __post_init__(self):
         self.data_dir = self.data_dir or (
             Path(os.environ["ALFWORLD_DATA"]) if os.environ.get("ALFWORLD_DATA") else None
         )
+        if self.data_dir is None and self.quick:  # a smoke run plays the generated games
+            return
         if self.data_dir is None or not (self.data_dir / "json_2.1.1" / self.split).is_dir():
             raise UsageError(
                 f"no json_2.1.1/{self.split} in {self.data_dir}: set ALFWORLD_DATA or --data-dir to the "
@@ -320,7 +322,8 @@ def run_alfworld(s: AlfworldSettings) -> dict:
     from progpo_envs.alfworld.data import load_tasks
 
     games, steps, rounds = (2, 8, 10) if s.quick else (6, 20, 50)
-    console.print(f"[bold]ALFWorld[/] on {s.data_dir}/json_2.1.1/{s.split}: {games} games, ours and stock")
+    source = f"{s.data_dir}/json_2.1.1" if s.data_dir else "generated games"
+    console.print(f"[bold]ALFWorld[/] on {source}, {s.split}: {games} games, ours and stock")
     single = bench_single(s, games, steps)
     warm_with = next(i for i in range(len(load_tasks(s.split, s.data_dir))) if i not in single["chosen"])
     with tempfile.TemporaryDirectory(prefix="alfworld-translations-") as folder:
@@ -349,7 +352,7 @@ def run_alfworld(s: AlfworldSettings) -> dict:
     autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
     return {
         "machine": {"sched_autogroup": autogroup.read_text().strip() == "1" if autogroup.exists() else None},
-        "data": {"data_dir": str(s.data_dir), "split": s.split, "quick": s.quick},
+        "data": {"data_dir": str(s.data_dir or "generated"), "split": s.split, "quick": s.quick},
         "single": single,
         "vector": vector,
         "memory": memory,
