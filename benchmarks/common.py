@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -44,6 +43,7 @@ import requests
 
 from training.provenance import environment
 from training.provenance import git_commit as git_commit  # one implementation, re-exported for the benchmarks
+from training.provenance import weights_digest as weights_digest  # the digest progpo train's summary records
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "benchmarks" / "results"
@@ -257,23 +257,3 @@ def paired_differences(
         if metric in r.get("final", {}) and (r["env"], r["seed"]) in base:
             values.append(r["final"][metric] - base[(r["env"], r["seed"])])
     return {key: mean_spread(values) for key, values in diffs.items()}
-
-
-def weights_digest(folder: Path) -> str | None:
-    """SHA-256 of a saved model's weights (``model.safetensors``; None when absent): equal digests mean the
-    same numbers bit for bit.
-
-    Example:
-        >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / "model.safetensors").write_bytes(b"abc")
-        >>> weights_digest(d)[:12], weights_digest(d / "missing")
-        ('ba7816bf8f01', None)
-    """
-    path = folder / "model.safetensors"
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

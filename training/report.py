@@ -4,7 +4,9 @@ The banner says what runs (estimator, env and its data, sizes, the model, the sa
 which CPU kernels: torch dispatches its CPU kernels by the instruction set (``AVX2``, ``AVX512``, the
 generic ``DEFAULT``), which changes the last bits of every result, so a run repeats another bit for bit only
 on the same path (``ATEN_CPU_CAPABILITY`` chooses it; the README says which path its numbers were measured
-on). The result block, at most ten lines, gives success before → after RL and where the files went.
+on). The result block, at most ten lines, gives success before → after RL, where the files went and the
+SHA-256 of the warm-start and final weights (``summary.json``'s ``weights_sha256``: equal digests, a run
+repeated bit for bit).
 
 Example:
     >>> from training.config import TrainConfig
@@ -15,6 +17,8 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,9 @@ from training.config import TrainConfig
 from training.envs import data_dir_value
 
 PREFIX = "[progpo train]"
+#: The run folder's weights whose SHA-256 the result block prints and ``summary.json`` records
+#: (``weights_sha256``): the warm start's (RL's starting point and KL reference) and the final ones.
+WEIGHTS_FOLDERS = ("reference", "final")
 
 
 def cpu_kernels() -> str:
@@ -85,6 +92,13 @@ def result_lines(summary: dict[str, Any], config: TrainConfig, seconds: float) -
         f"  model     {run_dir / 'final'} (from_pretrained, progpo eval, vLLM)",
         f"  CPU kernels {cpu_kernels()}",
     ]
+    digests = summary.get("weights_sha256") or {}
+    notes = {"reference": " (the warm start: RL's starting point)"}
+    lines += [
+        f"  sha256    {digests[name]}  {run_dir / name / 'model.safetensors'}{notes.get(name, '')}"
+        for name in WEIGHTS_FOLDERS
+        if digests.get(name)
+    ]
     return lines
 
 
@@ -94,10 +108,14 @@ def print_result(summary: dict[str, Any], config: TrainConfig, seconds: float) -
         print(f"{PREFIX} {line}" if not line.startswith("  ") else line, flush=True)
 
 
-def progress_display(enabled: bool):
-    """The RL iterations' progress bar (rich), or one that shows nothing (``progress=false``, rank > 0)."""
-    if not enabled:
+def progress_display(enabled: bool, main: bool = True):
+    """What the RL phase shows on ``main`` (the rank that prints): rich's progress bar at a terminal with
+    ``progress`` on; otherwise (a log file, ``progress=false``) one plain line per iteration, since rich draws
+    nothing but its last state where stdout is not a terminal; nothing on the other ranks."""
+    if not main:
         return _NoProgress()
+    if not (enabled and sys.stdout.isatty()):
+        return _LineProgress()
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -122,3 +140,22 @@ class _NoProgress(contextlib.nullcontext):
 
     def update(self, *args, **kwargs) -> None:
         pass
+
+
+class _LineProgress(_NoProgress):
+    """The progress display's interface as one plain line per RL iteration (for a log file):
+    ``[progpo train] RL iteration 3/30: success 0.50, 2 min 14 s``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = 0
+        self.started = time.monotonic()
+
+    def add_task(self, description: str, total: int = 0, **kwargs) -> int:
+        self.total = int(total)
+        return 0
+
+    def update(self, task: int, *, completed: int, success: float = 0.0, **kwargs) -> None:
+        minutes, seconds = divmod(int(time.monotonic() - self.started), 60)
+        elapsed = f"{minutes} min {seconds} s"
+        print(f"{PREFIX} RL iteration {completed}/{self.total}: success {success:.2f}, {elapsed}", flush=True)

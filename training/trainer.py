@@ -70,8 +70,8 @@ from training.policy import (
     resolve_dtype,
     resolve_export_dtype,
 )
-from training.provenance import environment
-from training.report import progress_display
+from training.provenance import environment, weights_digest
+from training.report import WEIGHTS_FOLDERS, progress_display
 from training.rollout import RolloutWorker, StepRows, collect_groups
 from training.sampler import make_sampler, samples_from_a_copy
 from training.update import Numerics, make_optimizer, rows_to_train, step_advantages, update_policy
@@ -251,7 +251,7 @@ class Trainer:
             self._start_fresh()
         if self.reference is None:
             self._setup_reference()
-        with progress_display(cfg.progress and self.dist.is_main) as progress:
+        with progress_display(cfg.progress, main=self.dist.is_main) as progress:
             bar = progress.add_task("RL iterations", total=cfg.iterations, completed=self.iteration)
             while self.iteration < cfg.iterations:
                 metrics = self.train_iteration(self.iteration)
@@ -261,10 +261,12 @@ class Trainer:
                     sampler = getattr(self.engine, "model", None) if self.sampler_is_copy else None
                     held = measured_memory(self.model, self.optimizer, self.reference, sampler, self.device)
                     self.metrics.write({"kind": "memory", "iteration": 1, **held})
+                success = metrics.get("success", 0)
                 progress.update(
                     bar,
                     completed=self.iteration,
-                    description=f"RL it {self.iteration} success {metrics.get('success', 0):.2f}",
+                    description=f"RL it {self.iteration} success {success:.2f}",
+                    success=success,
                 )
                 self.evaluations.periodic(self.engine, self.iteration)
                 every = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
@@ -300,6 +302,11 @@ class Trainer:
         self.export(self.run_dir / "final", resolve_export_dtype(self.config.model, self.device))
         if self.dist.is_main:
             plot_learning_curve(self.metrics.read(), self.run_dir / "learning_curve.png")
+            # the warm start's (RL's starting point, the KL reference) and the final weights: equal digests
+            # mean a run repeated another bit for bit (None: no such folder, e.g. no warm start)
+            summary["weights_sha256"] = {
+                name: weights_digest(self.run_dir / name) for name in WEIGHTS_FOLDERS
+            }
             summary["environment"] = self.environment  # machine, packages, commit (training.provenance)
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         self.metrics.close()

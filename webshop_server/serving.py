@@ -194,16 +194,18 @@ def make_server(
     threads: int,
     ident: str,
     connection_limit: int = CONNECTION_LIMIT,
+    sock=None,
 ):
     """A waitress server for ``app`` with fair-share channels (``port=0`` picks a free port: read
-    ``server.effective_port``); the open-file limit raised for ``connection_limit`` connections, and
-    waitress's log quieted (:func:`quiet_floods`)."""
+    ``server.effective_port``; ``sock``: a socket bound already, served instead of ``host`` and ``port``); the
+    open-file limit raised for ``connection_limit`` connections, and waitress's log quieted
+    (:func:`quiet_floods`)."""
     raise_open_file_limit(connection_limit + RESERVED_FILES)
     quiet_floods("waitress", "waitress.queue")
+    where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
     server = create_server(
         app,
-        host=host,
-        port=port,
+        **where,
         threads=threads,
         connection_limit=connection_limit,
         channel_timeout=IDLE_CONNECTION_TIMEOUT,

@@ -409,6 +409,8 @@ class OpenEnvServer:
         app: The app (:func:`create_openenv_app`).
         host: Address to bind.
         port: Port to bind (0: any free port; read :attr:`port`).
+        sock: A socket bound already (``progpo serve`` binds it before the env workers start), instead of
+            ``host`` and ``port``.
         drain_timeout: Seconds the open connections get to finish when the server stops.
         shutdown_pool: Also stop the app's env workers when the server stops.
         protocol: The HTTP protocol (:func:`~progpo_envs.server.uvicorn_serving.fair_share_protocol`: the
@@ -423,10 +425,11 @@ class OpenEnvServer:
         drain_timeout: float = DRAIN_TIMEOUT,
         shutdown_pool: bool = True,
         protocol: type[FairShareProtocol] = FairShareProtocol,
+        sock: socket.socket | None = None,
     ):
         self.app = app
         self.shutdown_pool = shutdown_pool
-        self._socket = socket.create_server((host, port), reuse_port=False)
+        self._socket = sock if sock is not None else socket.create_server((host, port), reuse_port=False)
         self.port = int(self._socket.getsockname()[1])
         self.url = f"http://{host}:{self.port}"
         server = getattr(app.state, "openenv_server", None)

@@ -86,6 +86,27 @@ def test_cli_says_what_it_does_first_and_ends_with_a_short_result_block(straight
     assert not any(line.startswith("{") for line in lines)  # no JSON dump of the summary
 
 
+def test_a_log_file_gets_a_line_per_rl_iteration_and_the_weights_digests(straight_run):
+    """Issue 39, items 4 and 7: in a log file (stdout not a terminal) the RL phase printed nothing per
+    iteration (rich draws only its last state there); and the run printed no digest of its weights, though
+    the docs said to compare them. Now one plain line per iteration, and the result block names the warm
+    start's and the final weights with their SHA-256, which summary.json records as weights_sha256."""
+    import hashlib
+
+    lines = (straight_run.parent / "stdout.txt").read_text().splitlines()
+    iterations = [line for line in lines if line.startswith("[progpo train] RL iteration ")]
+    assert [line.split()[4].rstrip(":") for line in iterations] == ["1/3", "2/3", "3/3"], lines
+    assert all(": success " in line and line.endswith(" s") for line in iterations)
+    summary = json.loads((straight_run / "summary.json").read_text())
+    digests = summary["weights_sha256"]
+    assert set(digests) == {"reference", "final"}
+    block = lines[next(i for i, line in enumerate(lines) if line.startswith("[progpo train] done: ")) :]
+    for name in ("reference", "final"):
+        weights = straight_run / name / "model.safetensors"
+        assert digests[name] == hashlib.sha256(weights.read_bytes()).hexdigest(), name
+        assert any(line.split()[:3] == ["sha256", digests[name], str(weights)] for line in block), block
+
+
 def test_a_run_dir_that_holds_a_run_is_never_reused_silently(straight_run, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(straight_run, run_dir)
