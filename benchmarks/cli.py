@@ -10,7 +10,9 @@ succeeded, 1 otherwise; a mistyped command line is one line on stderr and exit s
 
 Example:
     >>> main(["--list"])  # doctest: +ELLIPSIS
-    quickstart ... quickstart_async ... 0
+    quickstart ...
+    quickstart_async ...
+    0
 """
 
 from __future__ import annotations
