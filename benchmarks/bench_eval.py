@@ -316,6 +316,7 @@ def run_concurrency(s: ConcurrencySettings) -> dict:
     one, full = rows[0], rows[-1]
     trajectory = lambda record: [(step["raw_output"], step["action"]) for step in record["trajectory"]]  # noqa: E731
     agree = sum(trajectory(one["records"][t]) == trajectory(full["records"][t]) for t in one["records"])
+    compared = len(one["records"])
     for row in rows:
         row["speedup"] = row["episodes_per_s"] / one["episodes_per_s"]
         del row["records"]
@@ -333,7 +334,7 @@ def run_concurrency(s: ConcurrencySettings) -> dict:
         "target_speedup": TARGET_SPEEDUP,
         "meets_target": full["speedup"] >= TARGET_SPEEDUP,
         "episodes_agreeing_1_vs_32": agree,
-        "episodes_compared": len(one["records"]),
+        "episodes_compared": compared,
         "requests_recorded": recorded,
         "requests_finished_by_server": finished,
         "failed": [f"the server finished {finished} requests, the runs recorded {recorded}"]

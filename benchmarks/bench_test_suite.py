@@ -21,11 +21,11 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import ROOT, child_env
-from benchmarks.harness import Benchmark, Part, option, run_single, script_path
+from benchmarks.harness import Benchmark, Part, option, run_single, script_path, settings_record
 from benchmarks.lib.processes import Sampler
 
 #: The README's test command, as run from the repository root (``.venv/bin/python`` is this Python).
@@ -97,7 +97,7 @@ def run(settings: Settings) -> dict:
         "load_average_1m_max": max(load),
         "load_samples": len(load),
         "niceness": os.nice(0),
-        "settings": {**asdict(settings), "out": None},
+        "settings": settings_record(settings),
         "failed": [] if status == 0 else [f"the test command's exit status was {status}"],
     }
 

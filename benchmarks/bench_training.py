@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import importlib.util
 import json
 import os
 import shlex
@@ -24,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,16 @@ from benchmarks.common import (
     shown,
     weights_digest,
 )
-from benchmarks.harness import Benchmark, Part, option, run_suite, script_path, settings_argv, usage_error
+from benchmarks.harness import (
+    Benchmark,
+    Part,
+    option,
+    run_suite,
+    script_path,
+    settings_argv,
+    settings_record,
+    usage_error,
+)
 from benchmarks.lib.markdown import fmt, markdown_table
 from benchmarks.lib.plots import bars, figure, lines
 from benchmarks.lib.processes import Sampler, tree_rss
@@ -767,7 +777,7 @@ def run_async_rollouts(s: AsyncSettings) -> dict:
     """Lock-step against per-episode rollouts per engine, iteration time by staleness, the replay model."""
     result: dict[str, Any] = {"policy": shown(s.policy), "goal_speedup": GOAL_SPEEDUP}
     for engine in s.engines:
-        if engine == "vllm" and sys.executable != str(s.vllm_python):  # its share in the vLLM venv's Python
+        if engine == "vllm" and importlib.util.find_spec("vllm") is None:  # run in the vLLM venv
             if not s.vllm_python.is_file():
                 result["vllm"] = {"skipped": f"no {s.vllm_python} (scripts/setup_vllm_cpu.sh)"}
                 continue
@@ -1006,7 +1016,7 @@ def run_update_memory(s: UpdateMemorySettings) -> dict:
         r["objective_rel_diff"] = abs(r["objective"] - full["objective"]) / abs(full["objective"])
         r["grad_norm_rel_diff"] = abs(r["grad_norm"] - full["grad_norm"]) / full["grad_norm"]
     return {
-        "args": {**asdict(s), "out": None},
+        "args": settings_record(s),
         "model": {**QWEN25_15B, "num_hidden_layers": s.layers, "parameters": full["parameters"]},
         "fp32_logits_copy_mib": logits_copy_mib,
         "metric": "peak resident set increase (VmHWM after - VmRSS before) of forward + backward",

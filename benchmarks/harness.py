@@ -180,6 +180,11 @@ def settings_argv(settings: Any, **changes: Any) -> list[str]:
     return argv
 
 
+def settings_record(settings: Any) -> dict[str, Any]:
+    """``settings`` as the result file records them (paths as strings)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(settings).items()}
+
+
 def usage_error(message: str, prog: str | None = None) -> NoReturn:
     """Stop with ``message`` as a usage error found after parsing (one line, exit status 2)."""
     CommandParser(prog=prog).error(message)

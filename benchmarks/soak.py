@@ -39,7 +39,7 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
@@ -53,7 +53,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import progpo_envs  # noqa: F401  (registers the envs)
 from benchmarks.common import ROOT, ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_single, script_path
+from benchmarks.harness import Benchmark, Part, option, run_single, script_path, settings_record
 from benchmarks.lib.hosting import choose, serve_command
 from benchmarks.lib.markdown import markdown_table
 from benchmarks.lib.processes import Sampler, tree
@@ -339,7 +339,7 @@ def run(settings: Settings) -> dict:
     """A GPU preset's env traffic over a fleet of servers with kill, stop, restart and drain faults."""
     console = Console()
     result = {
-        "settings": asdict(settings),
+        "settings": settings_record(settings),
         "envs": {e: soak_env(e, settings, console) for e in settings.envs},
     }
     result["bounds"] = {
