@@ -23,8 +23,9 @@ admissible action each (a trainer's env traffic does not depend on its model):
   overlapped it (from the fault until 30 s after its server was back).
 
 Must hold (exit status 1 otherwise): ``lost`` 0, ``max_connection_bytes`` at least ``--min-connection-mib``,
-the four faults, every ``max_stall_s`` at most 15, ``rss_growth`` at most 0.10 (not checked by ``--quick``: a
-few minutes are mostly warm-up).
+the four faults, every ``max_stall_s`` at most 15, ``rss_growth`` at most 0.10. ``--quick`` holds its stalls
+to 30 s (a busy CI machine is slower; a server stopped for 45 s without the fleet's hang check stalls 45 s)
+and leaves RSS out (a few minutes are mostly warm-up).
 
 Run: ``.venv/bin/python benchmarks/soak.py`` (about an hour on 2 cores) writes
 ``benchmarks/results/soak.json`` and ``soak.png``; ``--quick`` is ``.ci/run``'s shortened soak (each fault
@@ -72,6 +73,7 @@ FAULTS = ("kill", "stop", "restart", "drain")
 #: Where in the planned vector steps each fault starts.
 FAULT_AT = (0.2, 0.4, 0.6, 0.8)
 MAX_STALL_S = 15.0
+MAX_STALL_S_QUICK = 30.0
 MAX_RSS_GROWTH = 0.10
 MIB = 1 << 20
 
@@ -88,7 +90,7 @@ class Settings:
     stop_s: float = option(60.0, "seconds a stopped server stays stopped")
     down_s: float = option(15.0, "seconds a killed or drained server stays down")
     seed: int = option(0, "task and action draws")
-    quick: bool = option(False, ".ci/run's shortened soak: 12 iterations, 100 MiB, a 20 s stop, 5 s down")
+    quick: bool = option(False, ".ci/run's shortened soak: 12 iterations, 100 MiB, a 45 s stop, 5 s down")
     out: Path | None = option(None, "result file (default: benchmarks/results/soak.json; its plot beside it)")
 
     def __post_init__(self):
@@ -99,7 +101,7 @@ class Settings:
             raise ValueError("--servers must be at least 3 (two take the faults, one keeps its connection)")
         if self.quick:
             self.iterations, self.min_connection_mib = self.iterations or 12, 100
-            self.stop_s, self.down_s = 20.0, 5.0
+            self.stop_s, self.down_s = 45.0, 5.0
 
 
 class Member:
@@ -328,7 +330,11 @@ def checks(result: dict, settings: Settings) -> list[str]:
             )
         if sorted(f["kind"] for f in r["faults"]) != sorted(FAULTS):
             failed.append(f"{env_id}: faults {[f['kind'] for f in r['faults']]}")
-        stalls = [f for f in r["faults"] if f["max_stall_s"] > MAX_STALL_S]
+        stalls = [
+            f
+            for f in r["faults"]
+            if f["max_stall_s"] > (MAX_STALL_S_QUICK if settings.quick else MAX_STALL_S)
+        ]
         failed += [f"{env_id}: {f['kind']} stalled a vector call {f['max_stall_s']} s" for f in stalls]
         if not settings.quick and r["rss_growth"] > MAX_RSS_GROWTH:
             failed.append(f"{env_id}: RSS of {r['rss_growth_process']} grew {r['rss_growth']:.1%}")
@@ -344,7 +350,7 @@ def run(settings: Settings) -> dict:
     }
     result["bounds"] = {
         "min_connection_bytes": settings.min_connection_mib * MIB,
-        "max_stall_s": MAX_STALL_S,
+        "max_stall_s": MAX_STALL_S_QUICK if settings.quick else MAX_STALL_S,
         "max_rss_growth": None if settings.quick else MAX_RSS_GROWTH,
     }
     return {**result, "failed": checks(result, settings)}

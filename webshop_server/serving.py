@@ -9,7 +9,9 @@ closed after ``channel_timeout`` seconds; so one client holding idle or half-sen
 the others or the health checks. A host's connection past its share closes the host's oldest connection with
 no request in flight (idle, or a request half sent), or itself when every one has a request in flight
 (:func:`connection_to_close`): the host's own next request, a health check among them, gets through its
-share's stale connections instead of being locked out behind them.
+share's stale connections instead of being locked out behind them. A connection whose first byte opens a TLS
+handshake (a client given ``https://`` for this plain-HTTP server) is answered 400 in plain HTTP and closed,
+so the client's TLS fails at once instead of waiting out its deadline.
 
 The same rules serve the env server's OpenEnv door (:mod:`progpo_envs.server.uvicorn_serving`), with the same
 numbers, and the two share the rest of this module: the open-file limit raised to what the connections need
@@ -44,6 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from waitress.buffers import OverflowableBuffer
 from waitress.channel import HTTPChannel
 from waitress.server import create_server
 
@@ -62,6 +65,12 @@ DRAIN_TIMEOUT = 8.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+#: The first byte of a TLS handshake (a record of content type 22): what an https:// client sends first.
+TLS_HANDSHAKE = b"\x16"
+
+#: Bytes a connection's out-buffer may have carried before, once all of it is sent, it is replaced (waitress
+#: would keep them until 16 MiB: :meth:`FairShareChannel._flush_some`).
+OUTBUF_RECYCLE_BYTES = 1 << 20
 #: Seconds between two log records of one kind (:class:`FloodFilter`).
 LOG_INTERVAL = 10.0
 #: Descriptors a server keeps beyond its connections: listening sockets, env workers' pipes, files, imports.
@@ -159,25 +168,73 @@ def quiet_floods(*names: str) -> None:
 
 class FairShareChannel(HTTPChannel):
     """Waitress's HTTP channel, counted in its client host's share of connections as it is accepted: past the
-    share it closes the host's oldest idle connection, or itself (:func:`connection_to_close`)."""
+    share it closes the host's oldest idle connection, or itself (:func:`connection_to_close`).
+
+    The room is made before the channel is registered (in :meth:`add_channel`, which waitress's constructor
+    calls), so at no instant does the server's table of open connections (``active_channels``, which another
+    thread may read: the drain, ``/metrics``, a test) hold more than a host's share: registered first and
+    trimmed after, the table briefly held share + 1 while each connection past the share was accepted.
+    """
 
     def __init__(self, server, sock, addr, adj, map=None):  # noqa: A002 - waitress's signature
         self.host = client_host(addr[0]) if isinstance(addr, tuple) else None
         self.opened = time.monotonic()
+        self.addr = addr  # waitress sets it after registering the channel: a reader of the table needs it
+        self._refused = False
+        self._heard = False  # whether any byte came yet
         super().__init__(server, sock, addr, adj, map)
-        if self.host is None:
-            return
-        channels = list(server.active_channels.values())
-        share = connections_per_host(adj.connection_limit)
-        victim = connection_to_close(self, (c for c in channels if hasattr(c, "opened")), share, _idle)
-        if victim is self:
-            self.close()
-        elif victim is not None:
-            victim.handle_close()
+        if self._refused:  # every other connection of its host is busy: this one goes, never registered
+            self.handle_close()
+
+    def received(self, data: bytes) -> bool:
+        if not self._heard:
+            self._heard = True
+            if data[:1] == TLS_HANDSHAKE:  # a client that took this http:// server for https://
+                self._refuse_tls()
+                return False
+        return super().received(data)
+
+    def _refuse_tls(self) -> None:
+        """Answer a TLS handshake in plain HTTP and close: the client's TLS fails at once on these bytes
+        (instead of waiting out its deadline for a server that waits for the end of a request head)."""
+        body = b'{"error": "this server speaks plain HTTP: use http://, not https://"}'
+        answer = (
+            b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        with self.outbuf_lock:
+            self.outbufs[-1].append(answer)
+            self.current_outbuf_count += len(answer)
+            self.total_outbufs_len += len(answer)
+        self.close_when_flushed = True
+
+    def add_channel(self, map=None) -> None:  # noqa: A002 - wasyncore's signature
+        if self.host is not None:
+            channels = [c for c in list(self.server.active_channels.values()) if hasattr(c, "opened")]
+            share = connections_per_host(self.adj.connection_limit)
+            victim = connection_to_close(self, channels, share, _idle)
+            if victim is self:
+                self._refused = True
+                return
+            if victim is not None:
+                victim.handle_close()
+        super().add_channel(map)
 
     def going_away(self) -> None:
         """The server is stopping: say so to the peer where the protocol can (an HTTP connection is simply
         closed once its request is answered; the env server's stream door sends a WebSocket close)."""
+
+    def _flush_some(self, do_close: bool = True) -> bool:
+        sent = super()._flush_some(do_close=do_close)
+        # Waitress's out-buffer keeps the bytes it sent (a BytesIO read forward, never cut) until
+        # outbuf_high_watermark (16 MiB) has gone through it; so every long-lived connection (a pooled
+        # keep-alive one, a stream door's) held up to 16 MiB of answers long sent, and a server's memory grew
+        # with its traffic. Once everything is out, a buffer past OUTBUF_RECYCLE_BYTES starts afresh.
+        if not self.total_outbufs_len and self.current_outbuf_count >= OUTBUF_RECYCLE_BYTES:
+            self.outbufs[-1].close()
+            self.outbufs[-1] = OverflowableBuffer(self.adj.outbuf_overflow)
+            self.current_outbuf_count = 0
+        return sent
 
 
 def _idle(channel: HTTPChannel) -> bool:

@@ -4,7 +4,9 @@
 the port, from ``openenv``'s own server (:class:`~openenv.core.env_server.http_server.HTTPEnvServer` and its
 routes, on the app its ``create_app`` would build; not a copy of its protocol): the stateful WebSocket session
 ``/ws`` (``reset``, ``step``, ``state``, ``close`` messages and OpenEnv's typed errors), the stateless HTTP
-``/reset`` and ``/step``, ``/state``, ``/health``, ``/schema``, ``/metadata``, ``/mcp`` and ``/docs``.
+``/reset`` and ``/step``, ``/state``, ``/health``, ``/schema``, ``/metadata``, ``/mcp`` and ``/docs``; and one
+of ours, ``GET /expert?episode_id=``: the expert's next command in that session, where the operator turned
+the expert on (no observation carries it: a policy shown whole observations never sees the answer).
 OpenEnv's own ``GenericEnvClient(base_url="http://127.0.0.1:P")`` plays episodes unchanged; the models are
 :mod:`~progpo_envs.server.openenv_models`, the sessions
 :class:`~progpo_envs.server.openenv_session.PoolSession` (the episodes run in the env pool's workers).
@@ -308,6 +310,22 @@ class SharedSessionServer(HTTPEnvServer):
         self._session_clients[session_id] = client
         return session_id, env
 
+    def session_of_episode(self, episode_id: str) -> PoolSession:
+        """The open session playing ``episode_id`` (:class:`SessionError` 404 for none, 409 when several
+        sessions chose the same id)."""
+        found = [
+            env
+            for env in list(self._sessions.values())
+            if isinstance(env, PoolSession) and env.state.episode_id == episode_id
+        ]
+        if not found:
+            raise SessionError(404, f"no open session plays episode {episode_id[:80]!r}")
+        if len(found) > 1:
+            raise SessionError(
+                409, f"{len(found)} open sessions play episode {episode_id[:80]!r}: give each its own"
+            )
+        return found[0]
+
 
 def _json_safe(value: Any) -> Any:
     """``value`` with what JSON cannot hold spelled as text (a non-finite float, a lone surrogate), so an
@@ -377,6 +395,14 @@ def create_openenv_app(
         openapi_url="/openapi.json",
     )
     server.register_routes(app, mode=os.environ.get("OPENENV_MODE", ServerMode.SIMULATION.value))
+
+    @app.get("/expert")
+    async def expert(episode_id: str) -> dict[str, Any]:
+        """The expert's next command in the open session playing ``episode_id`` (its ``state``'s; a reset
+        may name it): where the operator turned the expert on. No observation carries it, so a policy
+        shown whole observations never sees the answer; an SFT warm start or a scripted expert asks here."""
+        session = server.session_of_episode(episode_id)
+        return {"episode_id": episode_id, "expert_action": await session.expert_action_async()}
 
     @app.exception_handler(SessionError)
     async def _session_error(request: Request, exc: SessionError) -> JSONResponse:

@@ -20,7 +20,8 @@ holds what both ends share and nothing that needs a server: no waitress, no Flas
 * :class:`WebSocketClient` — a client connection (``ws://`` or ``wss://``) whose every call finishes or fails
   by a wall-clock deadline: each read waits at most the time left, so a server that trickles a byte at a time
   cannot hold it (:class:`DeadlineExceeded`). A server that answers the handshake with an HTTP status other
-  than 101 raises :class:`HandshakeRefused` with that status (a server without the door, a proxy).
+  than 101 raises :class:`HandshakeRefused` with that status (a server without the door, a proxy); a TLS
+  handshake that fails, or gets no answer within the connect timeout, :class:`TLSFailed`.
 
 Only what the door needs of RFC 6455 is here: no extensions (no compression), no subprotocols. Fragmented
 messages are accepted and reassembled; this side always sends each message as one frame.
@@ -49,6 +50,7 @@ import struct
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 #: The path of the env server's stream door (``GET`` with ``Upgrade: websocket``).
@@ -380,6 +382,12 @@ class HandshakeRefused(ConnectionError):
         self.message = message
 
 
+class TLSFailed(ConnectionError):
+    """A ``wss://`` connection's TLS handshake failed or went unanswered: a server that does not speak TLS
+    there (an ``http://`` server named ``https://``), or a certificate this machine does not trust. Trying
+    again does not help."""
+
+
 def _left(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
@@ -400,6 +408,7 @@ class WebSocketClient:
     Raises:
         OSError: The connection failed (``ConnectionRefusedError``: nothing reached the server).
         HandshakeRefused: The server answered with another HTTP status.
+        TLSFailed: ``wss://`` and the TLS handshake failed or went unanswered.
         DeadlineExceeded: The handshake had not finished by ``deadline``.
     """
 
@@ -423,14 +432,24 @@ class WebSocketClient:
         sock = socket.create_connection((host, port), timeout=min(connect_timeout, _left(deadline)))
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if secure:
-                sock.settimeout(_left(deadline))
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+            if secure:  # the TLS handshake is part of connecting: it has the connect timeout
+                sock = self._tls(sock, host, port, min(connect_timeout, _left(deadline)))
             self.sock = sock
             self._handshake(host, port, path, headers or {}, deadline)
         except BaseException:
             sock.close()
             raise
+
+    @staticmethod
+    def _tls(sock: socket.socket, host: str, port: int, seconds: float) -> ssl.SSLSocket:
+        """``sock`` over TLS, or :class:`TLSFailed` (an error, or no answer within ``seconds``)."""
+        sock.settimeout(seconds)
+        try:
+            return ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        except TimeoutError:
+            raise TLSFailed(f"{host}:{port} did not answer the TLS handshake within {seconds:g} s") from None
+        except ssl.SSLError as exc:
+            raise TLSFailed(f"the TLS handshake with {host}:{port} failed ({exc})") from exc
 
     def _handshake(
         self, host: str, port: int, path: str, headers: Mapping[str, str], deadline: float
@@ -560,18 +579,26 @@ class WebSocketClient:
 
 
 class ClientPool:
-    """The idle client connections of this process to one WebSocket URL, reused by every caller: a call takes
-    one (or opens one), sends its message, reads the answer and gives the connection back, so the connections
-    open are as many as the calls in flight, not as many as the callers (a vector env of 1,024 remote envs
-    stepped by one thread holds one). A connection that failed is closed, never given back; one that went
-    stale while idle (the server's idle timeout closed it, or this process is a fork of its opener) is
-    dropped when taken.
+    """The connections of this process to one server, reused by every caller and at most
+    ``max_connections`` of them: a call takes an idle one (or opens one, or waits for one while all are
+    busy), sends its message, reads the answer and gives the connection back, so the connections open are
+    as many as the calls in flight, never more than the bound, not as many as the callers (a vector env of
+    1,024 remote envs stepped by one thread holds one; 400 envs stepped from 400 threads hold the bound). A
+    connection that failed is closed, never given back; one that went stale while idle (the server's idle
+    timeout closed it, or this process is a fork of its opener) is dropped when taken.
+
+    The bound keeps a process within the share of connections a server gives one client host (a quarter of
+    its connection limit: 256 of 1,024): past the share a server closes the host's oldest idle connection
+    to make room, which is often the one this pool was about to use.
 
     Args:
         url: The WebSocket URL.
         headers: Handshake headers of every connection (``Authorization``).
         connect_timeout: Seconds a new connection may take.
-        max_idle: Idle connections kept (more are closed as they come back).
+        max_connections: Connections open at most (idle and in use); a call past it waits for one.
+        opener: ``opener(deadline)`` opens a connection (default: a :class:`WebSocketClient` to ``url``);
+            what it returns has ``pid``, ``stale()`` and ``close()`` (the HTTP routes' client lends its
+            sessions through a pool of its own this way).
     """
 
     def __init__(
@@ -580,41 +607,80 @@ class ClientPool:
         headers: Mapping[str, str] | None = None,
         *,
         connect_timeout: float = 5.0,
-        max_idle: int = 64,
+        max_connections: int = 64,
+        opener: Callable[[float], Any] | None = None,
     ):
         import threading
 
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections!r}")
         self.url = url
         self.headers = dict(headers or {})
         self.connect_timeout = float(connect_timeout)
-        self.max_idle = int(max_idle)
-        #: The most bytes (both ways) one connection of the pool has carried, as of its last finished call.
+        self.max_connections = int(max_connections)
+        #: The most bytes (both ways) one WebSocket connection carried, as of its last finished call.
         self.largest_connection_bytes = 0
-        self._idle: list[WebSocketClient] = []
-        self._lock = threading.Lock()
+        self._opener = opener or self._open_websocket
+        self._idle: list[Any] = []
+        self._open = 0  # idle, in use, or being opened
+        self._changed = threading.Condition()
 
-    def connect(self, deadline: float) -> WebSocketClient:
-        """An idle connection, or a new one (raises as :class:`WebSocketClient` does)."""
+    def _open_websocket(self, deadline: float) -> WebSocketClient:
+        return WebSocketClient(self.url, deadline, connect_timeout=self.connect_timeout, headers=self.headers)
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (idle, in use, or being opened)."""
+        with self._changed:
+            return self._open
+
+    def connect(self, deadline: float) -> Any:
+        """An idle connection, or a new one within the bound, or the first one given back (raises as the
+        opener does, or :class:`DeadlineExceeded` when none was free by ``deadline``)."""
         while True:
-            with self._lock:
+            with self._changed:
+                while not self._idle and self._open >= self.max_connections:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise DeadlineExceeded(
+                            f"all {self.max_connections} connections of this process to {self.url} stayed "
+                            "busy until the deadline"
+                        )
+                    self._changed.wait(left)
                 connection = self._idle.pop() if self._idle else None
+                if connection is None:
+                    self._open += 1
             if connection is None:
-                return WebSocketClient(
-                    self.url, deadline, connect_timeout=self.connect_timeout, headers=self.headers
-                )
+                try:
+                    return self._opener(deadline)
+                except BaseException:
+                    self._closed()
+                    raise
             if not connection.stale():
                 return connection
-            connection.close()
+            self.discard(connection)
 
-    def give_back(self, connection: WebSocketClient) -> None:
+    def give_back(self, connection: Any) -> None:
         """Keep ``connection`` for the next call (after a call that went right)."""
-        with self._lock:
-            carried = connection.bytes_sent + connection.bytes_received
-            self.largest_connection_bytes = max(self.largest_connection_bytes, carried)
-            if len(self._idle) < self.max_idle and connection.pid == os.getpid():
+        with self._changed:
+            if isinstance(connection, WebSocketClient):
+                carried = connection.bytes_sent + connection.bytes_received
+                self.largest_connection_bytes = max(self.largest_connection_bytes, carried)
+            if connection.pid == os.getpid():
                 self._idle.append(connection)
+                self._changed.notify()
                 return
+        self.discard(connection)
+
+    def discard(self, connection: Any) -> None:
+        """Close ``connection`` (after a call that failed on it): its place goes to the next caller."""
         connection.close()
+        self._closed()
+
+    def _closed(self) -> None:
+        with self._changed:
+            self._open -= 1
+            self._changed.notify()
 
     def exchange(self, message: bytes, deadline: float) -> bytes:
         """Send ``message`` on a connection and return the answer.
@@ -638,23 +704,23 @@ class ClientPool:
                     failure = closed
                 except Exception:  # noqa: BLE001, S110 - nothing more to learn; the first failure stands
                     pass
-            connection.close()
+            self.discard(connection)
             raise ExchangeFailed(failure) from exc
         except Exception as exc:
-            connection.close()
+            self.discard(connection)
             raise ExchangeFailed(exc) from exc
         except BaseException:  # an interrupt: the connection's state is unknown
-            connection.close()
+            self.discard(connection)
             raise
         self.give_back(connection)
         return answer
 
     def close(self) -> None:
         """Close the idle connections."""
-        with self._lock:
+        with self._changed:
             idle, self._idle = self._idle, []
         for connection in idle:
-            connection.close()
+            self.discard(connection)
 
 
 class ExchangeFailed(ConnectionError):

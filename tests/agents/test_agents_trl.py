@@ -21,7 +21,7 @@ import re
 import gymnasium as gym
 import pytest
 
-from agents.trl import ALFWorldToolEnv, WebShopToolEnv, task_rows
+from agents.trl import ALFWorldToolEnv, WebShopToolEnv, expert_command, task_rows
 from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app
 from progpo_envs.server.pool import PoolConfig
@@ -144,8 +144,8 @@ def test_each_answer_restates_the_task_just_before_the_admissible_commands():
 
 
 def test_the_view_and_the_end_of_the_episode_are_attributes_not_tools():
-    """``last_view`` (the expert's next command with the expert on) and ``done`` follow the episode; TRL
-    exposes neither as a tool (it takes the class's public functions)."""
+    """``last_view`` and ``done`` follow the episode; TRL exposes neither as a tool (it takes the class's
+    public functions), nor the expert, read apart with ``expert_command`` and never in the view."""
     import inspect
 
     _buildable(ALFWORLD)
@@ -154,8 +154,10 @@ def test_the_view_and_the_end_of_the_episode_are_attributes_not_tools():
     env.reset(task_index=2, split="train")
     steps = 0
     while not env.done:
-        assert env.last_view["expert_action"] in env.last_view["admissible_actions"]
-        env.act(env.last_view["expert_action"])
+        assert "expert_action" not in env.last_view
+        command = expert_command(env)
+        assert command in env.last_view["admissible_actions"]
+        env.act(command)
         steps += 1
     assert env.last_view["won"] and env.get_reward() > 0 and steps > 1
     tools = [name for name, _ in inspect.getmembers(ALFWorldToolEnv, inspect.isfunction) if name[0] != "_"]

@@ -7,7 +7,10 @@ others use the toy env served in this process (a stopped server refuses connecti
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -297,6 +300,74 @@ def test_three_servers_one_killed_mid_rollout_the_rollout_finishes():
             assert [s["sessions"] for s in status] == [6, 6, 0]
         finally:
             envs.close()
+    finally:
+        for server in servers:
+            server.stop()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A hung server (issue 38, item 2: F5)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _toy_cli_servers(count: int) -> list[CliServer]:
+    return [
+        CliServer("--import", "progpo_envs.testing", "--env", TOY_ENV_ID, "--workers", "1")
+        for _ in range(count)
+    ]
+
+
+def _metrics(server: CliServer) -> dict:
+    return requests.get(f"{server.url}/metrics", timeout=10).json()
+
+
+def test_a_stopped_server_costs_its_copies_seconds_and_the_others_go_on():
+    """SIGSTOP one of three servers mid-episode: before, the vector step joined every server's batch and all
+    copies waited the whole ``timeout`` (60 s here); now the stopped server's probe goes unanswered, its
+    copies end with ``env_error`` within seconds and the others step on. Continued, it closes the instances
+    left there, and the batch it was sent while stopped is the last call they ever got (none sent twice)."""
+    servers = _toy_cli_servers(3)
+    stopped = servers[2]
+    try:
+        urls = [s.url for s in servers]
+        envs = gym.make_vec(
+            REMOTE_ENV_ID, num_envs=12, group_size=2, url=urls, env_id=TOY_ENV_ID, timeout=60.0
+        )
+        try:
+            envs.reset(seed=0)
+            fleet = envs.backend.fleet
+            envs.step(["look"] * 12)
+            steps_before = _metrics(stopped)["steps"]
+            os.killpg(stopped.process.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            _, _, terminated, truncated, info = envs.step(["look"] * 12)
+            stall = time.monotonic() - started
+            homes = [envs.backend.homes[i // 2].url for i in range(12)]
+            on_stopped = [home == stopped.url for home in homes]
+            assert stall < 30.0, f"the step waited {stall:.1f} s for the stopped server"
+            assert stall >= fleet.hang_after  # found by its probe, not by a guess
+            assert truncated.tolist() == on_stopped and not terminated.any()
+            assert all("stopped answering" in info["env_error"][i] for i in range(12) if on_stopped[i])
+            status = envs.servers()
+            assert status[2]["state"] == "down" and status[2]["failed_episodes"] == 4
+            started = time.monotonic()
+            _, _, _, truncated, _ = envs.step(
+                ["look"] * 12
+            )  # the others go on; the stopped copies stay ended
+            assert time.monotonic() - started < 30.0 and truncated.tolist() == on_stopped
+            _, info = envs.reset(seed=1)  # its 2 groups made again on the two left
+            assert stopped.url not in set(info["server"]) and not envs.step(["look"] * 12)[3].any()
+        finally:
+            os.killpg(stopped.process.pid, signal.SIGCONT)
+        # continued: its next probe finds it answering, and the 4 instances left there are closed
+        deadline = time.monotonic() + 60
+        while _metrics(stopped)["live_instances"] and time.monotonic() < deadline:
+            fleet.probe(fleet.servers[2])
+            time.sleep(0.5)
+        after = _metrics(stopped)
+        assert after["live_instances"] == 0 and after["closed"] == 4
+        assert after["steps"] == steps_before + 4  # the batch sent while stopped ran once, nothing after it
+        envs.close()
     finally:
         for server in servers:
             server.stop()

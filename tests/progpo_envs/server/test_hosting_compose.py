@@ -286,9 +286,13 @@ def test_openenv_service_script_starts_openenvs_server():
     )
     try:
         with GenericEnvClient(base_url=f"http://127.0.0.1:{port}").sync() as env:
-            result = env.reset(task_index=0)
-            while not result.done:  # the operator turned the expert on: it plays to the purchase
-                result = env.step({"command": result.observation["expert_action"]})
+            result = env.reset(task_index=0, episode_id="script-check")
+            while not result.done:  # the operator turned the expert on: its route plays to the purchase
+                assert "expert_action" not in result.observation
+                expert = requests.get(
+                    f"http://127.0.0.1:{port}/expert", params={"episode_id": "script-check"}, timeout=60
+                ).json()["expert_action"]
+                result = env.step({"command": expert})
             assert result.observation["won"] and result.reward == 10.0
     finally:
         _stop(process)

@@ -397,7 +397,7 @@ def test_auto_takes_the_http_routes_of_a_server_without_the_door():
         env = RemoteEnv(url, TOY_ENV_ID)
         env.reset(seed=0)
         env.step("look")
-        assert not env._client.uses_stream() and "501" in env._client.stream.no_door
+        assert not env._client.uses_stream() and "501" in env._client.connections.no_door
         env.close()
         with pytest.raises(RemoteEnvError, match="no stream door"):
             RemoteEnv(url, TOY_ENV_ID, transport="stream")

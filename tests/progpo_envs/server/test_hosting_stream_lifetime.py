@@ -144,6 +144,26 @@ def test_a_fleet_carries_more_than_64_mib_of_answers_and_8_mib_of_calls_per_conn
     assert all(stream_connections(url) - b <= 1 for url, b in zip(urls, before, strict=True))
 
 
+def test_a_long_lived_connection_keeps_no_answers_it_sent(big_servers):
+    """Waitress keeps what a connection sent in its out-buffer until 16 MiB have gone through it: a server's
+    memory (or disk) grew with each long-lived connection's traffic. After 12 answers of ~1 MiB, the
+    connection's buffer holds at most the recycling bound and one answer."""
+    from webshop_server.serving import OUTBUF_RECYCLE_BYTES
+
+    server = big_servers[1]
+    ws = WebSocketClient(ws_url(server.url), time.monotonic() + 10)
+    try:
+        created = call(ws, {"op": "create", "body": {"env_id": BIG_ENV_ID, "seed": 0}})
+        instance = created["body"]["instance_id"]
+        step = {"op": "step", "instance_id": instance, "body": {"action": "look"}}
+        assert [call(ws, step)["status"] for _ in range(12)] == [200] * 12
+        held = [c.current_outbuf_count for c in _stream_channels(server)]
+        assert held and max(held) <= OUTBUF_RECYCLE_BYTES + 2 * MIB
+        call(ws, {"op": "close", "instance_id": instance})
+    finally:
+        ws.close()
+
+
 class _OversizedAnswerServer:
     """Accepts the upgrade, then answers the first message with a frame header claiming 100 MiB."""
 
