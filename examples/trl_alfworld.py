@@ -25,7 +25,7 @@ What it does, in order (docs/hosting.md, "Training with TRL", walks through it):
 
 It prints its progress and a result block, and writes ``<run-dir>/result.json``. No GPU and no download: the
 model is the project's tiny random-initialised Qwen2 (``training.policy.build_tiny_policy``, Qwen2.5's
-tokenizer cut to its first ``--vocab-size`` ids). ``benchmarks/trl_alfworld.py`` runs it over 3 seeds.
+tokenizer cut to its first ``--vocab-size`` ids). ``benchmarks/bench_training.py trl`` runs it over 3 seeds.
 
 Run (from the repository root)::
 

@@ -1,5 +1,5 @@
-"""The quickstart's result file from run folders: hand-made ``summary.json`` files of three RL seeds (no
-training), their statistics over seeds, the table, the plot, and bad input."""
+"""The training suite's quickstart part from run folders: hand-made ``summary.json`` files of three RL seeds
+(no training), their statistics over seeds, the table, the plot, and bad input; the memory budgets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks import quickstart
+from benchmarks import bench_training as quickstart
 
 
 def make_run(
@@ -59,7 +59,7 @@ def runs(tmp_path) -> list[Path]:
 
 
 def test_result_per_seed_and_over_seeds(runs):
-    result = quickstart.build_result(runs, "python benchmarks/quickstart.py --from-runs ...")
+    result = quickstart.build_result(runs)
     assert [s["seed"] for s in result["seeds"]] == [0, 1, 2]
     seed0 = result["seeds"][0]
     assert seed0["held_out"]["before"] == {
@@ -80,20 +80,20 @@ def test_result_per_seed_and_over_seeds(runs):
     assert (held_out["seeds_where_it_rose"], held_out["seeds_where_it_fell"]) == (2, 1)
     rl = result["over_seeds"]["rl_tasks"]
     assert rl["before"]["mean"] == pytest.approx(1 / 3) and rl["after"]["mean"] == pytest.approx(0.75)
-    # runs without an environment record: this process's machine and commit
-    assert result["git"].keys() == {"commit", "dirty"} and "cpu_model" in result["machine"]
+    # runs without an environment record: this process's commit (and machine, which the harness records)
+    assert result["git"].keys() == {"commit", "dirty"} and result["machine"] == {}
 
 
 def test_machine_and_commit_are_the_training_runs(runs):
     summary = json.loads((runs[0] / "summary.json").read_text())
     environment = {"cpu_model": "Test CPU", "cpu_flags": "avx2", "git": {"commit": "abc", "dirty": False}}
     (runs[0] / "summary.json").write_text(json.dumps({**summary, "environment": environment}))
-    result = quickstart.build_result(runs, "cmd")
+    result = quickstart.build_result(runs)
     assert result["machine"] == environment and result["git"] == {"commit": "abc", "dirty": False}
 
 
 def test_runs_without_the_rl_task_evaluation_have_no_such_summary(tmp_path):
-    result = quickstart.build_result([make_run(tmp_path / "r", 0, (0.25, 0.5), None)], "cmd")
+    result = quickstart.build_result([make_run(tmp_path / "r", 0, (0.25, 0.5), None)])
     assert "rl_tasks" not in result["over_seeds"] and "rl_tasks" not in result["seeds"][0]
     assert result["over_seeds"]["held_out"]["after"] == {
         "mean": 0.5,
@@ -106,19 +106,20 @@ def test_runs_without_the_rl_task_evaluation_have_no_such_summary(tmp_path):
 
 def test_main_from_runs_writes_json_and_plot(runs, tmp_path, capsys):
     out = tmp_path / "results" / "quickstart.json"
-    assert quickstart.main(["--from-runs", *map(str, runs), "--out", str(out)]) == 0
+    assert quickstart.main(["quickstart", "--from-runs", *map(str, runs), "--out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["command"].startswith("python benchmarks/quickstart.py --from-runs ")
+    assert result["command"].startswith("python benchmarks/bench_training.py quickstart --from-runs ")
+    assert result["benchmark"] == "quickstart" and "cpu_model" in result["machine"]
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr().out
-    assert "25.0% ± 3.0% → 50.0% ± 3.0%" in printed  # seed 0, held-out
-    assert "783.0" in printed  # seed 0's wall time
+    assert "0.25 ± 0.03 → 0.5 ± 0.03" in printed  # seed 0, held-out: the page's section
+    assert "783 s wall" in printed  # seed 0's wall time
 
 
 def test_unfinished_run_is_a_clear_error(runs, tmp_path, capsys):
     (runs[1] / "summary.json").unlink()
     with pytest.raises(SystemExit):
-        quickstart.main(["--from-runs", *map(str, runs), "--out", str(tmp_path / "q.json")])
+        quickstart.main(["quickstart", "--from-runs", *map(str, runs), "--out", str(tmp_path / "q.json")])
     assert "no summary.json in" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="the run did not finish"):
         quickstart.read_run(runs[1])
@@ -133,7 +134,7 @@ def test_summary_without_held_out_before_and_after_is_rejected(tmp_path):
 
 def test_the_first_run_must_be_the_main_job(runs):
     with pytest.raises(ValueError, match="must be the main job"):
-        quickstart.build_result([runs[1], runs[0]], "cmd")
+        quickstart.build_result([runs[1], runs[0]])
 
 
 def test_seed_commands_are_the_readme_job_and_its_warm_start():
@@ -166,3 +167,16 @@ def test_run_training_records_the_process_resources(tmp_path):
     assert resources["wall_s"] > 0 and resources["user_cpu_s"] > 0 and 0.01 < resources["peak_rss_gb"] < 10
     assert json.loads((tmp_path / "run" / quickstart.RESOURCES_FILE).read_text()) == record
     assert "algo.name" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_memory_budgets_of_the_presets(tmp_path):
+    out = tmp_path / "memory_budget.json"
+    assert quickstart.main(["memory_budget", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2 * 2 * 2 * 2  # presets × engines × models × GPU counts
+    one_gpu = {(r["preset"], r["model"], r["engine"]): r for r in rows if r["gpus"] == 1}
+    assert one_gpu[("alfworld_progpo_qwen2.5-1.5b", "Qwen2.5-1.5B", "transformers")]["fits"]
+    assert all(
+        r["gib"]["total"] == pytest.approx(sum(v for k, v in r["gib"].items() if k != "total"), abs=0.5)
+        for r in rows
+    )

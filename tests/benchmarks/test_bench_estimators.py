@@ -1,4 +1,5 @@
-"""The estimator-comparison driver: metric extraction and aggregation by hand; a smoke run (slow)."""
+"""The estimators suite: the estimator specs, the RL comparison's metric extraction and aggregation by hand,
+its settings, a smoke run (slow); the speed part on small batches."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 
 import pytest
 
-from benchmarks import compare_estimators as ce
-from benchmarks.lib.credit import PROGPO_CHANGES, PROGPO_FIRST_READING, progpo_spec
+from benchmarks import bench_estimators as ce
+from benchmarks.bench_estimators import PROGPO_FIRST_READING, progpo_spec
+from benchmarks.common import mean_spread
 
 RECORDS = [
     {"kind": "warm_start", "iteration": 0},
@@ -57,11 +59,11 @@ def test_final_metrics_add_the_rl_task_pool_success():
 
 
 def test_mean_spread_by_hand():
-    s = ce.mean_spread([0.2, 0.4, 0.9])
+    s = mean_spread([0.2, 0.4, 0.9])
     assert s["mean"] == pytest.approx(0.5) and s["n"] == 3
     assert s["std"] == pytest.approx(((0.09 + 0.01 + 0.16) / 2) ** 0.5)  # sample std, ddof 1
-    assert ce.mean_spread([0.3])["std"] == 0.0
-    assert ce.mean_spread([])["mean"] is None
+    assert mean_spread([0.3])["std"] == 0.0
+    assert mean_spread([])["mean"] is None
 
 
 def test_summarise_keeps_every_started_run():
@@ -128,7 +130,7 @@ def test_learning_curves_get_one_panel_per_env_and_logged_curve(tmp_path):
         {"env": "alfworld", "estimator": "grpo", "curve": [[1, 0.2], [2, 0.4]], "score_curve": []},
         {"env": "webshop", "estimator": "grpo", "curve": [[1, 0.0]], "score_curve": [[1, 0.3]]},
     ]
-    ce.plot_curves(runs, tmp_path / "curves.png")
+    ce.plot_rl({"runs": runs}, tmp_path / "curves.png")
     # alfworld success, webshop success, webshop purchase score: three 6.5-inch panels at 110 dpi
     assert Image.open(tmp_path / "curves.png").size[0] == round(3 * 6.5 * 110)
 
@@ -142,12 +144,16 @@ def test_settings_use_known_estimators_and_cover_three_seeds():
         assert set(setting.envs) <= set(ce.ENV_OVERRIDES), name
     ablation = ce.SETTINGS["quickstart_ablation"]
     # GRPO, the first reading, each change of the defaults alone (not leave-one-out), the current defaults:
-    # the YAML spells the specs out, and they must stay those of benchmarks.lib.credit's two dicts
-    changes = [progpo_spec(**{key: value}) for key, value in PROGPO_CHANGES.items() if key != "leave_one_out"]
+    # the YAML spells the specs out, every ablated parameter of the first reading in each
+    changes = [
+        progpo_spec(success_potential=0),
+        progpo_spec(dedup_depths=True),
+        progpo_spec(semantic="similarity"),
+    ]
     assert len(ablation.seeds) >= 3
     assert ablation.estimators == ["grpo", progpo_spec(), *changes, "progpo"]
     assert len(ce.SETTINGS["cpu"].seeds) >= 3 and len(ce.SETTINGS["gpu"].seeds) >= 3
-    assert set(ce.SETTINGS["cpu"].estimators) == set(ce.ESTIMATORS)
+    assert set(ce.SETTINGS["cpu"].estimators) == set(ce.ESTIMATOR_LIST)
     assert set(ce.SETTINGS["cpu"].envs) == {"alfworld", "webshop"}  # issue 8: both envs in the quick setting
 
 
@@ -189,7 +195,7 @@ def test_every_setting_builds_valid_configs(name):
 @pytest.mark.slow
 def test_smoke_run_end_to_end(tmp_path):
     out = tmp_path / "compare.json"
-    rc = ce.main(["--setting", "smoke", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)])
+    rc = ce.main(["rl", "--quick", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)])
     result = json.loads(out.read_text())
     assert rc == 0, result["runs"]
     assert [r["estimator"] for r in result["runs"]] == ["grpo", "progpo"]
@@ -207,7 +213,52 @@ def test_estimator_specs_become_train_overrides_and_folders():
     assert config.algo.name == "progpo"
     assert config.algo.params == {**PROGPO_FIRST_READING, "semantic": "similarity"}
     assert ce.estimator_overrides("grpo") == ["algo.name=grpo"]
-    folder = ce.run_folder_name(spec)
-    assert "/" not in folder and ":" not in folder and "," not in folder
     with pytest.raises(ValueError, match="unknown estimator"):
         ce.estimator_overrides("nope:x=1")
+
+
+def test_estimator_spec_parsing():
+    assert ce.parse_estimator_spec("gigpo") == ("gigpo", {})
+    assert ce.parse_estimator_spec("progpo:step_weight=0.5,norm=mean") == (
+        "progpo",
+        {"step_weight": 0.5, "norm": "mean"},
+    )
+    with pytest.raises(ValueError, match="key=value"):
+        ce.parse_estimator_spec("gigpo:step_weight")
+    with pytest.raises(ValueError, match="'omega' was renamed; use 'step_weight'"):
+        ce.parse_estimator_spec("progpo:omega=0.5")
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['gama'\]"):
+        ce.parse_estimator_spec("gigpo:gama=0.9")
+    with pytest.raises(SystemExit) as exc:  # a bad spec stops the command line before any training
+        ce.main(["rl", "--estimators", "gigpo:gama=0.9"])
+    assert exc.value.code == 2
+
+
+def test_speed_on_small_batches(tmp_path):
+    """Every registered estimator timed and checked against its per-row Python reference."""
+    out = tmp_path / "advantages.json"
+    assert (
+        ce.main(
+            [
+                "speed",
+                "--sizes",
+                "2000",
+                "4000",
+                "--reference-rows",
+                "1000",
+                "--repeats",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    result = json.loads(out.read_text())
+    assert set(result["results"]) == set(ce.ESTIMATORS) and result["command"].endswith(f"--out {out}")
+    for name, r in result["results"].items():
+        assert r["max_abs_diff_vs_reference"] < 1e-6, (
+            name
+        )  # the fast estimator computes the reference's formula
+        assert r["seconds_by_rows"].keys() == {"2000", "4000"}
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
