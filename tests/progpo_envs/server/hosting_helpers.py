@@ -8,7 +8,6 @@ import math
 import os
 import socket
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,8 +19,7 @@ from progpo_envs.server.pool import PoolConfig
 from progpo_envs.server.serving import BackgroundServer
 from progpo_envs.server.websocket import FrameParser, WebSocketClient, accept_key
 from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
-from tests.net import accept_each, recv_until
-from tests.paths import repo_on_pythonpath
+from tests.net import ServerCli, accept_each, recv_until
 
 
 def same(a, b) -> bool:
@@ -163,74 +161,12 @@ def serve_toy(**pool_kwargs) -> BackgroundServer:
     return BackgroundServer(app).__enter__()
 
 
-class CliServer:
-    """``progpo serve`` (the CLI's ``main``) in a subprocess, as the containers and CI run it; in a process
-    group of its own (its id is the server's pid), as a service manager starts it. The repository root is on
-    its ``PYTHONPATH``, so ``--import tests.<package>.<module>`` finds a test module.
+class CliServer(ServerCli):
+    """``progpo serve`` (the CLI's ``main``) in a subprocess (:class:`tests.net.ServerCli`); ready once
+    ``ready_path`` answers 200 (``/health`` for ``--protocol openenv``)."""
 
-    ``ready_path`` is the route polled until it answers 200 (``/health`` for ``--protocol openenv``);
-    ``open_files``, when given, is the server's limit on open files (soft and hard, as ``ulimit -n`` sets
-    both for a service)."""
-
-    def __init__(
-        self,
-        *args: str,
-        ready_timeout: float = 120.0,
-        ready_path: str = "/ready",
-        open_files: int | None = None,
-    ):
-        import resource
-        import socket
-        import subprocess
-        import time
-
-        import requests
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        import tempfile
-
-        self.log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty server never blocks on it
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "progpo_envs.server.cli", "--port", str(self.port), *args],
-            env=repo_on_pythonpath(),
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            preexec_fn=None
-            if open_files is None
-            else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files)),
-        )
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError(f"server exited: {self.log.read()}")
-            try:
-                if requests.get(f"{self.url}{ready_path}", timeout=2).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("server did not become ready")
-
-    def output(self) -> str:
-        """What the server printed so far."""
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except Exception:  # noqa: BLE001
-                self.process.kill()
-                self.process.wait(5)
+    def __init__(self, *args: str, ready_path: str = "/ready", **kwargs):
+        super().__init__("progpo_envs.server.cli", *args, ready_path=ready_path, **kwargs)
 
 
 #: The toy ALFWorld whose steps sleep (``tests/progpo_envs/server/hosting_slow_env.py`` registers it).
