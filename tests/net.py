@@ -139,6 +139,6 @@ class ServerCli:
             self.process.terminate()
             try:
                 self.process.wait(15)
-            except subprocess.TimeoutExpired:
+            except Exception:  # noqa: BLE001
                 self.process.kill()
                 self.process.wait(5)
