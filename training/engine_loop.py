@@ -43,12 +43,12 @@ from concurrent.futures import Future
 
 import torch
 
-from training.decoding import collect_results, requests_for
-from training.engines import GenerationEngine
+from training.decoding import collect_results
+from training.engines import GenerationEngine, OneRequestPerPrompt
 from training.sampling import SampleOutput, SampleRequest, SampleResult
 
 
-class EngineLoop:
+class EngineLoop(OneRequestPerPrompt):
     """A :class:`~training.engines.GenerationEngine` stepped by a thread of its own (module docstring).
 
     Thread-safe: any thread may :meth:`submit`, :meth:`generate`, :meth:`sync_weights` and :meth:`close`.
@@ -104,23 +104,8 @@ class EngineLoop:
             self._cond.notify_all()
         return future
 
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        temperature: float,
-        max_new_tokens: int,
-        seeds: Sequence[int],
-        candidates: Sequence[Sequence[Sequence[int]]] | None = None,
-    ) -> SampleOutput:
-        """See :class:`~training.engines.GenerationEngine` (the prompts join whatever the engine decodes)."""
-        requests = requests_for(
-            prompts,
-            seeds=seeds,
-            temperature=temperature,
-            max_new_tokens=max_new_tokens,
-            candidates=candidates,
-        )
+    def answer(self, requests: Sequence[SampleRequest]) -> SampleOutput:
+        """The responses to ``requests`` (:meth:`generate`'s), which join whatever the engine decodes."""
         results = [future.result() for future in [self.submit(r) for r in requests]]
         renumbered = [
             SampleResult(k, r.token_ids, r.logprobs, r.finished, r.policy_version)
