@@ -35,6 +35,7 @@ import os
 import shlex
 import socket
 import sys
+from collections.abc import Callable
 
 from flask import Flask
 
@@ -90,6 +91,11 @@ def build_parser() -> CommandParser:
         description="Host registered progpo/* envs over HTTP: the env server's API and AgentGym's protocol, "
         "or one env as an OpenEnv environment (--protocol openenv).",
     )
+
+    def per_env_option(flag: str, parse: Callable[[str], tuple], metavar: str, help: str) -> None:
+        """A repeatable ``flag ENV_ID=VALUE``: a list of ``parse``'s ``(env_id, value)`` pairs."""
+        parser.add_argument(flag, type=parse, action="append", default=[], metavar=metavar, help=help)
+
     parser.add_argument(
         "--protocol",
         choices=PROTOCOLS,
@@ -136,21 +142,14 @@ def build_parser() -> CommandParser:
         default=120.0,
         help="seconds an env may take for one call before its worker is restarted",
     )
-    parser.add_argument(
-        "--env-kwargs",
-        type=_env_kwargs,
-        action="append",
-        default=[],
-        metavar="ENV_ID=JSON",
-        help="constructor kwargs fixed by the operator (repeatable)",
+    per_env_option(
+        "--env-kwargs", _env_kwargs, "ENV_ID=JSON", "constructor kwargs fixed by the operator (repeatable)"
     )
-    parser.add_argument(
+    per_env_option(
         "--allow-kwargs",
-        type=_allow_kwargs,
-        action="append",
-        default=[],
-        metavar="ENV_ID=a,b",
-        help="kwargs clients may set (default: read from the env's constructor; empty: none)",
+        _allow_kwargs,
+        "ENV_ID=a,b",
+        "kwargs clients may set (default: read from the env's constructor; empty: none)",
     )
     parser.add_argument(
         "--agentgym",
