@@ -82,9 +82,9 @@ class ServerCli:
     manager starts it. The repository root is on its ``PYTHONPATH``, so ``--import tests.<package>.<module>``
     finds a test module.
 
-    ``ready_path`` is the route polled until it answers 200; ``env``: more of its environment;
-    ``open_files``, when given, is the server's limit on open files (soft and hard, as ``ulimit -n`` sets
-    both for a service)."""
+    Its environment is this process's (``tests/conftest.py`` sets one OpenMP thread). ``ready_path`` is the
+    route polled until it answers 200; ``open_files``, when given, is the server's limit on open files (soft
+    and hard, as ``ulimit -n`` sets both for a service)."""
 
     def __init__(
         self,
@@ -92,7 +92,6 @@ class ServerCli:
         *args: str,
         ready_path: str,
         ready_timeout: float = 120.0,
-        env: dict[str, str] | None = None,
         open_files: int | None = None,
     ):
         import resource
@@ -106,7 +105,7 @@ class ServerCli:
         self.log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty server never blocks on it
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, *args, "--port", str(self.port)],
-            env={**repo_on_pythonpath(), **(env or {})},
+            env=repo_on_pythonpath(),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             text=True,

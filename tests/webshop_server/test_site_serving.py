@@ -25,7 +25,7 @@ class Site(ServerCli):
 
     def __init__(self, server: str, workers: int, *extra: str):
         args = ("serve", "--num-products", "200", "--server", server, "--workers", str(workers), *extra)
-        super().__init__("webshop_server.cli", *args, ready_path="/api/health", env={"OMP_NUM_THREADS": "1"})
+        super().__init__("webshop_server.cli", *args, ready_path="/api/health")
 
 
 @pytest.fixture
