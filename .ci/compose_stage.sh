@@ -3,8 +3,8 @@
 # included) on a Docker engine that this stage starts and stops itself, then uses them the way a user does,
 # through 127.0.0.1 only:
 #   * `progpo eval --agent expert` through progpo/Remote-v0 on both env servers (success 1.0 on 5 episodes each);
-#   * OpenEnv's own GenericEnvClient on both OpenEnv services (the expert wins 3 episodes each) and
-#     `openenv validate --url` on each;
+#   * OpenEnv's own GenericEnvClient on both OpenEnv services (the expert, read from their GET /expert, wins 3
+#     episodes each) and `openenv validate --url` on each;
 #   * the WebShop site: search -> item -> options -> buy over HTTP, and one episode in headless Chromium;
 #   * `--scale alfworld=2` on a port range: both replicas serve, and `progpo eval` through one url listing both
 #     plays its groups on both (progpo/Remote-v0 over several servers);
@@ -207,14 +207,18 @@ say "7/10 OpenEnv's GenericEnvClient and openenv validate on the two OpenEnv ser
 openenv_check() {  # env id, port
   "$PY" - "$1" "http://127.0.0.1:$2" <<'EOF' || fail "OpenEnv's client on $1 (port $2)"
 import sys
+import requests
 from openenv import GenericEnvClient
 
 env_id, url = sys.argv[1:]
-for task_index in range(3):  # PROGPO_SERVE_EXPERT=true: the observation names the expert's next command
+for task_index in range(3):  # PROGPO_SERVE_EXPERT=true: GET /expert names the expert's next command
     with GenericEnvClient(base_url=url, message_timeout_s=300).sync() as env:
-        result, total, steps = env.reset(task_index=task_index), 0.0, 0
+        episode = f"compose-{task_index}"
+        result, total, steps = env.reset(task_index=task_index, episode_id=episode), 0.0, 0
         while not result.done:
-            result = env.step({"command": result.observation["expert_action"]})
+            assert "expert_action" not in result.observation  # never in what a policy is shown
+            expert = requests.get(f"{url}/expert", params={"episode_id": episode}, timeout=60).json()
+            result = env.step({"command": expert["expert_action"]})
             total, steps = total + result.reward, steps + 1
         assert result.observation["won"] and total > 0, (task_index, result.observation)
         print(f"{env_id} over OpenEnv: task {task_index} won in {steps} steps, return {total}")

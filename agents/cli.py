@@ -6,8 +6,14 @@ Its config is :class:`agents.evaluate.EvalConfig`, read as ``progpo train`` read
 short flags of the common keys (``--env``, ``--agent``, ``--out``, ``--episodes``, ``--model``, ...:
 :data:`ALIASES`).
 
+Where the env runs: in this process by default; ``--env-url`` plays it on env servers (``progpo serve``),
+any env alike; ``--shop-url`` runs ``progpo/WebShop-v0`` here against a WebShop site (``progpo webshop
+serve``). Each URL is checked before anything is built (:mod:`agents.endpoints`): the wrong kind of server, an
+env it does not host, or nothing listening (``--base-url`` too) is one line, exit status 2.
+
 Example:
     progpo eval --env progpo/ALFWorld-v0 --agent expert --split valid_seen --episodes 20 --out runs/expert
+    progpo eval --env progpo/WebShop-v0 --env-url http://127.0.0.1:8001 --agent random --out runs/ws-remote
     progpo eval --env progpo/ALFWorld-v0 --agent transformers --model models/SmolLM2-135M-Instruct \\
         --mode guided --threads 1 --episodes 32 --out runs/smollm2-guided
     OPENAI_API_KEY=... progpo eval --env progpo/WebShop-v0 --agent openai --model gpt-4o-mini \\
@@ -51,6 +57,7 @@ ALIASES = {
     "--task-order": "task_order",
     "--data-dir": "data_dir",
     "--env-url": "env_url",
+    "--shop-url": "shop_url",
     "--env-kind": "env_kind",
     "--env-arg": "env_kwargs.*",
     "--seed": "seed",
@@ -162,6 +169,37 @@ def _check_model(agent: str, model: str | None) -> None:
         )
 
 
+def _check_endpoints(config: EvalConfig) -> None:
+    """Each URL given is the kind of server its flag names and answers (:mod:`agents.endpoints`)."""
+    from agents import endpoints
+    from agents.envs import accepts_url, env_spec
+    from progpo_envs.core.registration import REMOTE_ENV_ID
+    from progpo_envs.server.fleet import server_urls
+
+    if config.env_url is not None and config.shop_url is not None:
+        raise UsageError(
+            "--env-url and --shop-url: give one (--env-url plays the env on an env server, --shop-url runs "
+            "progpo/WebShop-v0 here against a WebShop site)"
+        )
+    if config.env_url is not None:
+        try:
+            urls = server_urls(config.env_url)
+        except ValueError as error:
+            raise UsageError(f"--env-url {config.env_url}: {error}") from None
+        remote = config.env_id.rpartition(":")[2] == REMOTE_ENV_ID
+        hosted = config.env_kwargs.get("env_id") if remote else env_spec(config.env_id).id
+        for url in urls:
+            endpoints.check_env_server("--env-url", url, hosted)
+    if config.shop_url is not None:
+        if not accepts_url(config.env_id):
+            raise UsageError(
+                f"--shop-url names a WebShop site (for progpo/WebShop-v0); {config.env_id} plays on none"
+            )
+        endpoints.check_shop_site("--shop-url", config.shop_url)
+    if AgentKind(config.agent) is AgentKind.OPENAI and config.openai.base_url:
+        endpoints.check_listening("--base-url", config.openai.base_url)
+
+
 def check_config(config: EvalConfig) -> None:
     """What can be checked before any env or model is built (:class:`UsageError` otherwise)."""
     _check_env(config.env_id)
@@ -188,6 +226,7 @@ def check_config(config: EvalConfig) -> None:
     threads = config.transformers.threads
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be >= 1, got {threads}")
+    _check_endpoints(config)
 
 
 def _spelled(error: ConfigError) -> str:

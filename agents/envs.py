@@ -2,13 +2,13 @@
 
 :func:`make_group_envs` makes ``num_groups × group_size`` copies of a registered env
 (:class:`~progpo_envs.core.vector.GroupVectorEnv`: copies of a group share their task and reset seed). With a
-``url`` the env is reached over the network: an env whose constructor takes ``url=`` itself (WebShop against
-its own shop server, or ``progpo/Remote-v0``) gets it as an argument; any other env is played through
-``progpo/Remote-v0`` hosting it on an env server (``progpo serve``). ``url`` may name several env servers (a
-list, or URLs separated by commas): ``progpo/Remote-v0`` then spreads the groups over them and moves a lost
-server's groups to the others (:mod:`progpo_envs.server.fleet`); :func:`server_status` reads each server's
-state and share. ``agents.evaluate`` and ``training.envs`` both make their envs here (the training loop names
-``progpo/Remote-v0`` itself: its ``env.url`` is always an env server).
+``server_url`` the env is played on an env server (``progpo serve``): through ``progpo/Remote-v0`` hosting it,
+for every env alike (an env's own ``url=``, such as WebShop's shop site, is one of its keyword arguments).
+``server_url`` may name several env servers (a list, or URLs separated by commas):
+``progpo/Remote-v0`` then spreads the groups over them and moves a lost server's groups to the others
+(:mod:`progpo_envs.server.fleet`); :func:`server_status` reads each server's state and share.
+``agents.evaluate`` and ``training.envs`` both make their envs here (the training loop names
+``progpo/Remote-v0`` itself).
 
 Example:
     >>> envs = make_group_envs("progpo/ALFWorld-v0", 2, 1, split="valid_seen")  # doctest: +SKIP
@@ -30,7 +30,6 @@ import progpo_envs  # noqa: F401  (registers the env ids, progpo/Remote-v0 inclu
 from agents.prompts import style_name_from_metadata
 from progpo_envs.core import registration
 from progpo_envs.core.registration import REMOTE_ENV_ID
-from progpo_envs.server.fleet import server_urls
 
 
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
@@ -62,41 +61,34 @@ def accepts_url(env_id: str) -> bool:
 
 
 def group_env_spec(
-    env_id: str, env_kwargs: dict[str, Any], url: str | Sequence[str] | None = None
+    env_id: str, env_kwargs: dict[str, Any], server_url: str | Sequence[str] | None = None
 ) -> tuple[str, dict]:
-    """``(env id, kwargs)`` that :func:`make_group_envs` makes for ``env_id`` with ``env_kwargs`` and ``url``.
+    """``(env id, kwargs)`` that :func:`make_group_envs` makes for ``env_id`` with ``env_kwargs`` on
+    ``server_url``.
 
-    Without ``url``: the env itself. With ``url``: the env itself given ``url=`` when it takes one, otherwise
-    ``progpo/Remote-v0`` hosting ``env_id`` (its kwargs travel with the create request; ``module:id`` hosts
-    ``id``: the module is this process's import). Several URLs are env servers: only ``progpo/Remote-v0``
-    takes them (an env's own ``url``, such as WebShop's shop server, is one).
+    Without ``server_url``: the env itself. With it (one env server or several): ``progpo/Remote-v0`` hosting
+    ``env_id``, whatever the env (its kwargs travel with the create request; ``module:id`` hosts ``id``: the
+    module is this process's import); ``progpo/Remote-v0`` itself gets it as its ``url``.
 
     Example:
         >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"})
         ('progpo/ALFWorld-v0', {'split': 'train'})
-        >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"}, url="http://host:8000")
+        >>> group_env_spec("progpo/ALFWorld-v0", {"split": "train"}, "http://host:8000")
         ('progpo/Remote-v0', {'split': 'train', 'url': 'http://host:8000', 'env_id': 'progpo/ALFWorld-v0'})
-        >>> group_env_spec("progpo/ALFWorld-v0", {}, url="http://a:8000,http://b:8000")[1]["url"]
+        >>> group_env_spec("progpo/WebShop-v0", {}, "http://host:8001")  # as ALFWorld: on the env server
+        ('progpo/Remote-v0', {'url': 'http://host:8001', 'env_id': 'progpo/WebShop-v0'})
+        >>> group_env_spec("progpo/ALFWorld-v0", {}, "http://a:8000,http://b:8000")[1]["url"]
         'http://a:8000,http://b:8000'
-        >>> group_env_spec("progpo/WebShop-v0", {}, url="http://a:3000,http://b:3000")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: progpo/WebShop-v0 takes one url= of its own; several env servers are played through ...
+        >>> group_env_spec("progpo/WebShop-v0", {"url": "http://host:3000"})  # its own url=: the shop site
+        ('progpo/WebShop-v0', {'url': 'http://host:3000'})
     """
-    if url is None:
+    if server_url is None:
         return env_id, dict(env_kwargs)
     if env_id == REMOTE_ENV_ID:
-        return env_id, {**env_kwargs, "url": url}
-    if accepts_url(env_id):
-        if len(server_urls(url)) > 1:
-            raise ValueError(
-                f"{env_id} takes one url= of its own; several env servers are played through {REMOTE_ENV_ID} "
-                f"(its env_id={env_id})"
-            )
-        return env_id, {**env_kwargs, "url": url}
+        return env_id, {**env_kwargs, "url": server_url}
     if REMOTE_ENV_ID not in gym.registry:
-        raise ValueError(f"{env_id} takes no url= and {REMOTE_ENV_ID} is not registered to reach it remotely")
-    return REMOTE_ENV_ID, {**env_kwargs, "url": url, "env_id": env_spec(env_id).id}
+        raise ValueError(f"{env_id} cannot be reached remotely: {REMOTE_ENV_ID} is not registered")
+    return REMOTE_ENV_ID, {**env_kwargs, "url": server_url, "env_id": env_spec(env_id).id}
 
 
 def make_group_envs(
@@ -106,24 +98,24 @@ def make_group_envs(
     /,
     *,
     vector_mode: str = "sync",
-    url: str | Sequence[str] | None = None,
+    server_url: str | Sequence[str] | None = None,
     **env_kwargs: Any,
 ) -> gym.vector.VectorEnv:
-    """``num_groups × group_size`` copies of ``env_id`` (see the module docstring for ``url``).
+    """``num_groups × group_size`` copies of ``env_id`` (see the module docstring for ``server_url``).
 
     Args:
         env_id: A registered env id (positional only, so ``progpo/Remote-v0`` copies can take ``env_id=``).
         num_groups: Task groups (one task index each at reset).
         group_size: Copies per group.
         vector_mode: ``sync`` (in-process) or ``async`` (subprocesses).
-        url: Where the env is served, if remote: one server, or several (a list, or URLs separated by
-            commas).
+        server_url: The env server(s) the env is played on, if remote: one, or several (a list, or URLs
+            separated by commas).
         **env_kwargs: Keyword arguments of every copy.
 
     Raises:
         ValueError: When the env does not take one of ``env_kwargs`` (the message names them).
     """
-    make_id, kwargs = group_env_spec(env_id, env_kwargs, url)
+    make_id, kwargs = group_env_spec(env_id, env_kwargs, server_url)
     try:
         return gym.make_vec(
             make_id,

@@ -25,10 +25,10 @@ outputs up to :data:`MAX_STORED_OUTPUT_CHARS` characters each, parsed actions, o
 ``obs_hash``/``history_key`` as 16-digit hex). Rerunning with the same ``--out`` skips the task indices
 already there, so an interrupted run resumes without redoing finished episodes: a line cut short by a kill, or
 damaged anywhere in the file, is set aside and only its task is played again (:func:`load_finished`). One run
-at a time writes a ``DIR``: a second one is refused while the first holds its lock (``DIR/.progpo-eval.lock``,
-an ``flock`` the kernel releases when the process ends, however it ends). ``DIR/run.json`` records the
-settings; resuming with different ones is refused. At the end ``summary.json``, ``report.md`` and
-``success.png`` are written from all the lines (:mod:`agents.report`).
+at a time writes a ``DIR``: a second one, or a ``progpo train`` there, is refused while the first holds the
+run folder's lock (:mod:`progpo_base.folder_lock`: an ``flock`` the kernel releases when the process ends,
+however it ends). ``DIR/run.json`` records the settings; resuming with different ones is refused. At the end
+``summary.json``, ``report.md`` and ``success.png`` are written from all the lines (:mod:`agents.report`).
 
 An episode whose agent could not decide (an LLM request refused or still failing after its retries), or whose
 env server was lost under it (``info["env_error"]``: several servers, :mod:`progpo_envs.server.fleet`), ends
@@ -78,14 +78,13 @@ from agents.report import write_reports
 from agents.rollout import play_episodes
 from progpo_base.config import documented_field, required_field, section
 from progpo_base.folder_lock import folder_lock
+from progpo_envs.server.policy import refused_kwarg
+from progpo_envs.server.remote import RemoteEnvError
 
 TRAJECTORIES_FILE = "trajectories.jsonl"
 #: Where lines of ``trajectories.jsonl`` that do not parse are moved (their tasks are played again).
 DAMAGED_FILE = "trajectories.jsonl.damaged"
 RUN_FILE = "run.json"
-#: Held (:func:`progpo_base.folder_lock.folder_lock`) by the run writing the folder, so that two runs never
-#: append to one file.
-LOCK_FILE = ".progpo-eval.lock"
 #: Characters of a model's output kept per step in the trajectory (the rest is cut; ``raw_output_chars``
 #: records the full length): a misbehaving endpoint's 10 MB completion must not make a 100 MB file.
 MAX_STORED_OUTPUT_CHARS = 32_768
@@ -187,8 +186,14 @@ class EvalConfig:
     )
     env_url: str | None = documented_field(
         None,
-        "remote env server URL (passed to the env as url=); several env servers for progpo/Remote-v0 "
-        "separated by commas (groups spread over them, a lost one's moved to the others)",
+        "env server URL (progpo serve; docker compose: ALFWorld :8000, WebShop :8001): any env is played "
+        "through progpo/Remote-v0 on it, as progpo train's env.url; several env servers separated by commas "
+        "(groups spread over them, a lost one's moved to the others)",
+    )
+    shop_url: str | None = documented_field(
+        None,
+        "WebShop site URL (progpo webshop serve; docker compose: :3000): progpo/WebShop-v0 runs here and "
+        "plays against the site's session API (the env's url=); not an env server (that is --env-url)",
     )
     env_kind: str | None = documented_field(
         None,
@@ -284,13 +289,14 @@ class EvalConfig:
         return max(1, min(wanted, self.episodes)) if self.episodes else max(1, wanted)
 
     def env_arguments(self) -> dict[str, Any]:
-        """Keyword arguments for every env copy (``url`` not included: :func:`agents.envs.make_group_envs`
-        takes it apart)."""
+        """Keyword arguments for every env copy: the env's own ``url=`` is ``shop_url`` (``env_url``, the env
+        server, is :func:`agents.envs.make_group_envs`'s ``server_url``)."""
         kwargs = dict(self.env_kwargs)
         for name, value in (
             ("split", self.split),
             ("data_dir", self.data_dir),
             ("max_steps", self.max_steps),
+            ("url", self.shop_url),
         ):
             if value is not None:
                 kwargs[name] = value
@@ -534,7 +540,7 @@ def evaluate(
                     config.env_id,
                     config.copies(),
                     vector_mode=config.vector_mode,
-                    url=config.env_url,
+                    server_url=config.env_url,
                     **config.env_arguments(),
                 )
             elif config.num_envs is not None and envs.num_envs != config.num_envs:
@@ -549,7 +555,7 @@ def evaluate(
                 raise ValueError(
                     f"--episodes must be in 1..{split_size} (tasks in the split), got {episodes}"
                 )
-            stack.enter_context(folder_lock(out_dir, LOCK_FILE, "progpo eval", "give another --out"))
+            stack.enter_context(folder_lock(out_dir, "progpo eval", "give another --out"))
             _record_settings(out_dir, config, kind)
             trajectories = out_dir / TRAJECTORIES_FILE
             finished = load_finished(trajectories)
@@ -563,6 +569,7 @@ def evaluate(
                 unit="ep",
                 disable=not progress,
             )
+            stack.callback(bar.close)  # however the run ends, so that Ctrl-C's line starts on its own line
             errors = 0
             with trajectories.open("a", encoding="utf-8") as sink:
                 for start in range(0, len(remaining), envs.num_envs):
@@ -575,8 +582,13 @@ def evaluate(
                         finished[record["task_index"]] = record
                         errors += record.get("error") is not None
                         bar.update(1)
-            bar.close()
+            bar.close()  # before the summary is printed
             servers = server_status(envs)
+        except RemoteEnvError as error:
+            refused = refused_kwarg(error.message) if error.status == 400 else None
+            if refused is not None and refused[0] == "expert":
+                raise ValueError(expert_refused(error.message, refused[1])) from error
+            raise
         finally:
             if own_envs and envs is not None:
                 envs.close()
@@ -587,6 +599,25 @@ def evaluate(
         return write_reports(
             out_dir, records, summary_config, planned=episodes, allowed_errors=allowed, servers=servers
         )
+
+
+def expert_refused(message: str, env_id: str) -> str:
+    """What to do when an env server refused the expert agent's ``expert=True``: only the server's operator
+    turns its expert on (a client may not: ``info["expert_action"]`` is the answer).
+
+    Example:
+        >>> print(expert_refused("kwarg 'expert' is not allowed for progpo/WebShop-v0 (allowed: split)",
+        ...                      "progpo/WebShop-v0"))  # doctest: +NORMALIZE_WHITESPACE
+        the env server refused the expert agent (kwarg 'expert' is not allowed for progpo/WebShop-v0 (allowed:
+        split)): its operator turns the expert on: start it with --env-kwargs
+        'progpo/WebShop-v0={"expert": true}' (docker compose: PROGPO_SERVE_EXPERT=true docker compose up), or
+        play the env in this process (no --env-url)
+    """
+    return (
+        f"the env server refused the expert agent ({message}): its operator turns the expert on: start it "
+        f"with --env-kwargs '{env_id}={json.dumps({'expert': True})}' (docker compose: "
+        "PROGPO_SERVE_EXPERT=true docker compose up), or play the env in this process (no --env-url)"
+    )
 
 
 def _play_batch(

@@ -10,6 +10,8 @@ plays the same task from the same first observation.
 * :class:`ALFWorldToolEnv` — one tool, ``act(command)``: the command's outcome, the task's line again, then
   the commands admissible next;
 * :class:`WebShopToolEnv` — ``search(query)`` and ``click(target)``: the page, then what can be clicked;
+* both: the text the model sees never holds the expert's next command, wherever the env runs;
+  :func:`expert_command` reads it apart (an SFT warm start on the expert's plays);
 * both: ``get_reward()`` is the env's own return (the sum of its rewards: 10 for a solved task by default);
   a tool called after the episode ended raises ``ValueError`` (TRL hands the message to the model); a
   command the env cannot execute is the env's invalid action, answered like any other.
@@ -54,205 +56,11 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import gymnasium as gym
-
-import progpo_envs  # noqa: F401  (registers the ids)
-from progpo_envs.core.registration import REMOTE_ENV_ID
-from progpo_envs.server.fleet import FleetServer, ServerState, fleet_for, server_urls
+from agents.hosted import DEFAULT_TIMEOUT_S, Episode, close_quietly, open_backend
 from webshop_server.engine import admissible_actions
 
 ALFWORLD_ENV_ID = "progpo/ALFWorld-v0"
 WEBSHOP_ENV_ID = "progpo/WebShop-v0"
-#: Where the episodes run when a ``server`` is given.
-PROTOCOLS = ("openenv", "native")
-#: Seconds a hosted env may take to answer one call.
-DEFAULT_TIMEOUT_S = 120.0
-
-
-class _Episode:
-    """What a backend answers: the text, the env's view of the state, the reward and whether it ended."""
-
-    __slots__ = ("text", "view", "reward", "done")
-
-    def __init__(self, text: str, view: Mapping[str, Any], reward: float = 0.0, done: bool = False):
-        self.text, self.view, self.reward, self.done = text, view, float(reward or 0.0), bool(done)
-
-
-class _InProcess:
-    """The env in this process, one per split (``gymnasium.make``)."""
-
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any]):
-        self.env_id, self.env_kwargs = env_id, dict(env_kwargs)
-        self.envs: dict[str, gym.Env] = {}
-        self.env: gym.Env | None = None
-
-    def _env(self, split: str) -> gym.Env:
-        if split not in self.envs:
-            self.envs[split] = gym.make(self.env_id, **{**self.env_kwargs, "split": split})
-        return self.envs[split]
-
-    def num_tasks(self, split: str) -> int:
-        return int(self._env(split).unwrapped.num_tasks)
-
-    def reset(self, task_index: int, split: str, seed: int | None) -> _Episode:
-        self.env = self._env(split)
-        text, info = self.env.reset(seed=seed, options={"task_index": task_index})
-        return _Episode(text, info)
-
-    def step(self, command: str) -> _Episode:
-        text, reward, terminated, truncated, info = self.env.step(command)
-        return _Episode(text, info, reward, terminated or truncated)
-
-    def close(self) -> None:
-        for env in self.envs.values():
-            env.close()
-        self.envs.clear()
-
-
-class _Native(_InProcess):
-    """Our env server (``progpo serve``) through ``progpo/Remote-v0``, one remote instance per split (over
-    several servers: placed by load, and a lost server ends the episode, ``info["env_error"]``)."""
-
-    def __init__(
-        self, url: str | Sequence[str], env_id: str, env_kwargs: Mapping[str, Any], timeout_s: float
-    ):
-        super().__init__(REMOTE_ENV_ID, {**env_kwargs, "url": url, "env_id": env_id, "timeout": timeout_s})
-
-
-class _OpenEnv:
-    """An OpenEnv server of the env through OpenEnv's ``GenericEnvClient`` (one WebSocket session)."""
-
-    def __init__(self, url: str, env_kwargs: Mapping[str, Any], timeout_s: float):
-        from openenv import GenericEnvClient
-
-        self.env_kwargs = dict(env_kwargs)
-        self.client = GenericEnvClient(base_url=url, message_timeout_s=timeout_s).sync()
-        self.sizes: dict[str, int] = {}
-
-    def num_tasks(self, split: str) -> int:
-        if split not in self.sizes:
-            self.sizes[split] = int(self.reset(0, split, None).view["num_tasks"])
-        return self.sizes[split]
-
-    def reset(self, task_index: int, split: str, seed: int | None) -> _Episode:
-        result = self.client.reset(seed=seed, task_index=task_index, split=split, **self.env_kwargs)
-        return _Episode(result.observation["text"], result.observation)
-
-    def step(self, command: str) -> _Episode:
-        result = self.client.step({"command": command})
-        return _Episode(result.observation["text"], result.observation, result.reward, result.done)
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def _openenv_failure(exc: Exception) -> ServerState | None:
-    """What an OpenEnv client's error says of its server: down (no connection, closed, no answer), full
-    (``CAPACITY_REACHED``), up but the session lost (``instance lost``: :attr:`ServerState.UP`), or ``None``
-    (the request's own fault: raised)."""
-    from websockets.exceptions import ConnectionClosed
-
-    if isinstance(exc, (ConnectionError, ConnectionClosed, TimeoutError, OSError)):
-        return ServerState.DOWN
-    if isinstance(exc, RuntimeError) and "CAPACITY_REACHED" in str(exc):
-        return ServerState.FULL
-    if isinstance(exc, RuntimeError) and "instance lost" in str(exc):
-        return ServerState.UP
-    return None
-
-
-class _OpenEnvFleet(_OpenEnv):
-    """Several OpenEnv servers: a session on the one where this process holds the fewest, moved at a reset
-    when its server is lost (a lost server ends the episode in flight)."""
-
-    def __init__(self, urls: Sequence[str], env_kwargs: Mapping[str, Any], timeout_s: float):
-        self.env_kwargs, self.timeout_s = dict(env_kwargs), timeout_s
-        self.fleet = fleet_for(urls, ready_path="/health")
-        self.sizes: dict[str, int] = {}
-        self.server: FleetServer | None = None
-        self.lost = False
-        self.last: _Episode | None = None
-        self._connect(self.fleet.choose())
-
-    def _connect(self, server: FleetServer) -> None:
-        from openenv import GenericEnvClient
-
-        self.client = GenericEnvClient(base_url=server.url, message_timeout_s=self.timeout_s).sync()
-        self.server, self.lost = server, False
-        self.fleet.hold(server, 1)
-
-    def _disconnect(self) -> None:
-        if self.server is not None:
-            self.fleet.hold(self.server, -1, -1)
-            self.server = None
-            try:
-                self.client.close()
-            except Exception:  # noqa: BLE001, S110 - a lost server's socket may already be gone
-                pass
-
-    def _failed(self, exc: Exception) -> None:
-        state = _openenv_failure(exc)
-        if state is None:
-            raise exc
-        self.fleet.fail(
-            self.server, None if state is ServerState.UP else state, f"{type(exc).__name__}: {exc}"
-        )
-        self.lost = True
-
-    def reset(self, task_index: int, split: str, seed: int | None) -> _Episode:
-        for _ in range(2 * len(self.fleet) + 1):
-            if self.lost or self.server.state is not ServerState.UP:
-                if self.lost:
-                    self.fleet.count(self.server, lost_groups=1)
-                self._disconnect()
-                self._connect(self.fleet.choose())
-            try:
-                self.last = super().reset(task_index, split, seed)
-                return self.last
-            except Exception as exc:  # noqa: BLE001 - classified: a server's failure moves the session
-                self._failed(exc)
-        raise ConnectionError(f"no OpenEnv server could reset the session: {self.fleet.status()}")
-
-    def step(self, command: str) -> _Episode:
-        if not self.lost:
-            try:
-                self.last = super().step(command)
-                return self.last
-            except Exception as exc:  # noqa: BLE001 - classified: a server's failure ends the episode
-                self._failed(exc)
-                self.fleet.count(self.server, failed_episodes=1)
-                error = f"env server {self.server.url} lost: {type(exc).__name__}: {exc}"
-                self.last = _Episode(self.last.text, {**self.last.view, "env_error": error}, 0.0, True)
-        return self.last
-
-    def close(self) -> None:
-        self._disconnect()
-
-
-def _backend(
-    env_id: str,
-    server: str | Sequence[str] | None,
-    protocol: str,
-    env_kwargs: Mapping[str, Any],
-    timeout_s: float,
-):
-    if server is None:
-        return _InProcess(env_id, env_kwargs)
-    if protocol == "openenv":
-        urls = server_urls(server)
-        if len(urls) > 1:
-            return _OpenEnvFleet(urls, env_kwargs, timeout_s)
-        return _OpenEnv(urls[0], env_kwargs, timeout_s)
-    if protocol == "native":
-        return _Native(server, env_id, env_kwargs, timeout_s)
-    raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-
-
-def _close(backend: Any) -> None:
-    try:
-        backend.close()
-    except Exception:  # noqa: BLE001,S110 - the interpreter may be exiting; nothing to report to
-        pass
 
 
 class _TextToolEnv:
@@ -271,11 +79,11 @@ class _TextToolEnv:
         **env_kwargs: Any,
     ):
         self._split = split
-        self._backend = _backend(self.env_id, server, protocol, env_kwargs, timeout_s)
-        weakref.finalize(self, _close, self._backend)
+        self._backend = open_backend(self.env_id, server, protocol, env_kwargs, timeout_s)
+        weakref.finalize(self, close_quietly, self._backend)
         #: The env's view of the state after the last ``reset`` or tool call (an attribute, so TRL does not
-        #: take it for a tool): ``admissible_actions``, ``won``, and ``expert_action`` when the env (or the
-        #: server's operator) has the expert on: what an SFT warm start on the expert's plays reads.
+        #: take it for a tool): ``admissible_actions``, ``won``, ... Never the expert's next command: an SFT
+        #: warm start on the expert's plays reads that with :func:`expert_command`.
         self.last_view: Mapping[str, Any] = {}
         self._return = 0.0
         self._done = True
@@ -315,7 +123,7 @@ class _TextToolEnv:
         self._done, self._won = episode.done, bool(episode.view.get("won", False))
         return self._render(episode)
 
-    def _render(self, episode: _Episode) -> str:
+    def _render(self, episode: Episode) -> str:
         if episode.done and episode.view.get("env_error"):  # its env server was lost under it
             lost = episode.view["env_error"]
             return f"{episode.text}\n\nThe episode is over: the env server was lost ({lost})."
@@ -436,6 +244,21 @@ class WebShopToolEnv(_TextToolEnv):
 
     def _actions_line(self, view: Mapping[str, Any]) -> str:
         return "Available actions: " + ", ".join(admissible_actions(view["available_actions"]))
+
+
+def expert_command(env: _TextToolEnv) -> str | None:
+    """The expert's next command in ``env``'s episode (``None`` once it has none), read apart from what the
+    model sees (a function, not a method: TRL would offer a public method to the model as a tool). The env
+    must have the expert on: in process ``expert=True``; on a server, the operator's ``expert: true`` (the
+    native protocol also needs ``expert=True`` here, which such a server allows).
+
+    Example:
+        >>> env = ALFWorldToolEnv(expert=True)
+        >>> first = env.reset(task_index=0, split="train")
+        >>> expert_command(env) in env.last_view["admissible_actions"]
+        True
+    """
+    return env._backend.expert()
 
 
 def task_rows(

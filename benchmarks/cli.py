@@ -1,15 +1,17 @@
 """``progpo bench``: run the quick version of every benchmark, then regenerate ``benchmarks/README.md``.
 
-Each benchmark of :data:`benchmarks.report.BENCHMARKS` runs as a subprocess (``sys.executable script
-QUICK_ARGS``, from the repository root, ``nice``-friendly and with ``OMP_NUM_THREADS=1``); a benchmark whose
-script is missing is skipped, one that fails or runs past ``--timeout`` is reported and the others still run.
-Exit status: 0 when every benchmark that ran succeeded, 1 otherwise; a mistyped command line is one line on
-stderr and exit status 2 (:func:`benchmarks.harness.parse_config`).
+Each result file of :data:`benchmarks.report.BENCHMARKS` is made by a suite's part run as a subprocess
+(``sys.executable script PART ... --quick`` from the repository root, ``nice``-friendly,
+``OMP_NUM_THREADS=1``; a quick run writes under ``runs/bench_quick/``, never over a committed result;
+``--full`` runs the full settings, which do); a benchmark whose script is missing is skipped, one that fails
+or runs past ``--timeout`` is reported and the others still run. Exit status: 0 when every benchmark that ran
+succeeded, 1 otherwise; a mistyped command line is one line on stderr and exit status 2
+(:func:`benchmarks.harness.parse_config`).
 
 Example:
     >>> main(["--list"])  # doctest: +ELLIPSIS
     quickstart ...
-    compare_estimators ...
+    quickstart_async ...
     0
 """
 
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if not settings.report_only:
         summary = []
         for b in selected:
-            run_args = b.full_args if settings.full else b.quick_args
+            run_args = b.args if settings.full else b.quick_args
             if not (ROOT / b.script).exists():
                 summary.append((b.name, "skipped (script missing)", 0.0))
                 continue

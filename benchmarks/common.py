@@ -1,15 +1,15 @@
-"""What every benchmark records beside its numbers, and the server process some of them measure.
+"""What every benchmark records beside its numbers, and the processes some of them measure.
 
 A result file (``benchmarks/results/<name>.json``) names what it was measured with (:func:`machine_info`: the
 CPU's model and flags, Python, platform, torch's build, the package versions and the commit, the record every
-training run keeps too (:mod:`training.provenance`), plus what else the benchmark's numbers depend on, such
-as the load of a shared machine); :func:`save_result` writes it. A benchmark of an HTTP server starts the
-server in its own process (:class:`ServerProcess`, on a :func:`free_port`), so that clients and server do not
-share a GIL, and waits until it answers its readiness URL.
+training run keeps too (:mod:`training.provenance`), plus what else the numbers depend on, such as the load of
+a shared machine); :func:`save_result` writes it. A benchmark of an HTTP server starts the server in its own
+process (:class:`ServerProcess`, on a :func:`free_port`), so that clients and server do not share a GIL, and
+waits until it answers its readiness URL; :func:`run_measured` runs a command and records its wall time, CPU
+time and peak memory.
 
-A benchmark runs as a module, ``python -m benchmarks.<name>`` from the repository root; ``python
-benchmarks/<name>.py`` works too, because ``scripts/setup.sh`` installs the project (editable), so no script
-edits ``sys.path``.
+A benchmark runs as ``python benchmarks/<suite>.py PART`` from the repository root (``scripts/setup.sh``
+installs the project editable, so no script edits ``sys.path``).
 
 Example:
     >>> import json, sys
@@ -28,11 +28,12 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import shlex
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,20 +43,15 @@ import requests
 
 from training.provenance import environment
 from training.provenance import git_commit as git_commit  # one implementation, re-exported for the benchmarks
+from training.provenance import weights_digest as weights_digest  # the digest progpo train's summary records
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 
 
 def machine_info(**extra: Any) -> dict[str, Any]:
-    """The machine, software and code a result was measured with: :func:`training.provenance.environment`
-    (CPU model and flags, ``cpu_count``, ``python``, ``platform``, torch's build, every package's version,
-    the commit), then ``extra``.
-
-    Args:
-        **extra: what else the benchmark's numbers depend on, under the key its result file uses (for example
-            ``torch_threads=torch.get_num_threads()`` or ``load_average_1m=os.getloadavg()[0]``).
-    """
+    """The machine, software and code a result was measured with (:func:`training.provenance.environment`),
+    then ``extra``: what else the numbers depend on, under the key the result file uses."""
     return {**environment(), **extra}
 
 
@@ -67,6 +63,74 @@ def save_result(result: dict[str, Any], path: Path | str) -> Path:
     return path
 
 
+def shown(path: Path | str) -> str:
+    """``path`` relative to the repository root when it lies inside it (as result files record paths)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child that imports the project from this checkout, plus ``extra``."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def run_measured(
+    command: list[str], log: Path, timeout_s: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``command`` from the repository root, its output to ``log``; ``{status, returncode, command,
+    resources}`` with status ``ok`` / ``failed`` / ``timeout`` and the process's ``wall_s``, ``user_cpu_s``,
+    ``system_cpu_s`` and ``peak_rss_gb`` (decimal GB; :func:`os.wait4`: its children included)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with log.open("w") as out:
+        process = subprocess.Popen(command, cwd=ROOT, env=env or child_env(), stdout=out, stderr=out)
+        timed_out = False
+        while not (done := os.wait4(process.pid, os.WNOHANG))[0]:
+            if time.perf_counter() - started > timeout_s:
+                process.kill()
+                done, timed_out = os.wait4(process.pid, 0), True
+                break
+            time.sleep(1.0)
+    _, wait_status, usage = done
+    process.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here: Popen must not wait again
+    return {
+        "status": "timeout" if timed_out else "ok" if process.returncode == 0 else "failed",
+        "returncode": process.returncode,
+        "command": shlex.join(["python", *command[1:]])
+        if command[0] == sys.executable
+        else shlex.join(command),
+        "resources": {
+            "wall_s": time.perf_counter() - started,
+            "user_cpu_s": usage.ru_utime,
+            "system_cpu_s": usage.ru_stime,
+            "peak_rss_gb": usage.ru_maxrss * 1024 / 1e9,  # Linux reports KiB
+        },
+    }
+
+
+def run_child(
+    args: list[str], python: str = sys.executable, timeout_s: float | None = None, **env: str
+) -> dict:
+    """Run ``python <args> --out <a temporary file>`` (a suite's part in a process of its own, so that its
+    memory or its Python is its own) from the repository root and return the result it wrote.
+
+    Raises:
+        RuntimeError: the process failed or wrote no result (the message ends with its last output line).
+        subprocess.TimeoutExpired: it ran past ``timeout_s``.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-child-") as folder:
+        out = Path(folder) / "result.json"
+        command = [python, *args, "--out", str(out)]
+        done = subprocess.run(
+            command, cwd=ROOT, env=child_env(**env), capture_output=True, text=True, timeout=timeout_s
+        )
+        if done.returncode != 0 or not out.is_file():
+            tail = (done.stderr.strip().splitlines() or [""])[-1][:300]
+            raise RuntimeError(f"{shlex.join(args[:2])}: exit {done.returncode}: {tail}")
+        return json.loads(out.read_text())
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it)."""
     with socket.socket() as sock:
@@ -76,15 +140,7 @@ def free_port() -> int:
 
 class ServerProcess:
     """A server command in its own process (cwd: the repository root), ready once ``GET url + ready_path``
-    answers 200. Its output goes to a temporary file, shown when it fails to start. A context manager; or call
-    :meth:`stop`.
-
-    Args:
-        command: the server's command line; it must listen on ``127.0.0.1:port``.
-        port: the port it listens on (see :func:`free_port`).
-        ready_path: its readiness endpoint, e.g. ``/ready`` (env server) or ``/api/health`` (WebShop site).
-        timeout_s: how long to wait for it to be ready.
-        env: environment variables set for the server on top of this process's.
+    answers 200; its output goes to a temporary file, shown when it fails to start. A context manager.
 
     Raises:
         RuntimeError: the server exited, or was not ready within ``timeout_s`` (it is then stopped); the
@@ -162,25 +218,22 @@ def mean_spread(values: list[float]) -> dict[str, Any]:
     arr = np.asarray(values, dtype=float)
     if arr.size == 0:
         return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
     return {
         "mean": float(arr.mean()),
-        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+        "std": std,
         "min": float(arr.min()),
         "max": float(arr.max()),
-        "n": int(arr.size),
+        "n": arr.size,
     }
 
 
 def paired_differences(
     runs: list[dict[str, Any]], metric: str = "success", baseline: str = "grpo"
 ) -> dict[str, dict[str, Any]]:
-    """Per ``env / estimator``: ``metric`` minus the ``baseline`` estimator's, paired by env and seed.
-
-    Runs with the same env and seed start from the same warm start with the same RL seed, and their held-out
-    evaluations play the same tasks with the same sampling seeds, so the per-seed difference removes the
-    noise the estimators share; its mean and sample std over seeds (:func:`mean_spread`) say whether an
-    estimator beats the baseline by more than that spread. Seeds where either run has no ``metric`` are left
-    out; the baseline itself is not listed.
+    """Per ``env / estimator``: ``metric`` minus the ``baseline`` estimator's, paired by env and seed (runs of
+    one env and seed share the warm start, RL seed and evaluation tasks, so the difference removes the noise
+    they share), as :func:`mean_spread` over seeds. Seeds where either run has no ``metric`` are left out.
 
     Example:
         >>> runs = [
@@ -200,39 +253,7 @@ def paired_differences(
     for r in runs:
         if r["estimator"] == baseline:
             continue
-        key = f"{r['env']} / {r['estimator']}"
-        diffs.setdefault(key, [])
+        values = diffs.setdefault(f"{r['env']} / {r['estimator']}", [])
         if metric in r.get("final", {}) and (r["env"], r["seed"]) in base:
-            diffs[key].append(r["final"][metric] - base[(r["env"], r["seed"])])
+            values.append(r["final"][metric] - base[(r["env"], r["seed"])])
     return {key: mean_spread(values) for key, values in diffs.items()}
-
-
-def save_figure(fig, path: Path) -> None:
-    """Lay ``fig`` out, write it to ``path`` as the results page shows plots (110 dpi) and close it."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def weights_digest(folder: Path) -> str | None:
-    """SHA-256 of a saved model's weights (``model.safetensors``; None when absent): two runs with equal
-    digests computed the same numbers bit for bit, so a user can tell whether their machine reproduces ours
-    exactly or only within the spread.
-
-    Example:
-        >>> import tempfile
-        >>> d = Path(tempfile.mkdtemp())
-        >>> _ = (d / "model.safetensors").write_bytes(b"abc")
-        >>> weights_digest(d)[:12], weights_digest(d / "missing")
-        ('ba7816bf8f01', None)
-    """
-    path = folder / "model.safetensors"
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

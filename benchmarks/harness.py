@@ -1,78 +1,96 @@
-"""What every benchmark shares around its measurement: its settings as a command line, and what it declares
-about itself for the results page and ``progpo bench``.
+"""What every benchmark shares around its measurement: its settings as a command line, the suite it belongs
+to, the result file it writes and what it declares for the results page and ``progpo bench``.
 
-**Settings.** A benchmark's settings are one dataclass of :func:`option` fields (each a default and
-what it means); :func:`parse_config` makes the command line from it, one ``--flag-name`` per field (the
-field's type says how to parse it: ``list[int]`` takes several values, ``bool`` is a switch, ``X | None``
-may be left out), with the defaults in ``--help`` and one-line errors with exit status 2
-(:class:`progpo_base.usage.CommandParser`, as every ``progpo`` command). A ``ValueError`` or a
-:class:`~progpo_base.usage.UsageError` that the dataclass raises in ``__post_init__`` is a usage error too.
-The result file records the command that made it (:func:`recorded_command`) and the settings
-(``dataclasses.asdict``).
+**Suites.** A suite (``benchmarks/bench_<thing>.py``) measures one thing the product does; each of its
+:class:`Part` s is one measurement: a settings dataclass of :func:`option` fields (one ``--flag-name`` each;
+the field's type says how to parse it: ``list[int]`` takes several values, ``bool`` is a switch, ``X | None``
+may be left out; defaults in ``--help``; a bad value is one line and exit status 2, as every ``progpo``
+command) and a function from settings to result. :func:`run_suite` (a suite's ``main``) parses ``PART
+--flags``, records the machine's load before and after, writes the result with the command that reruns it
+(``command``) and the machine, its plot beside it, and prints the section the results page shows. A part's
+``--quick`` run writes under ``runs/bench_quick/`` unless ``--out`` says otherwise, so that a smoke run never
+replaces a committed result; a result with a non-empty ``failed`` list exits with status 1.
 
-**Spec.** A benchmark module ends with ``SPECS``: one :class:`Benchmark` per result file it writes (a module
-whose settings write several files, such as ``compare_estimators.py``, declares one each), with the renderer
-of its section beside it. :mod:`benchmarks.report` finds every module that declares ``SPECS`` and builds the
-page from them; a renderer reads only its own result file.
+**Specs.** A suite module ends with ``SPECS``: one :class:`Benchmark` per result file it writes, with the
+renderer of its section beside it. :mod:`benchmarks.report` finds every module that declares ``SPECS`` and
+builds the page from them; a renderer reads only its own result file.
 
 Example:
     >>> @dataclass
     ... class Settings:
     ...     sizes: list[int] = option([1000], "rows per batch")
     ...     quick: bool = option(False, "a smoke run")
-    ...     out: str = option("results/demo.json", "result file")
     >>> parse_config(Settings, ["--sizes", "10", "20", "--quick"], "A demo.")
-    Settings(sizes=[10, 20], quick=True, out='results/demo.json')
-    >>> recorded_command("benchmarks/demo.py", ["--sizes", "10"])
-    'python benchmarks/demo.py --sizes 10'
-    >>> spec = Benchmark("demo", script_path(__file__), "What it measures.", "python -m benchmarks.demo")
-    >>> spec.script, spec.quick_args
-    ('benchmarks/harness.py', None)
+    Settings(sizes=[10, 20], quick=True)
+    >>> recorded_command("benchmarks/demo.py", ["speed", "--sizes", "10"])
+    'python benchmarks/demo.py speed --sizes 10'
+    >>> Benchmark("demo", "benchmarks/demo.py", "What it measures.", ["speed"]).quick_args
+    ['speed', '--quick']
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
+import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from benchmarks.common import RESULTS_DIR, ROOT, machine_info, save_result
 from progpo_base.usage import CommandParser, UsageError
 
-ROOT = Path(__file__).resolve().parents[1]
+#: Where a ``--quick`` run writes its result when ``--out`` is not given.
+QUICK_DIR = ROOT / "runs" / "bench_quick"
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One benchmark of the project as the page lists it.
+    """One result file of the project as the page lists it.
 
     Attributes:
         name: result file stem (``results/<name>.json``) and section title.
-        script: path of the script, relative to the repository root (:func:`script_path`).
+        script: the suite's path relative to the repository root.
         measures: one paragraph: what it measures and the claim checked.
-        command: the full run.
-        quick_args: arguments of its quick version (for ``progpo bench``); None = no quick version.
+        args: the suite's arguments of the full run (its part first), for ``progpo bench --full``.
+        quick: whether ``args + ["--quick"]`` is a quick version (for ``progpo bench``).
         render: curated renderer (JSON dict -> Markdown), or None for
             :func:`benchmarks.lib.markdown.generic_tables`.
-        full_args: arguments of its full run (``progpo bench --full``; default: the script's defaults).
+        command: the full run as the page shows it, when it is not ``python <script> <args>`` (another
+            Python, a run it needs first).
     """
 
     name: str
     script: str
     measures: str
-    command: str
-    quick_args: list[str] | None = field(default=None)
+    args: list[str] = field(default_factory=list)
+    quick: bool = True
     render: Callable[[dict], str] | None = None
-    full_args: list[str] = field(default_factory=list)
+    command: str = ""
+
+    def __post_init__(self):
+        if not self.command:
+            object.__setattr__(self, "command", f"python {self.script} {shlex.join(self.args)}".strip())
+
+    @property
+    def quick_args(self) -> list[str] | None:
+        return [*self.args, "--quick"] if self.quick else None
 
 
-def script_path(module_file: str) -> str:
-    """A benchmark module's path relative to the repository root: ``script_path(__file__)``."""
-    return Path(module_file).resolve().relative_to(ROOT).as_posix()
+@dataclass(frozen=True)
+class Part:
+    """One measurement of a suite: its settings dataclass, ``run(settings) -> result``, an optional
+    ``plot(result, path)``, and the stem of its result file (a string, or ``settings -> str``; default: the
+    part's name)."""
+
+    settings: type
+    run: Callable[[Any], dict]
+    plot: Callable[[dict, Path], None] | None = None
+    name: str | Callable[[Any], str] | None = None
 
 
 def option(default: Any, doc: str, flag: str | None = None, **argparse_kwargs: Any) -> Any:
@@ -97,36 +115,152 @@ def _argument(annotation: Any, default: Any) -> dict[str, Any]:
     return {"type": annotation}
 
 
-def build_parser(cls: type, description: str, prog: str | None = None) -> CommandParser:
-    """The command line of the settings dataclass ``cls``: one ``--flag-name`` per :func:`option` field."""
-    parser = CommandParser(prog=prog, description=description)
-    hints = typing.get_type_hints(cls)
-    base = cls()
+def defaults(cls: type) -> dict[str, Any]:
+    """The default of each field of the settings dataclass ``cls`` (without running its checks)."""
+    missing = dataclasses.MISSING
+    return {
+        f.name: f.default if f.default_factory is missing else f.default_factory()
+        for f in dataclasses.fields(cls)
+    }
+
+
+def add_options(parser: CommandParser, cls: type) -> CommandParser:
+    """One ``--flag-name`` per :func:`option` field of the settings dataclass ``cls`` on ``parser``."""
+    hints, base = typing.get_type_hints(cls), defaults(cls)
     for f in dataclasses.fields(cls):
-        default = getattr(base, f.name)
+        default = base[f.name]
         kwargs = {**_argument(hints[f.name], default), **f.metadata.get("argparse", {})}
         flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
         parser.add_argument(flag, dest=f.name, default=default, help=f.metadata.get("doc"), **kwargs)
     return parser
 
 
-def parse_config(cls: type, argv: Sequence[str] | None, description: str, prog: str | None = None) -> Any:
-    """The settings ``cls`` from the command line ``argv`` (``None``: ``sys.argv[1:]``); a bad value exits
-    with one line and status 2."""
-    parser = build_parser(cls, description, prog)
-    args = parser.parse_args(argv)
+def build_parser(cls: type, description: str, prog: str | None = None) -> CommandParser:
+    """The command line of the settings dataclass ``cls``."""
+    return add_options(CommandParser(prog=prog, description=description), cls)
+
+
+def _settings(parser: CommandParser, cls: type, values: Mapping[str, Any]) -> Any:
+    fields = {f.name for f in dataclasses.fields(cls)}
     try:
-        return cls(**vars(args))
-    except (ValueError, UsageError) as exc:
+        return cls(**{k: v for k, v in values.items() if k in fields})
+    except (ValueError, UsageError) as exc:  # the dataclass's own checks are usage errors too
         parser.error(str(exc))
 
 
+def parse_config(cls: type, argv: Sequence[str] | None, description: str, prog: str | None = None) -> Any:
+    """The settings ``cls`` from the command line ``argv`` (``None``: ``sys.argv[1:]``)."""
+    parser = build_parser(cls, description, prog)
+    return _settings(parser, cls, vars(parser.parse_args(argv)))
+
+
+def settings_argv(settings: Any, **changes: Any) -> list[str]:
+    """The flags that parse back to ``settings`` with ``changes`` (for a part run in a process of its own);
+    ``out`` is left to the caller.
+
+    Example:
+        >>> @dataclass
+        ... class Settings:
+        ...     rows: int = option(8, "rows")
+        ...     quick: bool = option(False, "a smoke run")
+        ...     sizes: list[int] = option([1], "sizes")
+        >>> settings_argv(Settings(rows=2), quick=True)
+        ['--rows', '2', '--quick']
+    """
+    argv, base = [], defaults(type(settings))
+    for f in dataclasses.fields(settings):
+        value = changes.get(f.name, getattr(settings, f.name))
+        if f.name == "out" or value == base[f.name] or value is None:
+            continue
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag)
+        else:
+            argv += [flag, *map(str, value if isinstance(value, list) else [value])]
+    return argv
+
+
+def settings_record(settings: Any) -> dict[str, Any]:
+    """``settings`` as the result file records them (paths as strings)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(settings).items()}
+
+
 def usage_error(message: str, prog: str | None = None) -> NoReturn:
-    """Stop with ``message`` as a usage error found after parsing (one line, exit status 2), as
-    :func:`parse_config` reports one found while parsing."""
+    """Stop with ``message`` as a usage error found after parsing (one line, exit status 2)."""
     CommandParser(prog=prog).error(message)
 
 
 def recorded_command(script: str, argv: Sequence[str]) -> str:
     """The command line a result file records: ``python <script> <argv>``, quoted as a shell would need."""
     return f"python {script} {shlex.join(argv)}".strip()
+
+
+def script_path(module_file: str) -> str:
+    """A benchmark module's path relative to the repository root: ``script_path(__file__)``."""
+    return Path(module_file).resolve().relative_to(ROOT).as_posix()
+
+
+def result_path(name: str, settings: Any) -> Path:
+    """Where a part's result goes: ``--out``, else ``results/<name>.json`` (``runs/bench_quick/`` when
+    ``--quick``)."""
+    out = getattr(settings, "out", None)
+    if out:
+        return Path(out)
+    return (QUICK_DIR if getattr(settings, "quick", False) else RESULTS_DIR) / f"{name}.json"
+
+
+def run_suite(
+    module_file: str,
+    parts: Mapping[str, Part],
+    specs: Sequence[Benchmark],
+    doc: str,
+    argv: Sequence[str] | None = None,
+) -> int:
+    """A suite's ``main``: run the part the command line names and write its result (module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script = script_path(module_file)
+    parser = CommandParser(prog=f"python {script}", description=doc.split("\n\n")[0])
+    choices = parser.add_subparsers(dest="part", required=True, metavar="PART")
+    for key, part in parts.items():
+        summary = (part.run.__doc__ or "").split("\n\n")[0]
+        add_options(choices.add_parser(key, help=summary, description=summary), part.settings)
+    values = vars(parser.parse_args(argv))
+    part = parts[values["part"]]
+    return run_part(script, part, _settings(parser, part.settings, values), argv, specs, values["part"])
+
+
+def run_single(module_file: str, part: Part, specs: Sequence[Benchmark], doc: str, argv=None) -> int:
+    """The ``main`` of a benchmark with one part and no part name on its command line."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    settings = parse_config(part.settings, argv, doc.split("\n\n")[0])
+    return run_part(script_path(module_file), part, settings, argv, specs, specs[0].name)
+
+
+def run_part(
+    script: str, part: Part, settings: Any, argv: list[str], specs: Sequence[Benchmark], key: str
+) -> int:
+    """Run ``part`` with ``settings``; write its result (the command, the machine and its load before and
+    after added), its plot, and print its page section; exit status 1 when its ``failed`` list is not
+    empty."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from benchmarks.lib.markdown import section_body
+
+    name = part.name(settings) if callable(part.name) else part.name or key
+    load_before = os.getloadavg()
+    result = part.run(settings)
+    extra = result.pop("machine", {})
+    result = {"benchmark": name, "command": recorded_command(script, argv), **result}
+    load = {"load_average_before": load_before, "load_average_after": os.getloadavg()}
+    result["machine"] = machine_info(**extra, **load)
+    out = save_result(result, result_path(name, settings))
+    if part.plot is not None:
+        part.plot(result, out.with_suffix(".png"))
+    spec = next((s for s in specs if s.name == out.stem), None) or next(s for s in specs if s.name == name)
+    console = Console(width=160)
+    console.print(Markdown(section_body(spec.render, result)))
+    console.print(f"wrote {out}" + (f" and {out.with_suffix('.png').name}" if part.plot else ""))
+    for line in result.get("failed") or []:
+        console.print(f"[red]failed: {line}", highlight=False)
+    return 1 if result.get("failed") else 0

@@ -1,20 +1,19 @@
 """Render ``benchmarks/README.md``, the results page, from the JSON files in ``benchmarks/results/``.
 
-Every benchmark declares itself (:class:`benchmarks.harness.Benchmark`: what it measures, how to run it, its
-result file, its renderer) in its module's ``SPECS``; :func:`discover` finds them (:data:`BENCHMARKS`). For
-each one the page shows the latest results as Markdown tables built from the JSON (nothing is typed in by
-hand: a benchmark without a result file says "not run yet"), the command recorded in the JSON (or the
-benchmark's command), the machine it ran on, and its plots. The papers' published numbers
-(``results/published.json``, copied from the tables ``docs/algorithms.md`` §9 cites) are shown next to the
-project's estimator comparison, with what differs. No figure is typed into a renderer: prose states numbers
-only as read from a result file (``tests/test_claims.py`` checks the page).
+Every suite declares its result files (:class:`benchmarks.harness.Benchmark`: what each measures, how to run
+it, its renderer) in its module's ``SPECS``; :func:`discover` finds them (:data:`BENCHMARKS`). For each one
+the page shows the latest results as Markdown tables built from the JSON (nothing is typed in by hand: a
+benchmark without a result file says "not run yet"), the command recorded in the JSON, the machine it ran on,
+and its plot. The papers' published numbers (``data/published.json``, data no command makes: copied from the
+tables ``docs/algorithms.md`` §9 cites) follow, with what differs in ours. No figure is typed into a renderer:
+prose states numbers only as read from a file (``tests/test_claims.py`` checks the page).
 
-Run: ``.venv/bin/python -m benchmarks.report`` (or ``progpo bench --report-only``); ``--check`` exits 1 when
-the page on disk is not what the results render to.
+Run: ``python benchmarks/report.py`` (or ``progpo bench --report-only``); ``--check`` exits 1 when the page on
+disk is not what the results render to.
 
 Example:
-    >>> page = render_page(Path("/nonexistent"))
-    >>> "not run yet" in page and "`results/published.json` is missing" in page
+    >>> page = render_page(Path("/nonexistent"), Path("/nonexistent"))
+    >>> "not run yet" in page and "`data/published.json` is missing" in page
     True
 """
 
@@ -27,35 +26,14 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.harness import Benchmark
-from benchmarks.lib.markdown import fmt, generic_tables, markdown_table
+from benchmarks.harness import RESULTS_DIR, ROOT, Benchmark
+from benchmarks.lib.markdown import fmt, markdown_table, section_body
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS_DIR = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "benchmarks" / "README.md"
-#: The page's order of the benchmark modules (the headline claims first); a module that declares ``SPECS``
-#: and is not listed here follows them, in name order.
-PAGE_ORDER = (
-    "quickstart",
-    "bench_async_rollouts",
-    "progpo_ablation",
-    "bench_kernel_paths",
-    "compare_estimators",
-    "credit_diagnostics",
-    "bench_advantages",
-    "bench_alfworld",
-    "bench_webshop",
-    "bench_webshop_data",
-    "bench_eval",
-    "bench_eval_concurrency",
-    "bench_hosting",
-    "bench_openenv",
-    "bench_training",
-    "bench_update_memory",
-    "bench_constrained",
-    "memory_budget",
-    "bench_weight_sync",
-)
+DATA_DIR = ROOT / "benchmarks" / "data"
+#: The page's order of the suites (the headline claims first); a module that declares ``SPECS`` and is not
+#: listed here follows them, in name order.
+PAGE_ORDER = ("bench_training", "bench_estimators", "bench_envs", "bench_hosting", "soak", "bench_eval")
 
 
 def declares_specs(path: Path) -> bool:
@@ -66,7 +44,7 @@ def declares_specs(path: Path) -> bool:
 
 
 def discover(folder: Path = ROOT / "benchmarks") -> list[Benchmark]:
-    """Every benchmark's spec: the ``SPECS`` of each module of ``folder`` that declares them, in
+    """Every result file's spec: the ``SPECS`` of each module of ``folder`` that declares them, in
     :data:`PAGE_ORDER`."""
     names = [path.stem for path in sorted(folder.glob("*.py")) if declares_specs(path)]
     ordered = [name for name in PAGE_ORDER if name in names] + [n for n in names if n not in PAGE_ORDER]
@@ -75,61 +53,41 @@ def discover(folder: Path = ROOT / "benchmarks") -> list[Benchmark]:
 
 BENCHMARKS: list[Benchmark] = discover()
 
-# ------------------------------------------------------------------------------------------------------------
-# Published numbers (results/published.json: copied from the papers' tables, with their sources in
-# docs/algorithms.md §9)
-# ------------------------------------------------------------------------------------------------------------
 
-#: The papers' numbers: a committed file beside the results, so that no figure on the page is typed in here.
-PUBLISHED = "published"
-
-
-def _tiny_parameters(results_dir: Path) -> str:
-    """The quickstart's tiny policy's size as the constrained-decoding benchmark measured it ("" unknown)."""
-    try:
-        data = json.loads((results_dir / "constrained.json").read_text())
-        tiny = next(r for r in data["results"] if r.get("model") == "tiny")
-        return f"{tiny['parameters'] / 1e6:.1f}M-parameter "
-    except (OSError, json.JSONDecodeError, KeyError, StopIteration, TypeError):
-        return ""
-
-
-def published_section(results_dir: Path) -> str:
-    """The papers' tables and claims from ``results/published.json``, and what differs in ours."""
-    path = results_dir / f"{PUBLISHED}.json"
+def published_section(data_dir: Path) -> str:
+    """The papers' tables and claims from ``data/published.json``, and what differs in ours."""
     head = "## Published numbers (the papers) and ours"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads((data_dir / "published.json").read_text())
     except (OSError, json.JSONDecodeError):
-        return f"{head}\n\n**`results/{path.name}` is missing or unreadable.**"
+        return f"{head}\n\n**`data/published.json` is missing or unreadable.**"
     peer = data.get("progpo_third_party_no_exact_prefix_peer", {})
     products = data.get("paper_webshop_products")
+    tables = [
+        f"**{t['title']}**\n\n" + markdown_table(t["header"], t["rows"]) for t in data.get("tables", [])
+    ]
     return "\n\n".join(
         [
             head,
             f"{data.get('about', '')} Paper setting ({data.get('paper_setting', '—')}).",
-            *(
-                f"**{table['title']}**\n\n" + markdown_table(table["header"], table["rows"])
-                for table in data.get("tables", [])
-            ),
+            *tables,
             f'G2PO (arXiv 2606.22995): only the abstract\'s claim ("{data.get("g2po_abstract_claim", "—")}") '
             "was recovered. ProGPO (arXiv 2607.04242): no numbers recovered; the only statistic attributed "
             "to it (third party) is the share of steps with no exact-prefix peer: "
             + ", ".join(f"{fmt(v)} on {env}" for env, v in peer.items())
-            + " — compare with the credit-diagnostics table above.",
+            + ".",
             "**What differs in ours.** The comparison here trains a tiny policy (the quickstart's "
-            f"{_tiny_parameters(results_dir)}Qwen2-shaped model, or a small pretrained model on GPU), not "
-            "Qwen2.5-1.5B/7B; on generated ALFWorld games and a generated WebShop catalog, not the papers' "
-            "ALFRED-derived games and "
+            "Qwen2-shaped model, or a small pretrained model on GPU), not Qwen2.5-1.5B/7B; on generated "
+            "ALFWorld games and a generated WebShop catalog, not the papers' ALFRED-derived games and "
             + (f"{products / 1e6:.2f}M-product shop" if products else "full shop")
             + "; on the CPU with two of ALFWorld's six task types (trained in four bedrooms, evaluated in "
             "the unseen one; the `gpu` setting has all six and the four unseen rooms), because two task "
             "types in small rooms are what a randomly initialised policy learns on 2 cores in minutes "
             "(`configs/quickstart.yaml` says why); for a few iterations with a few small groups, not the "
-            "papers' setting above; with a two-stage expert warm start. Absolute success rates are therefore "
-            "not comparable with the papers' — only the ordering of estimators at equal compute, and the "
-            "diagnostics, speak to the papers' claims. ProGPO and ProGPO-coverage are reconstructed from the "
-            "abstract (no code or tables were available).",
+            "papers' setting above; with a two-stage expert warm start. Absolute success rates are "
+            "therefore not comparable with the papers' — only the ordering of estimators at equal compute "
+            "speaks to the papers' claims. ProGPO and ProGPO-coverage are reconstructed from the abstract "
+            "(no code or tables were available).",
         ]
     )
 
@@ -140,24 +98,13 @@ def machine_line(data: dict) -> str:
         return "machine: not recorded"
     keys = [k for k in ("device", "gpu", "cpu_count", "python", "platform", "torch") if k in m]
     load = next((m[k] for k in m if k.startswith("load")), None)
-    text = ", ".join(f"{k} {fmt(m[k])}" for k in keys)
-    if load is not None:
-        text += f", load {fmt(load)}"
-    return "machine: " + text
+    return "machine: " + ", ".join(f"{k} {fmt(m[k])}" for k in keys) + (f", load {fmt(load)}" if load else "")
 
 
 def render_benchmark(bench: Benchmark, results_dir: Path) -> str:
     path = results_dir / f"{bench.name}.json"
-    head = [
-        f"### {bench.name}",
-        bench.measures,
-        f"Run: `{bench.command}`"
-        + (
-            f" · quick: `python {bench.script} {' '.join(bench.quick_args)}`"
-            if bench.quick_args is not None
-            else ""
-        ),
-    ]
+    quick = f" · quick: `python {bench.script} {' '.join(bench.quick_args)}`" if bench.quick else ""
+    head = [f"### {bench.name}", bench.measures, f"Run: `{bench.command}`{quick}"]
     if not (ROOT / bench.script).exists():
         head.append("*Script not in the repository yet.*")
     if not path.exists():
@@ -168,64 +115,42 @@ def render_benchmark(bench: Benchmark, results_dir: Path) -> str:
         return "\n\n".join([*head, f"**Results: unreadable `{path.name}` ({exc}).**"])
     if not isinstance(data, dict):
         return "\n\n".join([*head, f"**Results: `{path.name}` is not a JSON object.**"])
-    body = None
-    if bench.render is not None:
-        try:
-            body = bench.render(data)
-        except (KeyError, TypeError, AttributeError, ValueError):
-            body = None  # another shape than the curated layout expects: show every number generically
-    if body is None:
-        body = generic_tables(data)
-    recorded = data.get("command")
-    info = [
-        f"Result file: `results/{path.name}`" + (f" · recorded command: `{recorded}`" if recorded else ""),
-        machine_line(data),
-    ]
+    recorded = f" · recorded command: `{data['command']}`" if data.get("command") else ""
+    if data.get("command_as_run"):  # measured before the benchmark moved into its suite
+        recorded += f" (measured as `{data['command_as_run']}`)"
+    info = [f"Result file: `results/{path.name}`{recorded}", machine_line(data)]
     if isinstance(data.get("git"), dict) and data["git"].get("commit"):
-        info.append(
-            f"commit: `{data['git']['commit'][:12]}`"
-            + (" (with local changes)" if data["git"].get("dirty") else "")
-        )
+        dirty = " (with local changes)" if data["git"].get("dirty") else ""
+        info.append(f"commit: `{data['git']['commit'][:12]}`{dirty}")
     plot = results_dir / f"{bench.name}.png"
     figures = [f"![{plot.name}](results/{plot.name})"] if plot.exists() else []
-    return "\n\n".join([*head, " · ".join(info), body, *figures])
+    return "\n\n".join([*head, " · ".join(info), section_body(bench.render, data), *figures])
 
 
-def render_page(results_dir: Path = RESULTS_DIR) -> str:
+def render_page(results_dir: Path = RESULTS_DIR, data_dir: Path = DATA_DIR) -> str:
     """The whole results page as Markdown."""
     known = {b.name for b in BENCHMARKS}
-    extra = (
-        sorted(p.stem for p in results_dir.glob("*.json") if p.stem not in known and p.stem != PUBLISHED)
+    unknown = (
+        sorted(p.stem for p in results_dir.glob("*.json") if p.stem not in known)
         if results_dir.is_dir()
         else []
     )
+    extra = [Benchmark(name, "", "(a result file no benchmark declares)", command="—") for name in unknown]
+    contents = "\n".join(f"- [{b.name}](#{b.name}) — `{b.script}`" for b in BENCHMARKS)
     sections = [
         "# Benchmarks and results",
         "<!-- Generated by benchmarks/report.py from benchmarks/results/*.json; edit the script, not this "
         "page. -->",
         "Every benchmark of the project, its latest results and the machine they ran on. Numbers come only "
-        "from "
-        "the JSON files in `results/`; a benchmark that has not written one is shown as *not run yet*. "
-        "`progpo bench` runs the quick version of every benchmark and regenerates this page "
-        "(`progpo bench --report-only` only regenerates it). Quick runs overwrite the result files: the "
-        "recorded "
-        "command says which setting produced the numbers shown.",
-        "## Contents\n\n" + "\n".join(f"- [{b.name}](#{b.name}) — `{b.script}`" for b in BENCHMARKS),
+        "from the JSON files in `results/`, each recording the command that reruns it; a benchmark that has "
+        "not written one is shown as *not run yet*. The benchmarks are suites, one per thing the product "
+        "does (`python benchmarks/<suite>.py PART`); `progpo bench` runs the quick version of every one "
+        "(its files go to `runs/bench_quick/`, never over these) and regenerates this page (`progpo bench "
+        "--report-only` only regenerates it).",
+        f"## Contents\n\n{contents}",
         "## Results",
-        *(render_benchmark(b, results_dir) for b in BENCHMARKS),
-        *(
-            render_benchmark(
-                Benchmark(
-                    name,
-                    f"benchmarks/bench_{name}.py",
-                    "(not described in report.py yet)",
-                    f"python benchmarks/bench_{name}.py",
-                ),
-                results_dir,
-            )
-            for name in extra
-        ),
-        published_section(results_dir),
+        *(render_benchmark(b, results_dir) for b in [*BENCHMARKS, *extra]),
+        published_section(data_dir),
     ]
     return "\n\n".join(sections) + "\n"
 
@@ -238,9 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     page = render_page(args.results)
     if args.check:
-        current = args.out.read_text() if args.out.exists() else ""
-        if current != page:
-            print(f"{args.out} is out of date: run python -m benchmarks.report", file=sys.stderr)
+        if (args.out.read_text() if args.out.exists() else "") != page:
+            print(f"{args.out} is out of date: run python benchmarks/report.py", file=sys.stderr)
             return 1
         return 0
     args.out.write_text(page)

@@ -6,7 +6,8 @@
 #   PROGPO_PROTOCOL       native (the env server's API and AgentGym's) or openenv (OpenEnv's server) [native]
 #   PROGPO_ENV            env id to host [progpo/ALFWorld-v0]
 #   PROGPO_ENV_KWARGS     JSON object of constructor kwargs fixed by the operator [{}]
-#   PROGPO_HOST           address to bind [0.0.0.0]
+#   PROGPO_HOST           address to bind [127.0.0.1: the servers have no authentication; the containers set
+#                         0.0.0.0, their own network namespace, published on the host's 127.0.0.1 only]
 #   PROGPO_PORT           port [8000]
 #   PROGPO_WORKERS        env worker processes [2]
 #   PROGPO_THREADS        HTTP threads [48]
@@ -28,7 +29,7 @@ exec "$PROGPO_PYTHON" -m progpo.cli serve \
   --protocol "${PROGPO_PROTOCOL:-native}" \
   --env "$ENV_ID" \
   --env-kwargs "$ENV_ID=$ENV_KWARGS" \
-  --host "${PROGPO_HOST:-0.0.0.0}" \
+  --host "${PROGPO_HOST:-127.0.0.1}" \
   --port "${PROGPO_PORT:-8000}" \
   --workers "${PROGPO_WORKERS:-2}" \
   --threads "${PROGPO_THREADS:-48}" \

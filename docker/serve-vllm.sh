@@ -10,7 +10,8 @@
 # VLLM_CPU_KVCACHE_SPACE (GiB), --gpu-memory-utilization 0.5 (on CPU: the share of RAM; the default 0.92 is
 # refused), no chunked prefill (it cannot rewind a seeded request's CPU generator), eager mode, float32.
 #
-# Environment: VLLM_MODEL [/model], VLLM_SERVED_NAME [policy], VLLM_PORT [8002], VLLM_DEVICE [gpu|cpu],
+# Environment: VLLM_MODEL [/model], VLLM_SERVED_NAME [policy], VLLM_HOST [127.0.0.1; the container sets 0.0.0.0,
+# its own network namespace, published on the host's 127.0.0.1 only], VLLM_PORT [8002], VLLM_DEVICE [gpu|cpu],
 # VLLM_MAX_MODEL_LEN [model's own on GPU, 4096 on CPU], VLLM_CPU_KVCACHE_SPACE [4], VLLM_EXTRA_ARGS [""].
 set -euo pipefail
 MODEL=${VLLM_MODEL:-/model}
@@ -19,7 +20,7 @@ if [ ! -f "$MODEL/config.json" ]; then
   exit 2
 fi
 export HF_HUB_OFFLINE=1
-args=(--model "$MODEL" --served-model-name "${VLLM_SERVED_NAME:-policy}" --host 0.0.0.0
+args=(--model "$MODEL" --served-model-name "${VLLM_SERVED_NAME:-policy}" --host "${VLLM_HOST:-127.0.0.1}"
   --port "${VLLM_PORT:-8002}" --generation-config vllm)
 case "${VLLM_DEVICE:-gpu}" in
   gpu)

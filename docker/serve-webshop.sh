@@ -3,7 +3,8 @@
 # `progpo webshop serve`. The container runs it, and CI runs it directly (no Docker).
 #
 # Environment (defaults in brackets):
-#   WEBSHOP_HOST           address to bind [0.0.0.0]
+#   WEBSHOP_HOST           address to bind [127.0.0.1: no authentication; the container sets 0.0.0.0, its own
+#                          network namespace, published on the host's 127.0.0.1 only]
 #   WEBSHOP_PORT           port [3000]
 #   WEBSHOP_NUM_PRODUCTS   generated catalog size [1000]
 #   WEBSHOP_SEED           catalog generation seed [0]
@@ -21,7 +22,7 @@ SEED=${WEBSHOP_SEED:-0}
 
 "$PROGPO_PYTHON" docker/prepare.py webshop "$NUM_PRODUCTS" "$SEED"
 exec "$PROGPO_PYTHON" -m progpo.cli webshop serve \
-  --host "${WEBSHOP_HOST:-0.0.0.0}" \
+  --host "${WEBSHOP_HOST:-127.0.0.1}" \
   --port "${WEBSHOP_PORT:-3000}" \
   --num-products "$NUM_PRODUCTS" \
   --seed "$SEED" \

@@ -25,7 +25,7 @@ What it does, in order (docs/hosting.md, "Training with TRL", walks through it):
 
 It prints its progress and a result block, and writes ``<run-dir>/result.json``. No GPU and no download: the
 model is the project's tiny random-initialised Qwen2 (``training.policy.build_tiny_policy``, Qwen2.5's
-tokenizer cut to its first ``--vocab-size`` ids). ``benchmarks/trl_alfworld.py`` runs it over 3 seeds.
+tokenizer cut to its first ``--vocab-size`` ids). ``benchmarks/bench_training.py trl`` runs it over 3 seeds.
 
 **A pretrained model** (``--model``, a Hugging Face folder with a ChatML chat template, e.g. the SmolLM2-135M
 that ``scripts/convert_smollm2.py`` makes) is fine-tuned instead of the tiny model, with what fine-tuning
@@ -68,7 +68,7 @@ from transformers.utils import get_json_schema  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 from trl.chat_template_utils import add_response_schema, parse_response, qwen2_5_chat_template  # noqa: E402
 
-from agents.trl import ALFWorldToolEnv, task_rows  # noqa: E402
+from agents.trl import ALFWorldToolEnv, expert_command, task_rows  # noqa: E402
 from training.config import TinyModelConfig  # noqa: E402
 from training.policy import build_tiny_policy  # noqa: E402
 
@@ -137,12 +137,13 @@ def expert_conversations(make_env, rows: list[dict]) -> tuple[list[dict], dict]:
         prompt = row["prompt"]
         messages = [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + first}]
         while not env.done:
-            command = env.last_view.get("expert_action")
-            if command is None:
+            try:
+                command = expert_command(env)
+            except RuntimeError as exc:
                 raise SystemExit(
-                    "the server sends no expert_action: start it with the expert on "
+                    f"the server has no expert ({exc}): start it with the expert on "
                     '(--env-kwargs \'progpo/ALFWorld-v0={"expert": true, "expert_mode": "searching", ...}\')'
-                )
+                ) from None
             call = {"type": "function", "function": {"name": "act", "arguments": {"command": command}}}
             messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
             messages.append({"role": "tool", "name": "act", "content": env.act(command)})

@@ -2,12 +2,14 @@
 
 A config is a dataclass whose fields carry their documentation (:func:`documented_field`, or
 :func:`required_field` for a key without a default) and whose sections are dataclass fields themselves.
-:func:`from_mapping` builds one from nested plain values, checking each against its field's annotation and
-choices; an unknown key is an error that lists the valid ones. :func:`parse_override` reads ``optim.lr=1e-5``
-(the value as YAML), :func:`read_yaml_mapping` a config file, :func:`describe_fields` lists every key with its
-default and meaning (a command's ``--help-config``), and :func:`add_aliases` gives a command short flags for
-the keys people set most (``--episodes 20`` for ``episodes=20``), each flag's help generated from its field.
-``progpo train`` and ``progpo eval`` read their command lines with these, so both behave alike.
+:func:`from_mapping` builds one from nested plain values, checking each against its field's annotation,
+choices and :class:`Bounds` (the range of a numeric key: ``optim.lr=-1`` is refused, naming the key, before
+anything is built); an unknown key is an error that lists the valid ones. :func:`parse_override` reads
+``optim.lr=1e-5`` (the value as YAML), :func:`read_yaml_mapping` a config file, :func:`describe_fields` lists
+every key with its default and meaning (a command's ``--help-config``), and :func:`add_aliases` gives a
+command short flags for the keys people set most (``--episodes 20`` for ``episodes=20``), each flag's help
+generated from its field. ``progpo train`` and ``progpo eval`` read their command lines with these, so both
+behave alike.
 
 Example:
     >>> @dataclasses.dataclass
@@ -23,12 +25,20 @@ Example:
     progpo_base.config.ConfigError: mode 'asink' is not one of sync, async (did you mean 'async'?)
     >>> describe_fields(Serve)
     [('port', '8000', 'port to listen on'), ('mode', "'sync'", 'sync | async')]
+    >>> @dataclasses.dataclass
+    ... class Optim:
+    ...     lr: float = documented_field(3e-4, "learning rate", bounds=above(0))
+    >>> from_mapping(Optim, {"lr": -1})
+    Traceback (most recent call last):
+    progpo_base.config.ConfigError: lr must be > 0, got -1.0
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import numbers
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -49,10 +59,63 @@ class ConfigError(ValueError):
         self.key = key
 
 
-def documented_field(default: Any, doc: str, choices: Sequence[str] | None = None) -> Any:
-    """A dataclass field carrying its documentation (shown by ``--help-config``) and, for a key that takes one
-    of a few names, its ``choices`` (checked by :func:`from_mapping`, offered by its flag)."""
-    metadata = {"doc": doc, "choices": tuple(choices) if choices is not None else None}
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The values a numeric key takes: ``low`` to ``high`` (``None``: no bound on that side), each end
+    included unless ``low_open``/``high_open``; a float must also be finite. A list key's bounds hold for each
+    of its items (``optim.betas``). Made by :func:`at_least`, :func:`above` and :func:`between`.
+
+    Example:
+        >>> str(at_least(1)), str(above(0)), str(between(0, 1, low_open=True))
+        ('>= 1', '> 0', 'in (0, 1]')
+        >>> between(0, 1, high_open=True).holds(1.0), above(0).holds(float("nan")), at_least(0).holds(3)
+        (False, False, True)
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        """Whether ``value`` is in the range (NaN and infinities never are)."""
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and not (value > self.low if self.low_open else value >= self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        if self.low is not None and self.high is not None:
+            opening, closing = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            return f"in {opening}{self.low:g}, {self.high:g}{closing}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return f"{'<' if self.high_open else '<='} {self.high:g}"
+
+
+def at_least(low: float) -> Bounds:
+    """``>= low``."""
+    return Bounds(low=low)
+
+
+def above(low: float) -> Bounds:
+    """``> low``."""
+    return Bounds(low=low, low_open=True)
+
+
+def between(low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Bounds:
+    """``low`` to ``high``, each end included unless it is open."""
+    return Bounds(low=low, high=high, low_open=low_open, high_open=high_open)
+
+
+def documented_field(
+    default: Any, doc: str, choices: Sequence[str] | None = None, bounds: Bounds | None = None
+) -> Any:
+    """A dataclass field carrying its documentation (shown by ``--help-config``), for a key that takes one
+    of a few names its ``choices`` (checked by :func:`from_mapping`, offered by its flag), and for a numeric
+    key its ``bounds`` (checked by :func:`from_mapping`)."""
+    metadata = {"doc": doc, "choices": tuple(choices) if choices is not None else None, "bounds": bounds}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -148,8 +211,23 @@ def from_mapping(cls: type, data: Mapping[str, Any], prefix: str = "") -> Any:
             raise ConfigError(
                 f"{key} {value!r} is not one of {', '.join(choices)}{suggestion(str(value), choices)}", key
             )
+        _check_bounds(value, field.metadata.get("bounds"), key)
         values[field.name] = value
     return cls(**values)
+
+
+def _check_bounds(value: Any, bounds: Bounds | None, key: str) -> None:
+    """``value`` (a number, or each item of a list) within ``bounds``, else a :class:`ConfigError` naming
+    ``key``."""
+    if bounds is None or value is None:
+        return
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, numbers.Real):
+            raise ConfigError(f"{key} must hold numbers {bounds}, got {value!r}", key)
+        if not bounds.holds(item):
+            what = f"each item of {key}" if isinstance(value, list) else key
+            raise ConfigError(f"{what} must be {bounds}, got {value!r}", key)
 
 
 def set_dotted(data: dict, dotted: str, value: Any) -> None:
@@ -219,7 +297,7 @@ def read_yaml_mapping(path: str | Path) -> dict:
 
 def describe_fields(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """``(dotted key, default, doc)`` for every leaf field (for ``--help-config``); ``required`` for a key
-    without a default."""
+    without a default; the doc of a key with :class:`Bounds` ends with them (``[> 0]``)."""
     rows = []
     for field in dataclasses.fields(cls):
         if _is_required(field):
@@ -229,7 +307,8 @@ def describe_fields(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
         if dataclasses.is_dataclass(value):
             rows += describe_fields(type(value), prefix + field.name + ".")
         else:
-            rows.append((prefix + field.name, repr(value), field.metadata.get("doc", "")))
+            doc, bounds = field.metadata.get("doc", ""), field.metadata.get("bounds")
+            rows.append((prefix + field.name, repr(value), f"{doc} [{bounds}]" if bounds else doc))
     return rows
 
 

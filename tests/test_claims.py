@@ -1,7 +1,9 @@
 """Every figure the project states is a measured value: each figure in ``README.md``, in the docs pages it
 links for details (:data:`CLAIM_DOCS`), in the leading comment header of each ``configs/*.yaml`` and on the
-results page ``benchmarks/README.md`` equals a value in a
-committed result file ``benchmarks/results/*.json`` (issue 20: no hand-typed figures).
+results page ``benchmarks/README.md`` equals a value in a committed result file ``benchmarks/results/*.json``
+(issue 20: no hand-typed figures), or in the papers' numbers ``benchmarks/data/*.json``. A retired benchmark's
+finding stays in the docs with the commit that holds its result file, cited as ```name.json` of commit
+`abcdef123456``` (:data:`RETIRED`): that file, read from the git history, counts too.
 
 **What counts as a figure** (a measured quantity someone could mistype or leave stale):
 
@@ -57,6 +59,9 @@ import pytest
 from tests.paths import REPO_ROOT as ROOT
 
 RESULTS = ROOT / "benchmarks" / "results"
+DATA = ROOT / "benchmarks" / "data"
+#: A retired result cited with the commit that holds it: ```kernel_paths.json` of commit `f598421e92e1```.
+RETIRED = re.compile(r"`(?:benchmarks/results/)?([\w.-]+\.json)` of commit `([0-9a-f]{7,40})`")
 
 
 @dataclass(frozen=True)
@@ -176,10 +181,11 @@ class MeasuredValues:
     pairs: list[tuple[float, float]]
 
     @classmethod
-    def read(cls, folder: Path = RESULTS) -> MeasuredValues:
-        """Every number in ``folder/*.json``, plus the results' documented derivation: each estimator's
-        difference from GRPO paired by seed (:func:`benchmarks.common.paired_differences`: mean
-        and sample std, as the results page and the README state it) of every comparison's runs."""
+    def read(cls, folder: Path = RESULTS, extra: list[dict] = ()) -> MeasuredValues:
+        """Every number in ``folder/*.json``, ``benchmarks/data/*.json`` and the ``extra`` results (retired
+        ones), plus the results' documented derivation: each estimator's difference from GRPO paired by seed
+        (:func:`benchmarks.common.paired_differences`: mean and sample std, as the results page and the README
+        state it) of every comparison's runs."""
         from benchmarks.common import paired_differences
 
         values: list[float] = []
@@ -203,8 +209,8 @@ class MeasuredValues:
             elif _is_number(obj):
                 values.append(abs(float(obj)))
 
-        for path in sorted(folder.glob("*.json")):
-            result = json.loads(path.read_text())
+        files = [*sorted(folder.glob("*.json")), *sorted(DATA.glob("*.json"))]
+        for result in [*(json.loads(path.read_text()) for path in files), *extra]:
             walk(result)
             runs = result.get("runs") if isinstance(result, dict) else None
             if isinstance(runs, list) and any(r.get("estimator") == "grpo" for r in runs):
@@ -285,9 +291,28 @@ def claim_sources() -> list[tuple[str, str]]:
     return sources
 
 
+def retired_results(sources: list[tuple[str, str]]) -> list[dict]:
+    """The retired result files the sources cite (:data:`RETIRED`), read from the commits that hold them."""
+    import subprocess
+
+    cited = sorted({match.groups() for _, text in sources for match in RETIRED.finditer(text)})
+    if cited and subprocess.run(["git", "rev-parse"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("retired results are read from the git history: not a git checkout")
+    results = []
+    for name, commit in cited:
+        shown = subprocess.run(
+            ["git", "show", f"{commit}:benchmarks/results/{name}"], cwd=ROOT, capture_output=True, text=True
+        )
+        assert shown.returncode == 0, (
+            f"no benchmarks/results/{name} at commit {commit}: {shown.stderr.strip()}"
+        )
+        results.append(json.loads(shown.stdout))
+    return results
+
+
 @pytest.fixture(scope="module")
 def measured_values() -> MeasuredValues:
-    return MeasuredValues.read()
+    return MeasuredValues.read(extra=retired_results(claim_sources()))
 
 
 @pytest.mark.parametrize("path,text", claim_sources(), ids=[p for p, _ in claim_sources()])
@@ -334,6 +359,10 @@ def test_figure_rule():
     assert not measured.holds(by_text["0.25"])
     # a spread must be the mean's partner: 26.0% with another spread is not measured
     assert not measured.holds(replace(by_text["26.0%"], spread=by_text["32.3%"]))
+    # a retired result is cited with the commit that holds it; its name and commit are code, not figures
+    cited = "measured once (`kernel_paths.json` of commit `f598421e92e1`): 1.5 s"
+    assert RETIRED.findall(cited) == [("kernel_paths.json", "f598421e92e1")]
+    assert [f.text for f in figures_in(cited, "t")] == ["1.5 s"]
 
 
 def _page_text_nodes(path: Path, functions: set[str] | None = None) -> list[ast.Constant]:

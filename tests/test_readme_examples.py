@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -17,6 +18,25 @@ def readme_block(section: str) -> str:
     text = (ROOT / "README.md").read_text()
     start = text.index(f"\n## {section}\n")
     return re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+
+
+def test_the_usage_example_does_everything_under_its_main_guard():
+    """Issue 39, item 8: the block made its env and stepped it at the top level, outside ``if __name__ ==
+    "__main__":``, so each subprocess of the async vector env, importing the script again, repeated it (the
+    games were generated twice). At the top level now: imports, definitions and the guard, nothing else."""
+    tree = ast.parse(readme_block("Usage"))
+    guards = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "__name__ == '__main__'"
+    ]
+    definitions = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+    others = [
+        ast.unparse(node).splitlines()[0]
+        for node in tree.body
+        if not isinstance(node, definitions) and node not in guards
+    ]
+    assert len(guards) == 1 and not others, others
 
 
 @pytest.mark.slow  # minutes on 2 cores (it generates ALFWorld's default game sets); .ci/run runs it

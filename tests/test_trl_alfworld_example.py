@@ -1,14 +1,14 @@
 """``examples/trl_alfworld.py``, the TRL example of docs/hosting.md ("Training with TRL"), as a user runs it.
 
-* (fast) the code docs/hosting.md shows is the example's: every line of its ``python`` block is a line of
-  the file;
-* (slow, ``.ci/run``) the example's shortened run (``benchmarks.trl_alfworld.QUICK_ARGS``: a few SFT and GRPO
-  steps, a couple of held-out episodes) as a subprocess, with the OpenEnv server it starts itself: TRL's
+* (fast) the code docs/hosting.md shows is the example's: every line of its ``python`` block is a line of the
+  file;
+* (slow, ``.ci/run``) the example's shortened run (``benchmarks.bench_training.QUICK_ARGS``: a few SFT and
+  GRPO steps, a couple of held-out episodes) as a subprocess, with the OpenEnv server it starts itself: TRL's
   ``SFTTrainer`` lowers its loss on the expert's conversations (one logged loss per step), ``GRPOTrainer``
-  takes its steps on rollouts against the server, and the held-out success before and after is recorded in
-  [0, 1]. Six SFT steps do not teach the tiny policy a well-formed ``act`` call (measured: not even 60 steps,
-  loss 0.87, do), so the calls themselves are shown by the full run (``benchmarks/results/trl_alfworld.json``:
-  2-3 calls an episode) and GRPOTrainer's tool wiring by ``tests/agents/test_agents_trl.py``.
+  takes its steps on rollouts against the server, and the held-out success before and after is recorded in [0,
+  1]. Six SFT steps do not teach the tiny policy a well-formed ``act`` call (measured: not even 60 steps, loss
+  0.87, do), so the calls themselves are shown by the full run (``benchmarks/results/trl_alfworld.json``: 2-3
+  calls an episode) and GRPOTrainer's tool wiring by ``tests/agents/test_agents_trl.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from benchmarks.trl_alfworld import EXAMPLE, QUICK_ARGS
+from benchmarks.bench_training import EXAMPLE, QUICK_ARGS
 from tests.paths import REPO_ROOT as ROOT
 
 

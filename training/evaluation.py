@@ -126,7 +126,8 @@ class Evaluator:
                 admissible[0] += sum(result.rows.admissible)
                 admissible[1] += result.rows.num_rows
             episodes = [e for part in self.dist.gather_objects(mine) for e in part]
-            per_seed.append(float(np.mean([e.won for e in episodes])) if episodes else 0.0)
+            won = [e.won for e in episodes if e.env_error is None]  # a lost env server's are not scored
+            per_seed.append(float(np.mean(won)) if won else 0.0)
             all_episodes += episodes
         record: dict[str, Any] = {"kind": kind, "iteration": iteration, "label": label}
         record.update(episode_metrics(all_episodes))

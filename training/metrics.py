@@ -37,9 +37,18 @@ METRICS_FILE = "metrics.jsonl"
 def episode_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, float]:
     """Success overall and per task type, return (``score``), the env's task score when it reports one
     (``task_score``: WebShop's 0–1 purchase score), steps (all episodes, and ``success_steps``: won ones only)
-    and invalid-action rate of a list of episodes."""
+    and invalid-action rate of a list of episodes, and their count (``episodes``).
+
+    An episode a lost env server ended (:attr:`~training.rollout.Episode.env_error`) is not scored: it is
+    counted in ``env_failed_episodes`` alone (an infrastructure fault is not the policy's failure).
+    """
     if not episodes:
         return {}
+    env_failed = sum(e.env_error is not None for e in episodes)
+    counts = {f"{prefix}env_failed_episodes": float(env_failed)}
+    episodes = [e for e in episodes if e.env_error is None]
+    if not episodes:
+        return {f"{prefix}episodes": 0.0, **counts}
     task_scores = [e.task_score for e in episodes if e.task_score is not None]
     won_steps = [e.steps for e in episodes if e.won]
     out = {
@@ -53,10 +62,8 @@ def episode_metrics(episodes: list[Episode], prefix: str = "") -> dict[str, floa
             sum(e.invalid_steps for e in episodes) / max(1, sum(e.steps for e in episodes))
         ),
         f"{prefix}episodes": float(len(episodes)),
+        **counts,
     }
-    env_failed = sum(e.env_error is not None for e in episodes)
-    if env_failed:  # episodes a lost env server ended (several servers: progpo_envs.server.fleet)
-        out[f"{prefix}env_failed_episodes"] = float(env_failed)
     by_type: dict[str, list[bool]] = defaultdict(list)
     for e in episodes:
         if e.task_type:  # WebShop goals have no type: their per-type entry would repeat ``success``
@@ -123,12 +130,17 @@ def train_metrics(
     rollout: RolloutConfig,
 ) -> dict[str, float]:
     """The ``kind: train`` record of iteration ``iteration`` (0-based; recorded as ``iteration + 1``): its
-    episodes (gathered from every rank: a collective), update statistics, advantages, rows, phase times from
+    episodes (gathered from every rank: a collective; those of a group an env failure cut short only counted,
+    in ``env_failed_episodes``), update statistics, advantages, rows, phase times from
     ``marks`` (``time.perf_counter()`` at ``start``, ``rollout``, ``advantages``, ``update``, ``sync``),
     throughputs and the staleness histogram (``staleness``: per row, policy versions behind; its bins up to
     ``rollout.max_staleness``)."""
     asynchronous, rows = rollout.mode == "async", result.rows
     episodes = [e for part in dist.gather_objects(result.episodes) for e in part]
+    # a group an env failure cut short is out of the batch (training.update.rows_to_train), and out of the
+    # success too: its episodes that ended before the failure are the short ones, won more often
+    lost = {e.group_id for e in episodes if e.env_error is not None}
+    episodes = [e for e in episodes if e.group_id not in lost or e.env_error is not None]
     # wall-clock throughput of the batch's rollout, comparable across modes: lock step's is the rollout
     # phase, an asynchronous batch's runs from its first group's start to its last one's end
     span = result.sample_seconds if asynchronous else marks["rollout"] - marks["start"]

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 from pathlib import Path
@@ -48,8 +49,22 @@ def _check_splits(env: EnvConfig) -> None:
     for key, split in (("env.train_split", env.train_split), ("env.eval_split", env.eval_split)):
         kwargs = {k: v for k, v in split_env_kwargs(env, split).items() if k != "split"}
         splits = listed_splits(env.id, kwargs)
+        missing = _missing_data(env.id, kwargs) if splits == [] else None
+        if missing is not None:
+            raise ConfigError(missing)
         if splits is not None and split not in splits:
             raise ConfigError(f"{key} is {split!r}, which {env.id} does not have here: one of {splits}")
+
+
+def _missing_data(env_id: str, kwargs: dict) -> str | None:
+    """For an env that reads ALFWorld's data and lists no split: the data folder it was given that does not
+    exist (``env.data_dir``, else ``$ALFWORLD_DATA``), with the fix."""
+    from agents.envs import env_class
+    from progpo_envs.alfworld.data import missing_data_dir
+
+    if "data_dir" not in inspect.signature(env_class(env_id)).parameters:
+        return None
+    return missing_data_dir(kwargs.get("data_dir"))
 
 
 def _check_data_dir(data_dir: str) -> None:

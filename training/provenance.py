@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -146,3 +147,26 @@ def environment() -> dict[str, Any]:
         "packages": package_versions(),
         "git": git_commit(),
     }
+
+
+def weights_digest(folder: Path) -> str | None:
+    """SHA-256 of a saved model's weights (``model.safetensors``; None when absent): two runs with equal
+    digests computed the same numbers bit for bit, so a user can tell whether their machine reproduces ours
+    exactly or only within the spread (``progpo train`` prints those of its warm start and final weights and
+    writes them into ``summary.json``'s ``weights_sha256``).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "model.safetensors").write_bytes(b"abc")
+        >>> weights_digest(d)[:12], weights_digest(d / "missing")
+        ('ba7816bf8f01', None)
+    """
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -4,7 +4,9 @@ The banner says what runs (estimator, env and its data, sizes, the model, the sa
 which CPU kernels: torch dispatches its CPU kernels by the instruction set (``AVX2``, ``AVX512``, the
 generic ``DEFAULT``), which changes the last bits of every result, so a run repeats another bit for bit only
 on the same path (``ATEN_CPU_CAPABILITY`` chooses it; the README says which path its numbers were measured
-on). The result block, at most ten lines, gives success before → after RL and where the files went.
+on). The result block, at most ten lines, gives success before → after RL, where the files went and the
+SHA-256 of the warm-start and final weights (``summary.json``'s ``weights_sha256``: equal digests, a run
+repeated bit for bit).
 
 Example:
     >>> from training.config import TrainConfig
@@ -14,7 +16,8 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,9 @@ from training.config import TrainConfig
 from training.envs import data_dir_value
 
 PREFIX = "[progpo train]"
+#: The run folder's weights whose SHA-256 the result block prints and ``summary.json`` records
+#: (``weights_sha256``): the warm start's (RL's starting point and KL reference) and the final ones.
+WEIGHTS_FOLDERS = ("reference", "final")
 
 
 def cpu_kernels() -> str:
@@ -85,6 +91,13 @@ def result_lines(summary: dict[str, Any], config: TrainConfig, seconds: float) -
         f"  model     {run_dir / 'final'} (from_pretrained, progpo eval, vLLM)",
         f"  CPU kernels {cpu_kernels()}",
     ]
+    digests = summary.get("weights_sha256") or {}
+    notes = {"reference": " (the warm start: RL's starting point)"}
+    lines += [
+        f"  sha256    {digests[name]}  {run_dir / name / 'model.safetensors'}{notes.get(name, '')}"
+        for name in WEIGHTS_FOLDERS
+        if digests.get(name)
+    ]
     return lines
 
 
@@ -94,31 +107,53 @@ def print_result(summary: dict[str, Any], config: TrainConfig, seconds: float) -
         print(f"{PREFIX} {line}" if not line.startswith("  ") else line, flush=True)
 
 
-def progress_display(enabled: bool):
-    """The RL iterations' progress bar (rich), or one that shows nothing (``progress=false``, rank > 0)."""
-    if not enabled:
-        return _NoProgress()
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+class RLProgress:
+    """What the RL phase shows on ``main`` (the rank that prints), iteration by iteration: rich's progress bar
+    at a terminal with ``progress`` on; otherwise (a log file, ``progress=false``) one plain line per
+    iteration, ``[progpo train] RL iteration 3/30: success 0.50, 2 min 14 s``, since rich draws nothing but
+    its last state where stdout is not a terminal; nothing on the other ranks.
 
-    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-    return Progress(TextColumn("{task.description}"), *columns)
+    Args:
+        enabled: The run's ``progress`` setting.
+        total: The run's RL iterations.
+        completed: Those done before (a resumed run).
+        main: Whether this rank prints.
+    """
 
+    def __init__(self, enabled: bool, total: int, completed: int = 0, main: bool = True):
+        self.total, self.main, self.started, self.bar = total, main, time.monotonic(), None
+        if main and enabled and sys.stdout.isatty():
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-class _NoProgress(contextlib.nullcontext):
-    """The progress display's interface, showing nothing."""
+            columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+            self.bar = Progress(TextColumn("{task.description}"), *columns)
+            self.task = self.bar.add_task("RL iterations", total=total, completed=completed)
 
-    def __enter__(self) -> _NoProgress:
+    def __enter__(self) -> RLProgress:
+        if self.bar is not None:
+            self.bar.start()
         return self
 
-    def add_task(self, *args, **kwargs) -> int:
-        return 0
+    def __exit__(self, *exc_info) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
-    def update(self, *args, **kwargs) -> None:
-        pass
+    def iteration_done(self, iteration: int, success: float) -> None:
+        """RL iteration ``iteration`` (counted from 1) ended with ``success`` on its training episodes."""
+        if self.bar is not None:
+            description = f"RL it {iteration} success {success:.2f}"
+            self.bar.update(self.task, completed=iteration, description=description)
+        elif self.main:
+            minutes, seconds = divmod(int(time.monotonic() - self.started), 60)
+            elapsed = f"{minutes} min {seconds} s"
+            print(
+                f"{PREFIX} RL iteration {iteration}/{self.total}: success {success:.2f}, {elapsed}",
+                flush=True,
+            )

@@ -138,8 +138,10 @@ class Episode:
     invalid_steps: int
     #: The env's own task score at the end when it reports one (WebShop's 0–1 purchase score), else None.
     task_score: float | None = None
-    #: Why the env ended it when its env server was lost under it (``info["env_error"]``), else None: a
-    #: failed episode (not won, its return so far), counted apart in the metrics (``env_failed_episodes``).
+    #: Why the env ended it when its env server was lost under it (``info["env_error"]``), else None: an
+    #: infrastructure fault, not the policy's failure. Its whole group is left out of the advantages, the
+    #: loss and the success metrics (:meth:`RolloutResult.env_failed_groups`); it is counted apart
+    #: (``env_failed_episodes``).
     env_error: str | None = None
 
 
@@ -157,14 +159,31 @@ class RolloutResult:
     #: Groups rolled out and left out of the batch (dynamic sampling's uniform-outcome groups).
     groups_dropped: int = 0
 
+    def env_failed_groups(self) -> set[int]:
+        """The groups an env failure cut short: one of their episodes ended because its env server was lost
+        (:attr:`Episode.env_error`).
+
+        Such a group is dropped whole, its episodes that ended before the failure too: a group-relative
+        baseline over the copies left would compare them with a different set of peers (and those that
+        ended first are the short episodes, won more often), and the reward 0 of the cut episodes would
+        push their actions down for a fault that was not theirs.
+        """
+        return {e.group_id for e in self.episodes if e.env_error is not None}
+
+    def env_failed_rows(self) -> np.ndarray:
+        """Bool per row: the rows of :meth:`env_failed_groups` (all False in a run without env failures)."""
+        lost = self.env_failed_groups()
+        return np.fromiter((g in lost for g in self.rows.group_id), dtype=bool, count=self.rows.num_rows)
+
     def add(self, other: RolloutResult, groups: set[int] | None = None) -> None:
-        """Append ``other``'s rows and episodes (only those of ``groups`` when given) and add its counters."""
+        """Append ``other``'s rows and episodes (only those of ``groups`` when given, and every episode a lost
+        env server ended, which the metrics count) and add its counters."""
         if groups is None:
             self.rows.extend(other.rows)
             self.episodes.extend(other.episodes)
         else:
             self.rows.extend(other.rows.select([i for i, g in enumerate(other.rows.group_id) if g in groups]))
-            self.episodes.extend(e for e in other.episodes if e.group_id in groups)
+            self.episodes.extend(e for e in other.episodes if e.group_id in groups or e.env_error is not None)
         self.generated_tokens += other.generated_tokens
         self.prompt_tokens += other.prompt_tokens
         self.env_steps += other.env_steps
@@ -574,14 +593,15 @@ class RolloutRecorder:
 
 
 def mixed_outcome_groups(result: RolloutResult) -> tuple[list[int], set[int]]:
-    """DAPO dynamic sampling: the groups whose episodes do not all have the same score, and their rows.
+    """DAPO dynamic sampling: the groups whose episodes do not all have the same score, and their rows; a
+    group an env failure cut short (:meth:`RolloutResult.env_failed_groups`) is never kept.
 
     Returns ``(row indices, group ids)`` of the groups kept.
     """
     scores: dict[int, set[float]] = defaultdict(set)
     for e in result.episodes:
         scores[e.group_id].add(round(e.score, 6))
-    keep = {g for g, s in scores.items() if len(s) > 1}
+    keep = {g for g, s in scores.items() if len(s) > 1} - result.env_failed_groups()
     return [i for i, g in enumerate(result.rows.group_id) if g in keep], keep
 
 
@@ -643,9 +663,10 @@ def gather_rounds(
     either rollout mode.
 
     Without dynamic sampling, round 0. With DAPO's dynamic sampling (``rollout.dynamic_sampling``) groups
-    whose episodes all scored the same are dropped (``groups_dropped``) and more rounds are rolled until
-    ``num_groups`` groups are kept over every rank or ``max_sampling_rounds`` ran out; when none was kept,
-    the last round is used (zero advantages).
+    whose episodes all scored the same, or that an env failure cut short, are dropped (``groups_dropped``)
+    and more rounds are rolled until ``num_groups`` groups are kept over every rank or
+    ``max_sampling_rounds`` ran out; when none was kept, the last round is used (zero advantages; its
+    env-failed groups still left out by :func:`training.update.rows_to_train`).
     """
     cfg = config.rollout
     total = RolloutResult(StepRows.empty(), [])
@@ -662,7 +683,7 @@ def gather_rounds(
             break
     if total.rows.num_rows == 0:  # dynamic sampling kept nothing: train on the last round
         total.rows.extend(result.rows)
-        total.episodes.extend(result.episodes)
+        total.episodes.extend(e for e in result.episodes if e.env_error is None)  # the others are in already
         total.groups_dropped -= len({e.group_id for e in result.episodes})
     return total
 

@@ -13,7 +13,8 @@ between the sampler's log-probs and the trained policy's (:class:`LogprobGap`), 
 makes grow (:class:`SamplerGapError`).
 
 The trainer builds its optimizer with :func:`make_optimizer`, and each iteration calls :func:`step_advantages`
-(one advantage per row from the configured estimator), :func:`rows_to_train` (the rows the update keeps) and
+(one advantage per row from the configured estimator, on the rows of the groups no env failure cut short),
+:func:`rows_to_train` (the rows the update keeps: never those of an env-failed group) and
 :func:`update_policy` (the seeded plan and the PPO update over it).
 
 Example:
@@ -639,21 +640,30 @@ def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Op
     return torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
 
 
-def step_advantages(rows: StepRows, algo: AlgoConfig) -> np.ndarray:
-    """One advantage per step row from the configured estimator (``algo.name``,
-    :func:`training.advantages.compute_advantages` on the rows' columns, with ``algo.invalid_penalty``)."""
-    if rows.num_rows == 0:
-        return np.zeros(0)
-    return compute_advantages(
-        algo.name, rows.estimator_columns(), invalid_penalty=algo.invalid_penalty, **algo.params
-    )
+def step_advantages(result: RolloutResult, algo: AlgoConfig) -> np.ndarray:
+    """One advantage per step row of ``result`` from the configured estimator (``algo.name``,
+    :func:`training.advantages.compute_advantages` on the rows' columns, with ``algo.invalid_penalty``).
+
+    The rows of the groups an env failure cut short (:meth:`~training.rollout.RolloutResult.env_failed_rows`)
+    are not shown to the estimator and get 0: the baselines are the healthy groups' alone. Without env
+    failures the estimator sees every row, as it always did.
+    """
+    rows, failed = result.rows, result.env_failed_rows()
+    healthy = rows.select(np.flatnonzero(~failed).tolist()) if failed.any() else rows
+    advantages = np.zeros(rows.num_rows)
+    if healthy.num_rows:
+        advantages[~failed] = compute_advantages(
+            algo.name, healthy.estimator_columns(), invalid_penalty=algo.invalid_penalty, **algo.params
+        )
+    return advantages
 
 
 def rows_to_train(result: RolloutResult, exclude_uniform_groups: bool) -> np.ndarray:
-    """Bool per row of ``result``: the rows the update trains on. Every row, or with
+    """Bool per row of ``result``: the rows the update trains on. Every row but those of the groups an env
+    failure cut short (their tokens have no loss terms and no place in the denominator), or with
     ``loss.exclude_uniform_groups`` (DAPO) only the rows of groups whose episodes did not all score the same:
     such a group's advantages teach nothing."""
-    kept = np.ones(result.rows.num_rows, dtype=bool)
+    kept = ~result.env_failed_rows()
     if exclude_uniform_groups:
         kept[:] = False
         kept[mixed_outcome_groups(result)[0]] = True

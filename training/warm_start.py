@@ -23,7 +23,7 @@ constrained (``rollout.constrained_actions``). Under constrained decoding the an
 (``<think></think><action>``, ``</action>`` and the end-of-turn token) are the only continuation the trie
 allows, so a loss renormalised over the allowed tokens gives them log-probability 0 and no gradient: the
 policy never learned to write them, and sampled in free text (vLLM, a served export) it never stopped
-(``benchmarks/results/free_text_engines.json``). Over the whole vocabulary, ``-log p(y)`` is the constrained
+(docs/quickstart.md, "Free text"). Over the whole vocabulary, ``-log p(y)`` is the constrained
 loss plus ``-log p(allowed)`` at each step, both non-negative: the constrained objective loses nothing, and
 the policy learns to put its mass on the answer's own tokens, stop token included.
 

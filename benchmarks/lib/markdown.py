@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 MAX_TABLE_ROWS = 40
@@ -103,3 +103,14 @@ def generic_tables(data: dict, skip: Iterable[str] = ("machine", "command", "con
         )
         parts.append(f"**{key}**{note}\n\n{table}")
     return "\n\n".join(parts)
+
+
+def section_body(render: Callable[[dict], str] | None, data: dict) -> str:
+    """A result's section: its curated renderer's, or the generic tables when it has none or the JSON has
+    another shape than the renderer expects (a result recorded before its layout changed)."""
+    if render is not None:
+        try:
+            return render(data)
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError):
+            pass
+    return generic_tables(data)

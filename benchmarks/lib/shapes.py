@@ -1,5 +1,5 @@
 """Real models' shapes for the benchmarks that build a random-initialised model of that size
-(:mod:`benchmarks.gpu_check`, :mod:`benchmarks.bench_weight_sync`)."""
+(:mod:`benchmarks.gpu_check`, :mod:`benchmarks.bench_training`'s weight sync)."""
 
 #: Qwen2.5-1.5B-Instruct's shape (its config.json), as ``model.tiny`` fields: random weights, real sizes.
 QWEN25_1_5B_SHAPE = {

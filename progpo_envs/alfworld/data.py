@@ -282,6 +282,26 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
     return Path(from_env).expanduser() if from_env else None
 
 
+def missing_data_dir(data_dir: str | Path | None) -> str | None:
+    """What is wrong, with the fix, when the real data folder asked for (``data_dir``, else
+    ``$ALFWORLD_DATA``) is not a folder; ``None`` when it is one, or generated games are asked for.
+
+    Example:
+        >>> missing_data_dir("/nonexistent/alfworld")  # doctest: +NORMALIZE_WHITESPACE
+        'the ALFWorld data folder /nonexistent/alfworld (data_dir) does not exist: give the folder that
+        contains json_2.1.1/, or unset ALFWORLD_DATA for the generated games'
+    """
+    root = resolve_data_dir(data_dir)
+    if root is None or root.is_dir():
+        return None
+    given = "data_dir" if data_dir is not None else "ALFWORLD_DATA"
+    state = "is not a folder" if root.exists() else "does not exist"
+    return (
+        f"the ALFWorld data folder {root} ({given}) {state}: give the folder that contains json_2.1.1/, or "
+        "unset ALFWORLD_DATA for the generated games"
+    )
+
+
 def task_type_names(task_types: Sequence[str | int] | None) -> tuple[str, ...] | None:
     """Task types by name or by ALFWorld's number (``env.task_types: [1, 2]`` in its config) → names.
 
@@ -342,6 +362,9 @@ def load_tasks(
     if root is None:
         root = generated_data_dir(split, num_generated, generator_seed, task_types=types, scenes=scenes)
     split_dir = root / "json_2.1.1" / split
+    missing = None if trust else missing_data_dir(data_dir)
+    if missing is not None:
+        raise FileNotFoundError(missing)
     if not split_dir.is_dir():
         splits = available_splits(root)
         raise FileNotFoundError(

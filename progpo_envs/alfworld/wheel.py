@@ -4,10 +4,12 @@ Everything a game is made of comes from the wheel: the PDDL domain, the TextWorl
 library's task-text templates (:func:`templated_task_description`, which real-trial rebuilds and generated
 games both use).
 
-``import alfworld`` runs ``alfworld/info.py``, which creates ``~/.cache/alfworld`` and *sets*
-``os.environ["ALFWORLD_DATA"]`` when it is unset. Our loader reads ``ALFWORLD_DATA`` to decide between real
-data and generated games, so a stray import would silently switch it to an empty folder.
-:func:`import_alfworld` imports the package once with the environment variable put back as it was.
+``import alfworld`` runs ``alfworld/info.py``, which creates the folder ``ALFWORLD_DATA`` names (or
+``~/.cache/alfworld``) and *sets* ``os.environ["ALFWORLD_DATA"]`` when it is unset. Our loader reads
+``ALFWORLD_DATA`` to decide between real data and generated games, so a stray import would silently switch it
+to an empty folder, and a mistyped ``ALFWORLD_DATA`` would be created empty before the loader could say it
+does not exist. :func:`import_alfworld` imports the package once with the variable naming the wheel's own
+data folder (which exists: nothing is created) and puts it back as it was.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ _ALFWORLD_DATA_VAR = "ALFWORLD_DATA"
 
 
 def import_alfworld(module: str = "alfworld") -> ModuleType:
-    """Import ``module`` (``alfworld`` or a submodule) leaving ``ALFWORLD_DATA`` as the user set it."""
+    """Import ``module`` (``alfworld`` or a submodule) leaving ``ALFWORLD_DATA`` as the user set it and
+    creating no folder."""
     before = os.environ.get(_ALFWORLD_DATA_VAR)
+    os.environ[_ALFWORLD_DATA_VAR] = str(wheel_data_dir())  # exists: alfworld/info.py's mkdirs is a no-op
     try:
         return importlib.import_module(module)
     finally:

@@ -4,11 +4,14 @@ Routes (every body and answer is JSON; values inside ``info``/``options`` use
 :mod:`progpo_envs.server.codec`):
 
 * ``GET /health`` — the process answers (liveness); ``GET /ready`` — every env worker is up (503 otherwise);
+  both name the server (``server_id``, random, made at its start: one server under two URLs shows one id);
 * ``GET /metrics`` — live instances, steps/resets served, errors by status, each worker's memory;
 * ``GET /envs`` — hosted env ids and the kwargs a client may set;
 * ``POST /instances`` ``{env_id, kwargs?, seed?, options?}`` → 201 ``{instance_id, num_tasks, ...}`` (with
   ``seed`` or ``options`` the instance is also reset);
 * ``GET /instances/<id>`` (last ``{observation, info}``), ``.../observation``, ``.../available_actions``;
+* ``GET /instances/<id>/expert`` — ``{expert_action}``: the expert's next command, where the operator turned
+  the expert on; no other answer carries it (:mod:`~progpo_envs.server.pool_worker`);
 * ``POST /instances/<id>/reset`` ``{seed?, options?, seq?}`` → ``{observation, info}``;
 * ``POST /instances/<id>/step`` ``{action, seq?}`` → ``{observation, reward, terminated, truncated, info}``;
 * ``DELETE /instances/<id>`` — close;
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -157,15 +161,19 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
         except UnknownClientToken as exc:
             raise ServerError(401, str(exc)) from None
 
+    # who this server is, made at its start: a client given one server under two names (127.0.0.1 and
+    # localhost, two proxies) sees one id twice (progpo_envs.server.fleet refuses it)
+    server_id = secrets.token_hex(8)
+
     @app.get("/health")
     def health():
-        return jsonify(status="ok")
+        return jsonify(status="ok", server_id=server_id)
 
     @app.get("/ready")
     def ready():
         if pool.ready:
-            return jsonify(ready=True)
-        return jsonify(ready=False, error="env workers are starting"), 503
+            return jsonify(ready=True, server_id=server_id)
+        return jsonify(ready=False, error="env workers are starting", server_id=server_id), 503
 
     @app.get("/metrics")
     def metrics():
@@ -192,6 +200,10 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
     @app.get("/instances/<instance_id>/available_actions")
     def actions(instance_id: str):
         return answer(api.available_actions(instance_id))
+
+    @app.get("/instances/<instance_id>/expert")
+    def expert(instance_id: str):
+        return answer(api.expert(instance_id))
 
     @app.post("/instances/<instance_id>/reset")
     def reset(instance_id: str):
@@ -220,6 +232,8 @@ def create_app(config: ServerConfig | None = None, pool: EnvPool | None = None) 
         problem = handshake_problem(request.headers.get)
         if problem is not None:
             return error(*problem)
+        if request.method != "GET":  # HEAD: Flask answers it with the GET route, the door does not
+            return error(405, f"the stream door is opened with GET {STREAM_PATH} (Upgrade: websocket)")
         return error(
             501,
             "this server does not serve the stream door (it needs progpo serve's waitress server); use the "

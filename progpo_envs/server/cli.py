@@ -21,7 +21,8 @@ the port, episodes in the same env workers; :mod:`progpo_envs.server.openenv_app
 
     progpo serve --protocol openenv --env progpo/ALFWorld-v0 --port 8010
 
-A usage error (an unknown env id, a folder that does not exist) is one line on stderr and exit status 2.
+A usage error (an unknown env id, a folder that does not exist, a port in use) is one line on stderr and exit
+status 2; the port is bound before the env workers start, so a busy one is said within seconds.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ import json
 import math
 import os
 import shlex
+import socket
 import sys
+from collections.abc import Callable
 
 from flask import Flask
 
@@ -42,8 +45,13 @@ from progpo_envs.server.agentgym import AgentGymGames, Flavor, flavor_of
 from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.policy import HOSTABLE_NAMESPACE, NEVER_HOSTED, PolicyError
 from progpo_envs.server.pool import PoolConfig, WorkerStartError
-from progpo_envs.server.serving import DEFAULT_THREADS, make_wsgi_server, serve_until_stopped
-from webshop_server.clients import ClientTokens
+from progpo_envs.server.serving import (
+    DEFAULT_THREADS,
+    listening_socket,
+    make_wsgi_server,
+    serve_until_stopped,
+)
+from webshop_server.clients import add_client_tokens_option, tokens_of_option
 
 #: Envs whose AgentGym protocol is mounted automatically.
 AGENTGYM_ENVS = ("progpo/ALFWorld-v0", "progpo/WebShop-v0")
@@ -83,6 +91,11 @@ def build_parser() -> CommandParser:
         description="Host registered progpo/* envs over HTTP: the env server's API and AgentGym's protocol, "
         "or one env as an OpenEnv environment (--protocol openenv).",
     )
+
+    def per_env_option(flag: str, parse: Callable[[str], tuple], metavar: str, help: str) -> None:
+        """A repeatable ``flag ENV_ID=VALUE``: a list of ``parse``'s ``(env_id, value)`` pairs."""
+        parser.add_argument(flag, type=parse, action="append", default=[], metavar=metavar, help=help)
+
     parser.add_argument(
         "--protocol",
         choices=PROTOCOLS,
@@ -115,13 +128,7 @@ def build_parser() -> CommandParser:
         help="live instances one client (a host, or a client token) may hold (default: half of "
         "--max-instances; then 429)",
     )
-    parser.add_argument(
-        "--client-tokens",
-        metavar="FILE",
-        help="a file of client tokens, one per line: a request with 'Authorization: Bearer <token>' counts "
-        "as that token's client (its own share), an unknown token is refused (401), a request without one "
-        "counts as its host",
-    )
+    add_client_tokens_option(parser)
     parser.add_argument(
         "--idle-timeout",
         type=float,
@@ -135,21 +142,14 @@ def build_parser() -> CommandParser:
         default=120.0,
         help="seconds an env may take for one call before its worker is restarted",
     )
-    parser.add_argument(
-        "--env-kwargs",
-        type=_env_kwargs,
-        action="append",
-        default=[],
-        metavar="ENV_ID=JSON",
-        help="constructor kwargs fixed by the operator (repeatable)",
+    per_env_option(
+        "--env-kwargs", _env_kwargs, "ENV_ID=JSON", "constructor kwargs fixed by the operator (repeatable)"
     )
-    parser.add_argument(
+    per_env_option(
         "--allow-kwargs",
-        type=_allow_kwargs,
-        action="append",
-        default=[],
-        metavar="ENV_ID=a,b",
-        help="kwargs clients may set (default: read from the env's constructor; empty: none)",
+        _allow_kwargs,
+        "ENV_ID=a,b",
+        "kwargs clients may set (default: read from the env's constructor; empty: none)",
     )
     parser.add_argument(
         "--agentgym",
@@ -238,12 +238,6 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         env_kwargs[agentgym] = _split_for_partial_data(agentgym, env_kwargs.get(agentgym, {}), games)
     for env_id in env_ids:
         _check_split(env_id, env_kwargs.get(env_id, {}))
-    tokens = None
-    if args.client_tokens is not None:
-        try:
-            tokens = ClientTokens.from_file(args.client_tokens)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--client-tokens {args.client_tokens}: {exc}") from None
     pool = PoolConfig(
         num_workers=args.workers,
         max_instances=args.max_instances,
@@ -258,7 +252,7 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         pool=pool,
         agentgym=agentgym,
         agentgym_mappings=mappings,
-        client_tokens=tokens,
+        client_tokens=tokens_of_option(args.client_tokens),
     )
 
 
@@ -274,7 +268,7 @@ def _check_split(env_id: str, kwargs: dict) -> None:
     its data has: else one line naming the ones it has and how to choose one (before any worker starts)."""
     import gymnasium as gym
 
-    from progpo_envs.alfworld.data import resolve_data_dir
+    from progpo_envs.alfworld.data import missing_data_dir, resolve_data_dir
 
     spec = gym.spec(env_id)
     fixed = {**(spec.kwargs or {}), **kwargs}
@@ -282,6 +276,10 @@ def _check_split(env_id: str, kwargs: dict) -> None:
     parameter = _parameters(spec).get("split")
     if splits is None or parameter is None:
         return
+    reads_data = "data_dir" in _parameters(spec)
+    missing = missing_data_dir(fixed.get("data_dir")) if not splits and reads_data else None
+    if missing is not None:
+        raise UsageError(f"{env_id}: {missing}")
     split = fixed.get("split", parameter.default)
     split = getattr(split, "value", split)  # an enum default (WebShop's Split.TRAIN)
     if str(split) not in splits:
@@ -336,8 +334,9 @@ def openenv_app_from_environment():
     return create_openenv_app(config, threads=args.threads)
 
 
-def serve_openenv(args: argparse.Namespace) -> int:
-    """``progpo serve --protocol openenv``: OpenEnv's server for one env until SIGTERM or SIGINT."""
+def serve_openenv(args: argparse.Namespace, config: ServerConfig, sock: socket.socket) -> int:
+    """``progpo serve --protocol openenv``: OpenEnv's server for one env on ``sock`` (bound already) until
+    SIGTERM or SIGINT."""
     try:
         from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app, serve_until_stopped
     except ModuleNotFoundError as exc:
@@ -346,11 +345,10 @@ def serve_openenv(args: argparse.Namespace) -> int:
             UsageError(f"--protocol openenv needs the openenv extra (pip install '.[openenv]'): {exc}"),
         )
     try:
-        config = build_config(args)
         app = create_openenv_app(config, threads=args.threads)
     except (UsageError, PolicyError) as error:
         return report("progpo serve", error)
-    server = OpenEnvServer(app, host=args.host, port=args.port)
+    server = OpenEnvServer(app, host=args.host, sock=sock)
     print(
         json.dumps(
             {
@@ -370,14 +368,25 @@ def serve_openenv(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the env server until interrupted."""
     args = parse_args(argv)
-    if args.protocol == "openenv":
-        return serve_openenv(args)
     try:
         config = build_config(args)
+        sock = listening_socket(args.host, args.port)  # before the slow start: a busy port is said at once
+    except (UsageError, PolicyError) as error:
+        return report("progpo serve", error)
+    with sock:
+        if args.protocol == "openenv":
+            return serve_openenv(args, config, sock)
+        return serve_native(args, config, sock)
+
+
+def serve_native(args: argparse.Namespace, config: ServerConfig, sock: socket.socket) -> int:
+    """``progpo serve`` (``--protocol native``): the env server's API and AgentGym's on ``sock`` (bound
+    already) until SIGTERM or SIGINT."""
+    try:
         app = create_app(config)
     except (UsageError, PolicyError, WorkerStartError) as error:
         return report("progpo serve", error)
-    server = make_wsgi_server(app, host=args.host, port=args.port, threads=args.threads)
+    server = make_wsgi_server(app, threads=args.threads, sock=sock)
     print(
         json.dumps(
             {

@@ -29,6 +29,13 @@ infos, plus:
   at once when no server is left). A reset moves a group to a less loaded server only when that evens the
   load (a server that came back gets its share again). Only when no server works does a reset raise
   (:class:`NoServerError`).
+* **A hung server costs seconds.** A server whose batch runs past ``hang_after`` seconds is probed on a
+  connection of its own; one that does not answer within ``probe_timeout`` (stopped, its event loop stuck)
+  is down at once, its copies' episodes fail as above and the step returns without it
+  (:meth:`ServerFleet.gather`); its late answer is never read, and its copies get no other call. Instances
+  left on a server that did not answer are closed once it answers again.
+* **Each server once.** The fleet probes every server as it is made, and refuses one server under two
+  names (``progpo serve`` names itself in ``/ready``: its ``server_id``).
 * **Every server visible.** Each copy's ``info["server"]`` is the URL it plays on; the vector env's
   :meth:`FleetGroupVectorEnv.servers` (and the single env's :meth:`FleetRemoteEnv.servers`) is each
   server's state (``up``, ``down``, ``not_ready``, ``full``), the groups and sessions it holds now, the
@@ -56,8 +63,8 @@ import dataclasses
 import enum
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import gymnasium as gym
@@ -71,6 +78,7 @@ from progpo_envs.server.remote import (
     RemoteEnvError,
     RemoteGroupVectorEnv,
     ServerUnavailableError,
+    check_server_url,
     reset_batch,
     step_batch,
 )
@@ -80,10 +88,12 @@ def server_urls(url: str | Sequence[str]) -> tuple[str, ...]:
     """The server URLs ``url`` names, in order: one URL, several separated by commas, or a sequence of URLs.
 
     Raises:
-        ValueError: No URL, or one URL named twice (two names of one server would count its load twice).
+        ValueError: No URL, a URL that cannot name a server (the scheme, the host, the port:
+            :func:`~progpo_envs.server.remote.check_server_url`), or one URL named twice (two names of one
+            server would count its load twice; :class:`ServerFleet` also finds one server under two names).
     """
     parts = url.split(",") if isinstance(url, str) else [str(u) for u in url]
-    urls = tuple(part.strip().rstrip("/") for part in parts if part.strip())
+    urls = tuple(check_server_url(part) for part in parts if part.strip())
     if not urls:
         raise ValueError(f"url names no env server: {url!r}")
     repeated = sorted({u for u in urls if urls.count(u) > 1})
@@ -114,9 +124,12 @@ _SERVER_STATES = {
 }
 #: Per-instance failures that mean the instance is gone while its server still answers.
 _LOST_STATUSES = {404, 410}
-#: States whose server is gone for now: its instances are forgotten, not closed (a close would wait out the
-#: retries), and its groups leave at their next reset.
+#: States whose server is gone for now: its instances are not closed now (a close would wait out the
+#: retries) but once it answers again (:meth:`ServerFleet.orphan`), and its groups leave at their next reset.
 _GONE = (ServerState.DOWN, ServerState.NOT_READY)
+#: Instances of one server kept to close once it answers again; past it the oldest are forgotten (a server
+#: that comes back expires them by its idle timeout).
+MAX_ORPHANS = 4096
 
 
 @dataclasses.dataclass(eq=False)
@@ -135,6 +148,12 @@ class FleetServer:
     last_error: str = ""
     #: ``time.monotonic()`` of the last state change or probe.
     checked: float = dataclasses.field(default_factory=time.monotonic)
+    #: ``time.monotonic()`` of its last answer (to a request or a probe).
+    heard: float = dataclasses.field(default_factory=time.monotonic)
+    #: The ``server_id`` its last health probe answered (``None``: not known, or a server that names none).
+    server_id: str | None = None
+    #: Instances left there while it did not answer, closed once it answers again.
+    orphans: list[RemoteEnv] = dataclasses.field(default_factory=list)
 
     def status(self) -> dict[str, Any]:
         """``{url, state, groups, sessions, failed_episodes, lost_groups, moved_groups, errors, last_error}``:
@@ -157,11 +176,22 @@ class FleetServer:
 class ServerFleet:
     """The servers of one URL list and what this process holds on each (one per list: :func:`fleet_for`).
 
+    Made with a health probe of every server, together: one that answers with the ``server_id`` of another
+    (one server under two names) is refused. A request to a server that runs past ``hang_after`` seconds has
+    its server probed on a connection of its own (:meth:`gather`); a server that does not answer the probe
+    within ``probe_timeout`` is down, so a hung server (stopped, its event loop stuck, its host gone without
+    a reset) costs its copies ``hang_after + probe_timeout`` seconds, not the requests' ``timeout``.
+
     Args:
         urls: The servers, in order (the order breaks ties).
         ready_path: The health probe (``/ready`` for ``progpo serve``; ``/health`` for its OpenEnv door).
         retry_s: Seconds before a failed server is probed again (at once when no server is up).
         probe_timeout: Seconds a probe may take.
+        hang_after: Seconds a request may run (or a server go unheard before a new group goes there) before
+            its server is probed.
+
+    Raises:
+        ValueError: A URL that names no server, or two URLs of one server.
     """
 
     def __init__(
@@ -170,13 +200,36 @@ class ServerFleet:
         *,
         ready_path: str = "/ready",
         retry_s: float = 5.0,
-        probe_timeout: float = 2.0,
+        probe_timeout: float = 3.0,
+        hang_after: float = 3.0,
     ):
         self.servers = [FleetServer(i, url) for i, url in enumerate(server_urls(urls))]
         self.ready_path = ready_path
         self.retry_s = float(retry_s)
         self.probe_timeout = float(probe_timeout)
+        self.hang_after = float(hang_after)
         self.lock = threading.RLock()
+        # the probes, off the callers' threads (each may wait probe_timeout), and the closing of orphans on a
+        # thread of its own (a close that waits holds up no probe)
+        self._helpers = ThreadPoolExecutor(
+            max_workers=2 * len(self.servers), thread_name_prefix="progpo-probe"
+        )
+        self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="progpo-orphans")
+        for _ in self._helpers.map(self.probe, self.servers):
+            pass
+        named: dict[str, list[str]] = {}
+        for server in self.servers:
+            if server.server_id is not None:
+                named.setdefault(server.server_id, []).append(server.url)
+        twice = {server_id: urls for server_id, urls in named.items() if len(urls) > 1}
+        if twice:
+            self._helpers.shutdown(wait=False)
+            self._closer.shutdown(wait=False)
+            raise ValueError(
+                "url names one env server more than once: "
+                + "; ".join(f"{' and '.join(urls)} are server {sid}" for sid, urls in twice.items())
+                + " (its load would be counted apart for each name): name each server once"
+            )
 
     def __len__(self) -> int:
         return len(self.servers)
@@ -206,24 +259,118 @@ class ServerFleet:
             for name, value in increments.items():
                 setattr(server, name, getattr(server, name) + value)
 
+    def heard(self, server: FleetServer) -> None:
+        """``server`` answered just now."""
+        server.heard = time.monotonic()
+
+    def orphan(self, server: FleetServer, env: RemoteEnv) -> None:
+        """``env``'s instance stays on ``server``, which does not answer now: it is closed once it does (a
+        stopped server that is continued keeps its instances; one that restarted answers 404, quietly)."""
+        with self.lock:
+            server.orphans.append(env)
+            del server.orphans[:-MAX_ORPHANS]
+
+    def _answered(self, server: FleetServer) -> None:
+        """A probe of ``server`` got an answer: heard, and its orphans closed (off this thread)."""
+        self.heard(server)
+        with self.lock:
+            orphans, server.orphans = server.orphans, []
+        if orphans:
+            self._closer.submit(_close_all, orphans)
+
     def probe(self, server: FleetServer) -> ServerState:
-        """``GET <url><ready_path>``: 200 is up, 503 not ready, anything else (or no answer) down."""
+        """``GET <url><ready_path>``: 200 is up, 503 not ready, anything else (or no answer) down; a server
+        whose ``server_id`` another server of the list answered too is down (one server, two names)."""
         session = DeadlineSession(self.probe_timeout, connect_timeout=self.probe_timeout)
+        server_id = None
         try:
             answer = session.get(server.url + self.ready_path)
             state = {200: ServerState.UP, 503: ServerState.NOT_READY}.get(
                 answer.status_code, ServerState.DOWN
             )
             error = "" if state is ServerState.UP else f"health probe answered HTTP {answer.status_code}"
+            server_id = _server_id(answer)
+            self._answered(server)
         except requests.RequestException as exc:
             state, error = ServerState.DOWN, f"health probe failed: {type(exc).__name__}: {exc}"
         finally:
             session.close()
         with self.lock:
+            server.server_id = server_id
+            twin = next(
+                (s for s in self.servers if s is not server and server_id and s.server_id == server_id), None
+            )
+            if twin is not None:
+                state = ServerState.DOWN
+                error = f"the same server as {twin.url} (server id {server_id}): name each server once"
             server.state, server.checked = state, time.monotonic()
             if error:
                 server.last_error = error
         return state
+
+    def responsive(self, server: FleetServer) -> bool:
+        """Whether ``server`` answers ``GET <url><ready_path>`` at all (any status: a draining server still
+        finishes what it has) within ``probe_timeout``, on a connection of its own."""
+        session = DeadlineSession(self.probe_timeout, connect_timeout=self.probe_timeout)
+        try:
+            session.get(server.url + self.ready_path)
+        except requests.RequestException:
+            return False
+        finally:
+            session.close()
+        self._answered(server)
+        return True
+
+    def answering(self, server: FleetServer) -> bool:
+        """Whether ``server`` may be sent work: heard within ``hang_after`` seconds, or answering a probe now
+        (if not, it is down): a server that hung while nothing was asked of it is found before a group is
+        made or closed there, not by a request that waits out its ``timeout``."""
+        if time.monotonic() - server.heard < self.hang_after or self.responsive(server):
+            return True
+        self.fail(server, ServerState.DOWN, self._hung(server, "it had not been heard from"))
+        return False
+
+    def _hung(self, server: FleetServer, why: str) -> str:
+        return (
+            f"env server {server.url} stopped answering: {why}, and GET {self.ready_path} got no answer "
+            f"within {self.probe_timeout:g} s"
+        )
+
+    def gather(self, futures: dict[FleetServer, Future]) -> dict[FleetServer, Any]:
+        """Each server's request's outcome (its future's result), waiting for them all, except that a server
+        whose request has run ``hang_after`` seconds is probed (again every ``hang_after`` seconds while it
+        answers), and one whose probe gets no answer within ``probe_timeout`` is down: its outcome is a
+        :class:`~progpo_envs.server.remote.ServerUnavailableError` at once, and its request's late answer is
+        never read (its instances are the caller's to give up)."""
+        started = time.monotonic()
+        outcomes: dict[FleetServer, Any] = {}
+        probe_at = dict.fromkeys(futures, started + self.hang_after)
+        probes: dict[FleetServer, Future] = {}
+        while len(outcomes) < len(futures):
+            waiting = [s for s in futures if s not in outcomes]
+            due = [probe_at[s] for s in waiting if s not in probes]
+            timeout = max(0.0, min(due) - time.monotonic()) if due else None
+            wait(
+                [futures[s] for s in waiting] + list(probes.values()),
+                timeout=timeout,
+                return_when=FIRST_COMPLETED,
+            )
+            now = time.monotonic()
+            for server in waiting:
+                if futures[server].done():
+                    outcomes[server] = futures[server].result()
+                    probes.pop(server, None)
+                    if not isinstance(outcomes[server], ServerUnavailableError):
+                        self.heard(server)
+                elif server in probes and probes[server].done():
+                    if probes.pop(server).result():  # alive, only slow: wait on
+                        probe_at[server] = now + self.hang_after
+                    else:
+                        why = f"a request had run {now - started:.1f} s"
+                        outcomes[server] = ServerUnavailableError(None, self._hung(server, why))
+                elif server not in probes and now >= probe_at[server]:
+                    probes[server] = self._helpers.submit(self.responsive, server)
+        return outcomes
 
     def _recover(self) -> None:
         """Probe the servers that are not up and due (all of them when none is up)."""
@@ -235,32 +382,54 @@ class ServerFleet:
                 for s in self.servers
                 if s.state is not ServerState.UP and (none_up or now - s.checked >= self.retry_s)
             ]
-        for server in due:
-            self.probe(server)
+        for _ in self._helpers.map(self.probe, due):
+            pass
 
     def choose(self, current: FleetServer | None = None) -> FleetServer:
         """The server a group goes to now: ``current`` while it is up and no up server holds fewer sessions
         (the group's own released first); else the up server with the fewest sessions, then groups, then
-        the first listed.
+        the first listed; one not heard from lately is probed first (:meth:`answering`).
 
         Raises:
             NoServerError: No server is up, even after a probe of each.
         """
         self._recover()
-        with self.lock:
-            up = [s for s in self.servers if s.state is ServerState.UP]
-            if not up:
-                raise NoServerError(
-                    None,
-                    "no env server is available: "
-                    + "; ".join(
-                        f"{s.url} {s.state.value} ({s.last_error or 'no error'})" for s in self.servers
-                    ),
-                )
-            best = min(up, key=lambda s: (s.sessions, s.groups, s.index))
-            if current is not None and current.state is ServerState.UP and current.sessions <= best.sessions:
-                return current
-            return best
+        while True:
+            with self.lock:
+                up = [s for s in self.servers if s.state is ServerState.UP]
+                if not up:
+                    raise NoServerError(
+                        None,
+                        "no env server is available: "
+                        + "; ".join(
+                            f"{s.url} {s.state.value} ({s.last_error or 'no error'})" for s in self.servers
+                        ),
+                    )
+                best = min(up, key=lambda s: (s.sessions, s.groups, s.index))
+                if (
+                    current is not None
+                    and current.state is ServerState.UP
+                    and current.sessions <= best.sessions
+                ):
+                    best = current
+            if self.answering(best):
+                return best
+
+
+def _close_all(envs: list[RemoteEnv]) -> None:
+    """Close each env's instance (quietly: :meth:`~progpo_envs.server.remote.RemoteEnv.close`)."""
+    for env in envs:
+        env.close()
+
+
+def _server_id(answer: requests.Response) -> str | None:
+    """The ``server_id`` a health probe's JSON answer names (``progpo serve``'s ``/ready`` and ``/health``),
+    or ``None``."""
+    try:
+        server_id = answer.json().get("server_id")
+    except (ValueError, AttributeError):
+        return None
+    return server_id if isinstance(server_id, str) and server_id else None
 
 
 _FLEETS: dict[tuple[tuple[str, ...], str], ServerFleet] = {}
@@ -311,7 +480,9 @@ class FleetBackend:
         #: Per copy: why its instance cannot be used (``None``: it can), and its last result (the latch).
         self.lost: list[str | None] = [None] * self.num_envs
         self.last: list[StepResult | None] = [None] * self.num_envs
-        self._pool = ThreadPoolExecutor(max_workers=len(fleet), thread_name_prefix="progpo-fleet")
+        # a request to a server found hung is left running until its own deadline: room for one per server
+        self._pool = ThreadPoolExecutor(max_workers=2 * len(fleet), thread_name_prefix="progpo-fleet")
+        self._creating = ThreadPoolExecutor(max_workers=self.group_size, thread_name_prefix="progpo-create")
         try:
             for group in range(len(self.homes)):
                 self._house(group, self.fleet.choose())
@@ -326,19 +497,33 @@ class FleetBackend:
     def _house(self, group: int, server: FleetServer) -> None:
         """Make the group's copies on ``server``, or on the next server that works when it cannot."""
         while True:
+            # the copies are made together: each create is a round trip to an env worker (a game loaded),
+            # and one after another they made a regrouping after a lost server take seconds per group
+            creates = [
+                self._creating.submit(RemoteEnv, server.url, **self.env_kwargs)
+                for _ in self._group_copies(group)
+            ]
             made: list[RemoteEnv] = []
-            try:
-                for _ in range(self.group_size):
-                    made.append(RemoteEnv(server.url, **self.env_kwargs))
-            except RemoteEnvError as exc:
-                state = _create_failure(exc)
+            failure: BaseException | None = None
+            for create in creates:
+                try:
+                    made.append(create.result())
+                except BaseException as exc:  # noqa: BLE001 - the first failure is raised once all are in
+                    failure = failure or exc
+            if isinstance(failure, RemoteEnvError):
+                state = _create_failure(failure)
                 for env in made:
-                    env.abandon() if state in _GONE else env.close()
+                    self.fleet.orphan(server, env) if state in _GONE else env.close()
                 if state is None:
-                    raise
-                self.fleet.fail(server, state, str(exc))
+                    raise failure
+                self.fleet.fail(server, state, str(failure))
                 server = self.fleet.choose()
                 continue
+            if failure is not None:
+                for env in made:
+                    env.close()
+                raise failure
+            self.fleet.heard(server)
             for i, env in zip(self._group_copies(group), made, strict=True):
                 self.copies[i], self.lost[i], self.last[i] = env, None, None
             self.homes[group] = server
@@ -346,14 +531,15 @@ class FleetBackend:
             return
 
     def _release(self, group: int) -> None:
-        """Close the group's instances (forget them, without a request, where their server is down)."""
+        """Close the group's instances (where their server does not answer: once it does, off this thread)."""
         home = self.homes[group]
         if home is None:
             return
+        answering = home.state not in _GONE and self.fleet.answering(home)
         for i in self._group_copies(group):
             env = self.copies[i]
             if env is not None:
-                env.abandon() if home.state in _GONE else env.close()
+                env.close() if answering else self.fleet.orphan(home, env)
             self.copies[i] = None
         self.fleet.hold(home, -self.group_size, -1)
         self.homes[group] = None
@@ -401,9 +587,16 @@ class FleetBackend:
         return (last[0], last[1], last[2], last[3], copy.deepcopy(last[4]))
 
     def _run(
-        self, by_server: dict[FleetServer, list[int]], call: Callable[[list[int]], list[Any]]
-    ) -> dict[FleetServer, list[Any] | RemoteEnvError]:
-        """``call(copies)`` for each server's copies, the servers in parallel; each one's results or error."""
+        self,
+        by_server: dict[FleetServer, list[int]],
+        call: Callable[[list[int]], list[Any]],
+        failed: Callable[[FleetServer, list[int], RemoteEnvError], list[Any]],
+    ) -> Iterator[tuple[FleetServer, int, Any]]:
+        """``call(copies)`` for each server's copies, the servers in parallel: ``(server, copy, result)`` for
+        each copy, server by server. A server's error (a hung server's as soon as its probe finds it so,
+        :meth:`ServerFleet.gather`) gives ``failed(server, copies, error)``'s results instead, ``None`` for a
+        copy lost: its instance is given up at its group's next reset, so whatever the server's late answer
+        did (it is never read) is never built on: no call of theirs is sent again."""
 
         def one(copies: list[int]) -> list[Any] | RemoteEnvError:
             try:
@@ -411,11 +604,12 @@ class FleetBackend:
             except RemoteEnvError as exc:
                 return exc
 
-        if len(by_server) == 1:
-            ((server, copies),) = by_server.items()
-            return {server: one(copies)}
         futures = {server: self._pool.submit(one, copies) for server, copies in by_server.items()}
-        return {server: future.result() for server, future in futures.items()}
+        for server, outcome in self.fleet.gather(futures).items():
+            some = by_server[server]
+            if isinstance(outcome, RemoteEnvError):
+                outcome = failed(server, some, outcome)
+            yield from ((server, i, result) for i, result in zip(some, outcome, strict=True))
 
     # ------------------------------------------------------------------ the backend
     def step(self, actions: Sequence[Any], copies: Sequence[int] | None = None) -> list[StepResult]:
@@ -440,18 +634,13 @@ class FleetBackend:
         def call(some: list[int]) -> list[StepResult]:
             return step_batch([self.copies[i] for i in some], [action_of[i] for i in some])
 
-        for server, outcome in self._run(by_server, call).items():
-            some = by_server[server]
-            if isinstance(outcome, RemoteEnvError):
-                outcome = self._failed_batch(server, some, outcome)
-            for i, result in zip(some, outcome, strict=True):
-                if result is None:
-                    continue
+        for server, i, result in self._run(by_server, call, self._failed_batch):
+            if result is not None:
                 result[4]["server"] = server.url
                 results[i] = self.last[i] = result
-            for i in some:
-                if i not in results:
-                    results[i] = self._latched(i)
+        for i in copies:  # a copy its server's failure lost: its ending
+            if i not in results:
+                results[i] = self._latched(i)
         return [results[i] for i in copies]
 
     def _failed_batch(self, server: FleetServer, some: list[int], exc: RemoteEnvError) -> list[Any]:
@@ -517,17 +706,13 @@ class FleetBackend:
                 )
 
             again: set[int] = set()
-            for server, outcome in self._run(by_server, call).items():
-                some = by_server[server]
-                if isinstance(outcome, RemoteEnvError):
-                    outcome = self._failed_reset(server, some, outcome)
-                for i, result in zip(some, outcome, strict=True):
-                    if result is None:
-                        again.add(i // self.group_size)
-                        continue
-                    result[1]["server"] = server.url
-                    results[i] = result
-                    self.last[i], self.lost[i] = (result[0], 0.0, False, False, result[1]), None
+            for server, i, result in self._run(by_server, call, self._failed_reset):
+                if result is None:
+                    again.add(i // self.group_size)
+                    continue
+                result[1]["server"] = server.url
+                results[i] = result
+                self.last[i], self.lost[i] = (result[0], 0.0, False, False, result[1]), None
             if not again:
                 return [results[i] for i in copies]
             for group in sorted(again):  # made again where a server works, and reset there
@@ -557,6 +742,7 @@ class FleetBackend:
         for group in range(len(self.homes)):
             self._release(group)
         self._pool.shutdown(wait=False)
+        self._creating.shutdown(wait=False)
 
 
 class FleetGroupVectorEnv(RemoteGroupVectorEnv):

@@ -9,6 +9,10 @@ bytes; nothing is decoded and encoded again on the way. A client's mistake raise
 :class:`~progpo_envs.server.pool.ServerError`, :class:`~progpo_base.http.RequestError` or
 :class:`~progpo_envs.server.policy.PolicyError`; :func:`error_status` gives each its status and message.
 
+A create may carry an ``idempotency_key`` (the client's own random string): the same client's create with
+the same key, sent again because its answer was lost with its connection, is answered with the first one's
+instance instead of making a second (:class:`CreateKeys`), so every call of the protocol is safe to retry.
+
 A batch's answer is bounded: its items run in chunks of :data:`BATCH_CHUNK` and once the answer holds
 :data:`MAX_BATCH_ANSWER_CHARS` bytes, the items left are not run and answer ``{"ok": false, "status": 413,
 "not_run": true}``: nothing happened to them, and the client sends them again (``progpo/Remote-v0`` does).
@@ -23,7 +27,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import Counter
+import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -48,6 +53,14 @@ BATCH_CHUNK = 256
 #: Bytes of answers after which a batch's remaining items are not run (as large as the largest request: a
 #: batch answers at most about what a client may send).
 MAX_BATCH_ANSWER_CHARS = MAX_REQUEST_BYTES
+
+#: Seconds a create's idempotency key is remembered: longer than any client waits for the create and its
+#: retries (``progpo/Remote-v0``: ``timeout``, 120 s by default).
+CREATE_KEY_SECONDS = 600.0
+#: Idempotency keys remembered at most (the oldest forgotten first); each holds its create's answer.
+MAX_CREATE_KEYS = 16384
+#: Characters of an idempotency key at most.
+MAX_CREATE_KEY_LENGTH = 128
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
@@ -115,6 +128,66 @@ def _batch_result(reply: Reply) -> bytes:
     return json_bytes({"ok": False, "status": reply.status, "error": reply.error})
 
 
+class _Create:
+    """One create under an idempotency key: running (``answer`` ``None``) until ``done`` is set."""
+
+    __slots__ = ("answer", "done", "made")
+
+    def __init__(self):
+        self.answer: bytes | None = None
+        self.done = threading.Event()
+        self.made = time.monotonic()
+
+
+class CreateKeys:
+    """The creates of the last :data:`CREATE_KEY_SECONDS` seconds by client and idempotency key (at most
+    :data:`MAX_CREATE_KEYS`): a create sent again with its key (its answer lost with its connection, so the
+    client cannot know whether it acted) gets the first one's answer, the same instance, never a second one;
+    one that comes while the first still runs waits for it. A create that failed leaves no key: sent again,
+    it is tried again. Keys are per client, so no client can replay another's."""
+
+    def __init__(self):
+        self._creates: OrderedDict[tuple[str | None, str], _Create] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def run(self, client: str | None, key: Any, create: Callable[[], bytes]) -> bytes:
+        """``create()``'s answer, once per ``(client, key)``; ``key`` ``None``: every time."""
+        if key is None:
+            return create()
+        if not isinstance(key, str) or not 0 < len(key) <= MAX_CREATE_KEY_LENGTH:
+            raise ServerError(
+                400, f"idempotency_key must be a string of 1 to {MAX_CREATE_KEY_LENGTH} characters"
+            )
+        while True:
+            with self._lock:
+                self._forget_old()
+                first = self._creates.get((client, key))
+                if first is None:
+                    mine = self._creates[(client, key)] = _Create()
+            if first is None:
+                break
+            first.done.wait()
+            if first.answer is not None:
+                return first.answer
+        try:
+            mine.answer = create()
+        finally:
+            with self._lock:
+                if mine.answer is None and self._creates.get((client, key)) is mine:
+                    del self._creates[(client, key)]
+            mine.done.set()
+        return mine.answer
+
+    def _forget_old(self) -> None:
+        """Drop the keys past their time or past the bound, oldest first (``_lock`` held)."""
+        oldest = time.monotonic() - CREATE_KEY_SECONDS
+        while self._creates:
+            create = next(iter(self._creates.values()))
+            if create.made >= oldest and len(self._creates) < MAX_CREATE_KEYS:
+                break
+            self._creates.popitem(last=False)
+
+
 class NativeApi:
     """The native protocol's calls on an env pool (see the module docstring).
 
@@ -124,12 +197,19 @@ class NativeApi:
 
     def __init__(self, pool: EnvPool):
         self.pool = pool
+        self.create_keys = CreateKeys()
 
     def create(
         self, body: Mapping[str, Any], client: str | None, budget: DecodeBudget | None = None
     ) -> bytes:
-        """``POST /instances``: ``{env_id, kwargs?, seed?, options?}`` → ``{instance_id, num_tasks, ...}``
-        (with ``seed`` or ``options`` the instance is also reset; answered 201)."""
+        """``POST /instances``: ``{env_id, kwargs?, seed?, options?, idempotency_key?}`` → ``{instance_id,
+        num_tasks, ...}`` (with ``seed`` or ``options`` the instance is also reset; answered 201). With an
+        ``idempotency_key``, the same client's create with that key is answered once (:class:`CreateKeys`)."""
+        return self.create_keys.run(
+            client, body.get("idempotency_key"), lambda: self._create(body, client, budget)
+        )
+
+    def _create(self, body: Mapping[str, Any], client: str | None, budget: DecodeBudget | None) -> bytes:
         # the kwargs go to the allow-list as sent: their names are checked before any value is decoded
         instance_id, meta = self.pool.create(body.get("env_id"), body.get("kwargs"), client=client)
         answer: dict[str, Any] = {"instance_id": instance_id, **meta}
@@ -154,6 +234,11 @@ class NativeApi:
         """``GET /instances/<id>/available_actions``: ``{available_actions}`` (codec-encoded)."""
         info = decode(self.pool.call(instance_id, "get", {})["info"])
         return json_bytes({"available_actions": encode(available_actions(info))})
+
+    def expert(self, instance_id: Any) -> bytes:
+        """``GET /instances/<id>/expert``: ``{expert_action}``, the expert's next command (``null`` once it
+        has none), which no other answer carries; 409 when the env has no expert (the operator's choice)."""
+        return json_bytes(self.pool.call(instance_id, "expert", {}))
 
     def reset(self, instance_id: Any, body: Mapping[str, Any], budget: DecodeBudget | None = None) -> bytes:
         """``POST /instances/<id>/reset``: ``{seed?, options?, seq?}`` → ``{observation, info}``."""
@@ -213,6 +298,7 @@ OPS: dict[str, tuple[str, bool]] = {
     "get": ("GET /instances/<id>", True),
     "observation": ("GET /instances/<id>/observation", True),
     "available_actions": ("GET /instances/<id>/available_actions", True),
+    "expert": ("GET /instances/<id>/expert", True),
     "reset": ("POST /instances/<id>/reset", True),
     "step": ("POST /instances/<id>/step", True),
     "close": ("DELETE /instances/<id>", True),
@@ -247,6 +333,8 @@ def run_op(
         return 200, api.observation(instance_id)
     if op == "available_actions":
         return 200, api.available_actions(instance_id)
+    if op == "expert":
+        return 200, api.expert(instance_id)
     if op == "close":
         return 200, api.close(instance_id)
     raise ServerError(404, f"unknown op {op!r} (the ops: {', '.join(OPS)})")

@@ -4,7 +4,9 @@
 the port, from ``openenv``'s own server (:class:`~openenv.core.env_server.http_server.HTTPEnvServer` and its
 routes, on the app its ``create_app`` would build; not a copy of its protocol): the stateful WebSocket session
 ``/ws`` (``reset``, ``step``, ``state``, ``close`` messages and OpenEnv's typed errors), the stateless HTTP
-``/reset`` and ``/step``, ``/state``, ``/health``, ``/schema``, ``/metadata``, ``/mcp`` and ``/docs``.
+``/reset`` and ``/step``, ``/state``, ``/health``, ``/schema``, ``/metadata``, ``/mcp`` and ``/docs``; and one
+of ours, ``GET /expert?episode_id=``: the expert's next command in that session, where the operator turned
+the expert on (no observation carries it: a policy shown whole observations never sees the answer).
 OpenEnv's own ``GenericEnvClient(base_url="http://127.0.0.1:P")`` plays episodes unchanged; the models are
 :mod:`~progpo_envs.server.openenv_models`, the sessions
 :class:`~progpo_envs.server.openenv_session.PoolSession` (the episodes run in the env pool's workers).
@@ -308,6 +310,22 @@ class SharedSessionServer(HTTPEnvServer):
         self._session_clients[session_id] = client
         return session_id, env
 
+    def session_of_episode(self, episode_id: str) -> PoolSession:
+        """The open session playing ``episode_id`` (:class:`SessionError` 404 for none, 409 when several
+        sessions chose the same id)."""
+        found = [
+            env
+            for env in list(self._sessions.values())
+            if isinstance(env, PoolSession) and env.state.episode_id == episode_id
+        ]
+        if not found:
+            raise SessionError(404, f"no open session plays episode {episode_id[:80]!r}")
+        if len(found) > 1:
+            raise SessionError(
+                409, f"{len(found)} open sessions play episode {episode_id[:80]!r}: give each its own"
+            )
+        return found[0]
+
 
 def _json_safe(value: Any) -> Any:
     """``value`` with what JSON cannot hold spelled as text (a non-finite float, a lone surrogate), so an
@@ -378,6 +396,14 @@ def create_openenv_app(
     )
     server.register_routes(app, mode=os.environ.get("OPENENV_MODE", ServerMode.SIMULATION.value))
 
+    @app.get("/expert")
+    async def expert(episode_id: str) -> dict[str, Any]:
+        """The expert's next command in the open session playing ``episode_id`` (its ``state``'s; a reset
+        may name it): where the operator turned the expert on. No observation carries it, so a policy
+        shown whole observations never sees the answer; an SFT warm start or a scripted expert asks here."""
+        session = server.session_of_episode(episode_id)
+        return {"episode_id": episode_id, "expert_action": await session.expert_action_async()}
+
     @app.exception_handler(SessionError)
     async def _session_error(request: Request, exc: SessionError) -> JSONResponse:
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
@@ -409,6 +435,8 @@ class OpenEnvServer:
         app: The app (:func:`create_openenv_app`).
         host: Address to bind.
         port: Port to bind (0: any free port; read :attr:`port`).
+        sock: A socket bound already (``progpo serve`` binds it before the env workers start), instead of
+            ``host`` and ``port``.
         drain_timeout: Seconds the open connections get to finish when the server stops.
         shutdown_pool: Also stop the app's env workers when the server stops.
         protocol: The HTTP protocol (:func:`~progpo_envs.server.uvicorn_serving.fair_share_protocol`: the
@@ -423,10 +451,11 @@ class OpenEnvServer:
         drain_timeout: float = DRAIN_TIMEOUT,
         shutdown_pool: bool = True,
         protocol: type[FairShareProtocol] = FairShareProtocol,
+        sock: socket.socket | None = None,
     ):
         self.app = app
         self.shutdown_pool = shutdown_pool
-        self._socket = socket.create_server((host, port), reuse_port=False)
+        self._socket = sock if sock is not None else socket.create_server((host, port), reuse_port=False)
         self.port = int(self._socket.getsockname()[1])
         self.url = f"http://{host}:{self.port}"
         server = getattr(app.state, "openenv_server", None)

@@ -18,8 +18,12 @@ declared fields, so everything our ``info`` carries that a trainer needs is a de
   groups), ``history_keys`` (window keys, when the env was made with ``history_depths``), ``task_id``,
   ``task_index`` (and ``num_tasks``, the split's size), ``task_type`` (ALFWorld's six types; ``""`` for
   WebShop, whose goals have none), ``won``, ``task_score`` (WebShop's raw 0-1 purchase score; ALFWorld's 1.0
-  for a win, else 0.0), ``truncated`` (the step limit ended the episode; ``done`` is terminated or truncated)
-  and ``expert_action`` (only where the operator turned the expert on).
+  for a win, else 0.0) and ``truncated`` (the step limit ended the episode; ``done`` is terminated or
+  truncated).
+
+No field gives the answer away: trainers' clients (verifiers' OpenEnv taskset, SkyRL's example) put the whole
+observation in the policy's prompt, so the expert's next command, where the operator turned the expert on, is
+read from the server's own ``GET /expert`` route (:mod:`~progpo_envs.server.openenv_app`), never from here.
 
 :func:`observation_of` builds an observation from what the env pool answers (the env's text, reward, flags and
 decoded ``info``).
@@ -75,9 +79,6 @@ class TextObservation(Observation):
         default=0.0, description="WebShop: the raw 0-1 purchase score; ALFWorld: 1.0 on a win"
     )
     truncated: bool = Field(default=False, description="The step limit ended the episode")
-    expert_action: str | None = Field(
-        default=None, description="The expert's next command (only when the operator enabled the expert)"
-    )
 
 
 class ALFWorldObservation(TextObservation):
@@ -150,7 +151,6 @@ def observation_of(
         "won": bool(info.get("won", False)),
         "task_score": _task_score(info),
         "truncated": bool(truncated),
-        "expert_action": info.get("expert_action"),
         "reward": None if reward is None else float(reward),
         "done": bool(terminated or truncated),
     }

@@ -180,6 +180,18 @@ class PoolSession(Environment):
         """The env, its splits and task types (``/metadata``)."""
         return self.host.metadata
 
+    def expert_action(self) -> str | None:
+        """The expert's next command in this session's episode (blocking; ``GET /expert`` awaits
+        :meth:`expert_action_async`): :class:`SessionError` 409 when the env has no expert or no episode
+        started."""
+        if self._instance is None:
+            raise SessionError(409, "the session has no episode: reset it first")
+        return self._call("expert", {})["expert_action"]
+
+    async def expert_action_async(self) -> str | None:
+        """:meth:`expert_action` on the host's threads."""
+        return await self._off_loop(self.expert_action)
+
     def close(self) -> None:
         """Close the pool instance (OpenEnv calls this when the session ends or expires)."""
         instance, self._instance = self._instance, None

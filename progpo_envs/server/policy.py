@@ -65,6 +65,24 @@ KWARG_BOUNDS: Mapping[str, tuple[int, int]] = {
 _MAX_HISTORY_DEPTHS = 8
 #: What a plain split name looks like when the env's split names cannot be listed.
 _SPLIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+#: The start of the refusal of a kwarg the client may not set (:meth:`EnvPolicy.resolve_kwargs`), which a
+#: client reads back with :func:`refused_kwarg`.
+_REFUSED_KWARG = re.compile(r"kwarg '(?P<name>[^']+)' is not allowed for (?P<env_id>\S+) \(allowed: ")
+
+
+def refused_kwarg(message: str) -> tuple[str, str] | None:
+    """``(kwarg, env id)`` when ``message`` is a server's refusal of a kwarg the client may not set (an
+    operator-only one such as ``expert``, or one left out of the allow-list), else ``None``: a client can then
+    say how the operator allows it.
+
+    Example:
+        >>> refused_kwarg("kwarg 'expert' is not allowed for progpo/ALFWorld-v0 (allowed: max_steps, split)")
+        ('expert', 'progpo/ALFWorld-v0')
+        >>> refused_kwarg("split 'x' is not one of progpo/ALFWorld-v0's splits: train") is None
+        True
+    """
+    found = _REFUSED_KWARG.search(message)
+    return None if found is None else (found["name"], found["env_id"])
 
 
 class PolicyError(ValueError):

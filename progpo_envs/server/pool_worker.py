@@ -12,6 +12,13 @@ The pool (:mod:`progpo_envs.server.pool`) sends one message at a time and reads 
   value is the replies of the calls it ran, a prefix (the pool sends the rest again);
 * :class:`~progpo_envs.core.worker_protocol.Shutdown` — close every instance and exit (not answered).
 
+The expert never rides on what a policy reads. An env made with ``expert=True`` (the operator's choice) puts
+its next command in ``info["expert_action"]``; the worker takes it out of every reset, step and get answer
+(the bytes every door sends on: the native routes, the stream door, AgentGym's routes, OpenEnv's
+observations) and keeps it on the instance, where only :attr:`Op.EXPERT` reads it: its own route on each
+door (``GET /instances/<id>/expert``, OpenEnv's ``GET /expert``), which only a caller that asks for the
+expert (``progpo eval --agent expert``, an SFT warm start) calls.
+
 A reset or step may carry a ``seq`` number: the worker remembers each instance's last ``seq``, the call and
 its reply, so the same call sent again is answered again without stepping twice, and a different call with a
 used ``seq`` is a 409.
@@ -49,6 +56,11 @@ from progpo_envs.core.worker_protocol import Reply, Reset, Step, apply_command, 
 from progpo_envs.server.codec import dumps, encode
 
 _UNKNOWN_INSTANCE = "unknown instance (closed, expired or never created)"
+#: The info key of the expert's next command, which no answer but :attr:`Op.EXPERT`'s carries.
+EXPERT_KEY = "expert_action"
+_NO_EXPERT = (
+    "this env has no expert: the server's operator turns it on (--env-kwargs '<env id>={\"expert\": true}')"
+)
 
 
 class Op(str, enum.Enum):
@@ -59,6 +71,7 @@ class Op(str, enum.Enum):
     GET = "get"  # the last observation and info
     RESET = "reset"  # args: seed, options, seq
     STEP = "step"  # args: action, seq
+    EXPERT = "expert"  # the expert's next command, kept out of every other answer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +95,14 @@ class Batch:
 @dataclasses.dataclass
 class Instance:
     """One env instance and what it last answered (for ``GET`` and for ``seq`` replays: ``last_reply`` holds
-    the last reset's or step's answer as a dict, its values encoded)."""
+    the last reset's or step's answer as a dict, its values encoded); ``expert``: the expert's next command
+    after that answer, kept apart from it (``has_expert``: the env reports one)."""
 
     env: Any
     observation: str | None = None
     info: dict | None = None
+    expert: str | None = None
+    has_expert: bool = False
     last_seq: int = 0
     last_call: str | None = None
     last_reply: Reply | None = None
@@ -201,6 +217,12 @@ class EnvWorker:
             return Reply.success(answer_bytes(answer) if raw else answer)
         if op in (Op.RESET, Op.STEP):
             return self._mutate(instance, op, args, raw)
+        if op is Op.EXPERT:
+            if instance.info is None:
+                return Reply.failure("the instance has not been reset yet", status=409)
+            if not instance.has_expert:
+                return Reply.failure(_NO_EXPERT, status=409)
+            return Reply.success({EXPERT_KEY: instance.expert})
         return Reply.failure(f"unknown operation {op!r}", status=400)
 
     def _mutate(self, instance: Instance, op: Op, args: dict[str, Any], raw: bool = False) -> Reply:
@@ -221,12 +243,14 @@ class EnvWorker:
                 return Reply.failure(f"out-of-order call: seq {seq}, expected {expected}", status=409)
         if op is Op.RESET:
             observation, info = apply_command(instance.env, Reset(args.get("seed"), args.get("options")))
+            info = self._keep_expert(instance, info)
             payload = {"observation": observation, "info": encode(info)}
         else:
             if instance.info is None:
                 return Reply.failure("call reset before step", status=409)
             step = apply_command(instance.env, Step(args["action"]))
             observation, reward, terminated, truncated, info = step
+            info = self._keep_expert(instance, info)
             payload = {
                 "observation": observation,
                 "reward": encode(float(reward)),
@@ -239,6 +263,17 @@ class EnvWorker:
         if seq is not None:
             instance.last_seq, instance.last_call, instance.last_reply = seq, call, reply
         return Reply.success(answer_bytes(payload)) if raw else reply
+
+    @staticmethod
+    def _keep_expert(instance: Instance, info: dict) -> dict:
+        """``info`` without the expert's command, which the instance keeps for :attr:`Op.EXPERT`."""
+        instance.has_expert = EXPERT_KEY in info
+        if not instance.has_expert:
+            instance.expert = None
+            return info
+        info = dict(info)
+        instance.expert = info.pop(EXPERT_KEY)
+        return info
 
     def close(self) -> None:
         """Close every instance (shutting down: a failing close is passed over)."""

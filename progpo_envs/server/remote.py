@@ -11,18 +11,23 @@ seed. Because it is a text env like the others, the group vector env works over 
 Networking (``transport``): by default every call is one message on the server's stream door (``GET
 /stream`` as a WebSocket, :mod:`progpo_envs.server.stream`): persistent connections shared by all the remote
 envs of the process to one server (:class:`~progpo_envs.server.websocket.ClientPool`: as many as the calls in
-flight), one frame per call and one per answer, the answer's JSON parsed once. Where the server has no
-stream door (it answers the upgrade with 400, 404, 405, 426 or 501: an older server, gunicorn, a proxy that
-drops the upgrade) or the environment names a proxy for its URL, the calls go to the HTTP routes instead
-(``transport="auto"``, the default; ``"stream"`` or ``"http"`` force one), one
-:class:`~progpo_envs.core.http_client.DeadlineSession` per env. Both give the same answers. Every call has a
-wall-clock deadline, ``timeout`` seconds for all its attempts together, so a server or proxy that answers a
-byte at a time cannot hold a trainer (the call fails with :class:`ServerUnavailableError` naming the
-deadline). Idempotent calls (reads, close, and reset/step, which carry a ``seq`` number the server
-deduplicates) are retried with exponential back-off on connection errors, timeouts and 502/503/504 while time
-is left; creating an instance is retried only when the connection was refused (nothing reached the server).
-When the server stays unreachable the error says so (:class:`ServerUnavailableError`); an instance the server
-no longer has raises :class:`InstanceLostError`.
+flight, at most :data:`MAX_CONNECTIONS_PER_SERVER`; past it a call waits for one), one frame per call and one
+per answer, the answer's JSON parsed once. Where the server has no stream door (it answers the upgrade with
+400, 404, 405, 426 or 501: an older server, gunicorn, a proxy that drops the upgrade) or the environment names
+a proxy for its URL, the calls go to the HTTP routes instead (``transport="auto"``, the default; ``"stream"``
+or ``"http"`` force one), on keep-alive connections shared and bounded the same way. Both give the same
+answers. Every call has a wall-clock deadline, ``timeout`` seconds for all its attempts together, so a server
+or proxy that answers a byte at a time cannot hold a trainer (the call fails with
+:class:`ServerUnavailableError` naming the deadline). Every call is retried with exponential back-off on
+connection errors (a connection closed before its answer, as a server closes an idle one to make room, among
+them), timeouts and 502/503/504 while time is left, because every call is safe to send twice: reads and
+close change nothing twice, a reset or step carries a ``seq`` number and a create an ``idempotency_key``,
+which the server answers from its first attempt when that one acted. When the server stays unreachable the
+error says so (:class:`ServerUnavailableError`); an instance the server no longer has raises
+:class:`InstanceLostError`; every error names the server's URL. A URL that cannot name a server (a port
+that is not a number from 1 to 65535, another scheme) is a :class:`ValueError` before any request
+(:func:`check_server_url`), and ``https://`` to a server that speaks plain HTTP fails at once (its TLS
+handshake cannot succeed; trying again does not help).
 
 :func:`step_batch` and :func:`reset_batch` act on many remote envs of one server in a single request, and
 :class:`RemoteGroupVectorEnv` (``make_vec``'s vector env for the remote id) uses them for every vector step.
@@ -40,10 +45,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import gymnasium as gym
 import requests
@@ -62,6 +69,8 @@ from progpo_envs.server.websocket import (
     DeadlineExceeded,
     ExchangeFailed,
     HandshakeRefused,
+    ProtocolError,
+    TLSFailed,
 )
 from webshop_server.clients import CLIENT_TOKEN_VAR
 
@@ -96,10 +105,46 @@ class InstanceLostError(RemoteEnvError):
     """The server no longer has this instance (expired, closed, or its worker died); make a new env."""
 
 
-def _refused(exc: requests.RequestException) -> bool:
-    """Whether the connection itself failed, so the request never reached the server."""
-    return isinstance(exc, requests.ConnectTimeout) or (
-        isinstance(exc, requests.ConnectionError) and "NewConnectionError" in repr(exc)
+def check_server_url(url: str) -> str:
+    """``url`` as an env server's base URL (spaces and a trailing ``/`` dropped), checked before any request:
+    ``http://`` or ``https://``, a host, a port from 1 to 65535 when one is named, no query or fragment (a
+    path prefix, as a proxy may mount the server under, is kept).
+
+    Raises:
+        ValueError: One line naming the URL and what is wrong with it.
+
+    Example:
+        >>> check_server_url(" http://127.0.0.1:8000/ ")
+        'http://127.0.0.1:8000'
+        >>> check_server_url("http://127.0.0.1:0")
+        Traceback (most recent call last):
+        ...
+        ValueError: env server url 'http://127.0.0.1:0': the port must be a number from 1 to 65535, not '0'
+    """
+    text = str(url).strip().rstrip("/")
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"an env server url must start with http:// or https:// and name a host, got {url!r}"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError(f"env server url {text!r}: a server's url has no query or fragment")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raw = parts.netloc.rsplit(":", 1)[-1]
+        raise ValueError(f"env server url {text!r}: the port must be a number from 1 to 65535, not {raw!r}")
+    return text
+
+
+def _tls_failure(url: str, detail: str) -> ServerUnavailableError:
+    """The error of a TLS handshake that failed: said at once, since trying again cannot help."""
+    return ServerUnavailableError(
+        None,
+        f"env server at {url}: {detail}; an http:// server named https:// fails so (check the url's scheme), "
+        "as does a certificate this machine does not trust",
     )
 
 
@@ -122,44 +167,98 @@ def stream_route(method: str, path: str) -> tuple[str, str | None] | None:
         return ("create", None) if method == "POST" else None
     if len(parts) == 2:
         return {"GET": ("get", parts[1]), "DELETE": ("close", parts[1])}.get(method)
-    ops = {("POST", "reset"), ("POST", "step"), ("GET", "observation"), ("GET", "available_actions")}
+    ops = {
+        ("POST", "reset"),
+        ("POST", "step"),
+        ("GET", "observation"),
+        ("GET", "available_actions"),
+        ("GET", "expert"),
+    }
     if len(parts) == 3 and (method, parts[2]) in ops:
         return parts[2], parts[1]
     return None
 
 
-@dataclasses.dataclass
-class _StreamDoor:
-    """One server's stream door as this process uses it: its connections, and why ``auto`` takes the HTTP
-    routes of that server instead (its answer to the upgrade; ``None``: it has the door)."""
+#: Connections one process opens to one server through each door, at most (:class:`ClientPool`): a quarter of
+#: the share of connections a server gives one client host (256 of its 1,024), so four processes of one host
+#: (a trainer's ranks, an evaluation beside them) fit in it; more calls in flight wait for a connection.
+MAX_CONNECTIONS_PER_SERVER = 64
 
-    pool: ClientPool
+
+class _HttpConnection:
+    """One keep-alive connection to a server's HTTP routes, as a :class:`ClientPool` lends it: a
+    :class:`~progpo_envs.core.http_client.DeadlineSession` that keeps one connection."""
+
+    def __init__(self, authorization: str | None, connect_timeout: float):
+        self.pid = os.getpid()
+        self.session = DeadlineSession(connect_timeout, connect_timeout=connect_timeout, pool_maxsize=1)
+        if authorization:
+            self.session.headers["Authorization"] = authorization
+
+    def stale(self) -> bool:
+        return os.getpid() != self.pid  # a dropped keep-alive connection is urllib3's to notice
+
+    def close(self) -> None:
+        self.session.close()
+
+
+@dataclasses.dataclass
+class _Connections:
+    """This process's connections to one server (for one client token), shared by all its remote envs: the
+    stream door's and the HTTP routes', each at most :data:`MAX_CONNECTIONS_PER_SERVER`, and why ``auto``
+    takes the HTTP routes of that server (its answer to the upgrade; ``None``: it has the stream door)."""
+
+    stream: ClientPool
+    http: ClientPool
     no_door: str | None = None
 
 
-_DOORS: dict[tuple[str, str | None, float, int], _StreamDoor] = {}
-_DOORS_LOCK = threading.Lock()
+_CONNECTIONS: dict[tuple[str, str | None, float, int], _Connections] = {}
+_CONNECTIONS_LOCK = threading.Lock()
 
 
-def _stream_door(url: str, authorization: str | None, connect_timeout: float) -> _StreamDoor:
-    """The process's :class:`_StreamDoor` of ``url`` for one client token (made on first use; a forked
+def _connections(url: str, authorization: str | None, connect_timeout: float) -> _Connections:
+    """The process's :class:`_Connections` to ``url`` for one client token (made on first use; a forked
     process makes its own)."""
     key = (url, authorization, connect_timeout, os.getpid())
-    with _DOORS_LOCK:
-        door = _DOORS.get(key)
-        if door is None:
+    with _CONNECTIONS_LOCK:
+        connections = _CONNECTIONS.get(key)
+        if connections is None:
             ws_url = "ws" + url[len("http") :] + STREAM_PATH  # http -> ws, https -> wss
             headers = {"Authorization": authorization} if authorization else {}
-            door = _DOORS[key] = _StreamDoor(ClientPool(ws_url, headers, connect_timeout=connect_timeout))
-        return door
+            connections = _CONNECTIONS[key] = _Connections(
+                ClientPool(
+                    ws_url,
+                    headers,
+                    connect_timeout=connect_timeout,
+                    max_connections=MAX_CONNECTIONS_PER_SERVER,
+                ),
+                ClientPool(
+                    url,
+                    max_connections=MAX_CONNECTIONS_PER_SERVER,
+                    opener=lambda _deadline: _HttpConnection(authorization, connect_timeout),
+                ),
+            )
+        return connections
 
 
-class _Unreached(Exception):
-    """An attempt that never reached the server (a refused connection): safe to retry, whatever the call."""
+def largest_stream_connections() -> dict[str, int]:
+    """Per server this process reached through its stream door (by ``ws://`` URL): the most bytes, calls and
+    answers together, that one of its connections carried (a long run's soak checks that no bound is per
+    connection)."""
+    with _CONNECTIONS_LOCK:
+        pools = [c.stream for key, c in _CONNECTIONS.items() if key[3] == os.getpid()]
+    largest: dict[str, int] = {}
+    for pool in pools:
+        largest[pool.url] = max(largest.get(pool.url, 0), pool.largest_connection_bytes)
+    return largest
 
 
-class _Failed(Exception):
-    """An attempt that failed once it may have reached the server."""
+class _AttemptFailed(Exception):
+    """An attempt that got no answer (no connection, a connection closed or reset, no answer by the
+    deadline): tried again while time is left. Every call is safe to send again: reads and close change
+    nothing twice, a reset or step carries its ``seq`` and a create its ``idempotency_key``, which the server
+    answers from the first attempt when it had acted."""
 
 
 class _Client:
@@ -175,34 +274,29 @@ class _Client:
         token: str | None = None,
         transport: str = "auto",
     ):
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"url must start with http:// or https://, got {url!r}")
+        url = check_server_url(url)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-        self.url = url.rstrip("/")
+        self.url = url
         self.timeout = float(timeout)
         self.retries = int(retries)
         self.backoff = float(backoff)
-        self.session = DeadlineSession(self.timeout, connect_timeout=connect_timeout)
         token = token if token is not None else os.environ.get(CLIENT_TOKEN_VAR)
         authorization = f"Bearer {token}" if token else None
-        if authorization:
-            self.session.headers["Authorization"] = authorization
-        self.stream: _StreamDoor | None = None
+        self.connections = _connections(self.url, authorization, float(connect_timeout))
         proxied = transport == "auto" and bool(requests.utils.get_environ_proxies(self.url))
-        if transport != "http" and not proxied:
-            self.stream = _stream_door(self.url, authorization, float(connect_timeout))
+        self.stream_allowed = transport != "http" and not proxied
         self.transport = transport
 
     def uses_stream(self) -> bool:
         """Whether calls go to the stream door (``False`` once ``auto`` found the server without one)."""
-        if self.stream is None:
+        if not self.stream_allowed:
             return False
-        return self.transport == "stream" or self.stream.no_door is None
+        return self.transport == "stream" or self.connections.no_door is None
 
-    def request(self, method: str, path: str, body: dict | None = None, *, idempotent: bool = True) -> Any:
+    def request(self, method: str, path: str, body: dict | None = None) -> Any:
         last: str = ""
         deadline = time.monotonic() + self.timeout
         route = stream_route(method, path)
@@ -222,24 +316,15 @@ class _Client:
                 if route is not None and self.uses_stream():
                     status, answer = self._stream_attempt(route, body, time.monotonic() + left)
                 else:
-                    status, answer = self._http_attempt(method, path, body, left)
-            except _Unreached as exc:
+                    status, answer = self._http_attempt(method, path, body, time.monotonic() + left)
+            except _AttemptFailed as exc:
                 last = str(exc)
                 continue
-            except _Failed as exc:
-                last = str(exc)
-                if idempotent:
-                    continue
-                raise ServerUnavailableError(
-                    None,
-                    f"env server at {self.url} failed during {method} {path} "
-                    f"({last}); the call may or may not have happened",
-                ) from exc
-            if status in _RETRY_STATUSES and (idempotent or status == 503):
+            if status in _RETRY_STATUSES:
                 last = f"HTTP {status}: {self._message(answer)}"
                 continue
-            if status >= 400:
-                message = self._message(answer)
+            if status >= 400:  # the server's message, and where it came from
+                message = f"{self._message(answer)} ({method} {self.url}{path})"
                 if status in (404, 410) and path.startswith("/instances/"):
                     raise InstanceLostError(status, message)
                 raise RemoteEnvError(status, message)
@@ -249,43 +334,65 @@ class _Client:
         )
 
     def _stream_attempt(self, route: tuple[str, str | None], body: dict | None, deadline: float) -> tuple:
-        """One call on the stream door: ``(status, answer)``; raises :class:`_Unreached` or :class:`_Failed`
-        (``auto``: a server without the door answers on the HTTP routes instead)."""
+        """One call on the stream door: ``(status, answer)``; raises :class:`_AttemptFailed` (``auto``: a
+        server without the door answers on the HTTP routes instead)."""
         op, instance_id = route
         message = {"op": op, "body": body or {}}
         if instance_id is not None:
             message["instance_id"] = instance_id
         payload = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("ascii")
         try:
-            answer = json.loads(self.stream.pool.exchange(payload, deadline))
+            answer = json.loads(self.connections.stream.exchange(payload, deadline))
         except HandshakeRefused as exc:
             no_door = exc.status < 400 or exc.status in _NO_STREAM_DOOR
             if no_door and self.transport == "auto":
-                self.stream.no_door = f"HTTP {exc.status}: {exc.message}"
-                raise _Unreached(f"no stream door ({self.stream.no_door}); the HTTP routes next") from exc
+                self.connections.no_door = f"HTTP {exc.status}: {exc.message}"
+                raise _AttemptFailed(
+                    f"no stream door ({self.connections.no_door}); the HTTP routes next"
+                ) from exc
             if no_door:
                 return 501, {"error": f"the server has no stream door (HTTP {exc.status}: {exc.message})"}
             return exc.status, {"error": exc.message}
+        except TLSFailed as exc:
+            raise _tls_failure(self.url, str(exc)) from exc
         except ExchangeFailed as exc:
             cause = exc.cause
             if isinstance(cause, ConnectionClosed) and cause.code == CLOSE_TOO_BIG:
                 return 413, {"error": f"the message is too large for the server ({cause})"}
-            raise _Failed(f"{type(cause).__name__}: {cause}") from exc
+            if isinstance(cause, ProtocolError) and cause.code == CLOSE_TOO_BIG:  # an answer too big for us
+                raise RemoteEnvError(
+                    None, f"env server at {self.url} answered {op} with {cause.reason} (this client's limit)"
+                ) from exc
+            raise _AttemptFailed(f"{type(cause).__name__}: {cause}") from exc
         except (OSError, DeadlineExceeded) as exc:  # no connection: nothing was sent
-            raise _Unreached(f"{type(exc).__name__}: {exc}") from exc
+            raise _AttemptFailed(f"{type(exc).__name__}: {exc}") from exc
         except ValueError as exc:  # an answer that is not JSON
             raise RemoteEnvError(
                 None, f"env server at {self.url} answered {op} with a message that is not JSON"
             ) from exc
         return answer["status"], answer["body"]
 
-    def _http_attempt(self, method: str, path: str, body: dict | None, left: float) -> tuple:
-        """One HTTP request: ``(status, answer)``; raises :class:`_Unreached` or :class:`_Failed`."""
+    def _http_attempt(self, method: str, path: str, body: dict | None, deadline: float) -> tuple:
+        """One HTTP request: ``(status, answer)``; raises :class:`_AttemptFailed`."""
+        pool = self.connections.http
         try:
-            response = self.session.request(method, self.url + path, json=body, deadline=left)
+            connection = pool.connect(deadline)
+        except DeadlineExceeded as exc:
+            raise _AttemptFailed(str(exc)) from exc
+        try:
+            response = connection.session.request(
+                method, self.url + path, json=body, deadline=deadline - time.monotonic()
+            )
+        except requests.exceptions.SSLError as exc:
+            pool.discard(connection)
+            raise _tls_failure(self.url, f"the TLS handshake failed ({exc})") from exc
         except requests.RequestException as exc:
-            failure = f"{type(exc).__name__}: {exc}"
-            raise (_Unreached(failure) if _refused(exc) else _Failed(failure)) from exc
+            pool.discard(connection)
+            raise _AttemptFailed(f"{type(exc).__name__}: {exc}") from exc
+        except BaseException:
+            pool.discard(connection)
+            raise
+        pool.give_back(connection)
         try:
             return response.status_code, response.json()
         except ValueError:  # a proxy's error page, or an answer cut short
@@ -320,7 +427,10 @@ class RemoteEnv(gym.Env[str, str]):
         transport: ``"auto"`` (the stream door where the server has one, else the HTTP routes), ``"stream"``
             or ``"http"`` (see the module docstring).
         render_mode: ``"ansi"`` or ``None``.
-        **env_kwargs: Constructor kwargs of the hosted env (the server's allow-list applies).
+        **env_kwargs: Constructor kwargs of the hosted env (the server's allow-list applies). With
+            ``expert=True`` (allowed where the operator turned the expert on) each info gets the expert's
+            next command, ``info["expert_action"]``, as in process: the server's answers never carry it, so
+            this env reads it from its own route after every reset and step.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -348,9 +458,14 @@ class RemoteEnv(gym.Env[str, str]):
         self.render_mode = render_mode
         self.env_id = env_id
         self._client = _Client(url, timeout, connect_timeout, retries, backoff, token, transport)
-        meta = self._client.request(
-            "POST", "/instances", {"env_id": env_id, "kwargs": encode(env_kwargs)}, idempotent=False
-        )
+        # the key makes the create safe to send again: a server that made the instance answers the retry
+        # with it instead of making a second one
+        create = {
+            "env_id": env_id,
+            "kwargs": encode(env_kwargs),
+            "idempotency_key": secrets.token_urlsafe(16),
+        }
+        meta = self._client.request("POST", "/instances", create)
         self.instance_id: str | None = meta["instance_id"]
         self.num_tasks: int | None = meta.get("num_tasks")
         self.max_steps: int | None = meta.get("max_steps")
@@ -362,6 +477,7 @@ class RemoteEnv(gym.Env[str, str]):
         self._seq = 0
         self._steps = 0
         self._observation: str | None = None
+        self._expert = bool(env_kwargs.get("expert"))
 
     @property
     def url(self) -> str:
@@ -393,7 +509,17 @@ class RemoteEnv(gym.Env[str, str]):
 
     def _apply_reset(self, answer: dict) -> tuple[str, dict]:
         self._observation, self._steps = answer["observation"], 0
-        return answer["observation"], decode(answer["info"])
+        return answer["observation"], self._with_expert(decode(answer["info"]))
+
+    def _with_expert(self, info: dict) -> dict:
+        if self._expert:
+            info["expert_action"] = self.expert_action()
+        return info
+
+    def expert_action(self) -> str | None:
+        """The expert's next command (``None`` once it has none), from the server's expert route: where the
+        operator turned the expert on (else :class:`RemoteEnvError`, 409)."""
+        return self._client.request("GET", self._path("/expert"))["expert_action"]
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         """Step the remote instance; a non-string action is sent as an invalid action, as in-process."""
@@ -413,7 +539,7 @@ class RemoteEnv(gym.Env[str, str]):
             float(decode(answer["reward"])),
             bool(answer["terminated"]),
             bool(answer["truncated"]),
-            decode(answer["info"]),
+            self._with_expert(decode(answer["info"])),
         )
 
     def available_actions(self) -> Any:
@@ -429,24 +555,16 @@ class RemoteEnv(gym.Env[str, str]):
         """Actions taken in the current episode."""
         return self._steps
 
-    def abandon(self) -> None:
-        """Forget the instance without a request: its server is gone (a close would only wait out the
-        retries). A server that comes back expires the instance by its idle timeout."""
-        if getattr(self, "instance_id", None) is not None:
-            self.instance_id = None
-            self._client.session.close()
-
     def close(self) -> None:
         """Close the remote instance (quietly if it is already gone or the server is down)."""
         if getattr(self, "instance_id", None) is None:
             return
         try:
-            self._client.request("DELETE", self._path(), idempotent=True)
+            self._client.request("DELETE", self._path())
         except RemoteEnvError:
             pass  # expired, lost with its worker, or the server is gone: nothing left to close
         finally:
             self.instance_id = None
-            self._client.session.close()
 
 
 def _unwrap_remote(env: gym.Env) -> RemoteEnv:
@@ -492,7 +610,8 @@ def _batch(kind: str, remotes: list[RemoteEnv], bodies: list[dict[str, Any]], ap
                 break
             positions = not_run
     if failures:
-        error = RemoteEnvError(None, f"batch {kind} failed for " + "; ".join(failures))
+        servers = ", ".join(sorted({remote.url for remote in remotes}))
+        error = RemoteEnvError(None, f"batch {kind} on {servers} failed for " + "; ".join(failures))
         error.results = results  # type: ignore[attr-defined]
         error.statuses = statuses  # type: ignore[attr-defined]
         raise error

@@ -22,10 +22,13 @@ Example:
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 
 from flask import Flask
 
+from progpo_base.usage import UsageError
 from progpo_envs.server.stream import stream_channel_class
 from webshop_server.serving import make_server
 from webshop_server.serving import serve_until_stopped as serve_app_until_stopped
@@ -34,10 +37,52 @@ from webshop_server.serving import serve_until_stopped as serve_app_until_stoppe
 DEFAULT_THREADS = 48
 
 
-def make_wsgi_server(app: Flask, host: str = "127.0.0.1", port: int = 8000, threads: int = DEFAULT_THREADS):
-    """A waitress server for ``app`` (``port=0`` picks a free port: read ``server.effective_port``); for the
-    env server's app its channels also serve the stream door (:mod:`progpo_envs.server.stream`)."""
-    server = make_server(app, host=host, port=port, threads=threads, ident="progpo-env-server")
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (``port=0``: a free one), for the server to listen on.
+
+    ``progpo serve`` binds it before anything slow (env workers, loading the env), so a port in use, an
+    address that is not this machine's or a privileged port is one line with the fix (:class:`UsageError`)
+    within a second, on either door, instead of a traceback after the start-up.
+    """
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as error:
+        raise UsageError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as waitress and uvicorn set it
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            message = (
+                f"port {port} on {host} is in use (another server listens there): stop that server, or give "
+                "another --port (--port 0 picks a free one)"
+            )
+        elif error.errno == errno.EADDRNOTAVAIL:
+            message = f"--host {host} is not an address of this machine: give one of its addresses"
+        elif error.errno == errno.EACCES:
+            message = f"port {port} is privileged (below 1024) and not for this user: give another --port"
+        else:
+            message = f"cannot listen on {host}:{port}: {error.strerror or error}"
+        raise UsageError(message) from None
+    except (socket.gaierror, OverflowError) as error:  # a host name that does not resolve; a port > 65535
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {error}") from None
+    return sock
+
+
+def make_wsgi_server(
+    app: Flask,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    threads: int = DEFAULT_THREADS,
+    sock: socket.socket | None = None,
+):
+    """A waitress server for ``app`` (``port=0`` picks a free port: read ``server.effective_port``; ``sock``:
+    a socket bound already, :func:`listening_socket`, instead of ``host`` and ``port``); for the env server's
+    app its channels also serve the stream door (:mod:`progpo_envs.server.stream`)."""
+    server = make_server(app, host=host, port=port, threads=threads, ident="progpo-env-server", sock=sock)
     native = app.extensions.get("progpo_native")
     if native is not None:
         server.channel_class = stream_channel_class(native)

@@ -11,19 +11,21 @@ request line and headers to parse, no Flask, no second encoding.
 The door is waitress's channel itself (:class:`StreamChannel`, the server's channel class), so a stream
 connection is held to everything an HTTP connection is: the connection limit and the per-host share of
 connections (:class:`~webshop_server.serving.FairShareChannel`, counted as it is accepted), the idle timeout
-(a connection with no call in flight for ``channel_timeout`` seconds is closed; the client opens a new one),
-the drain on SIGTERM (a call in flight counts as a request in flight). Frames are read on waitress's event
-loop, so a slow or idle client costs a connection, never a thread; a whole message becomes a task for
-waitress's threads, as a whole HTTP request does. Per call, the limits of the HTTP routes: a message of at
-most :data:`~progpo_envs.server.request_args.MAX_REQUEST_BYTES` (a longer one is answered 413 from its
-frame's header, its payload dropped unread as it arrives, as HTTP answers a body too large), at most
-:data:`~progpo_envs.server.request_args.MAX_JSON_VALUES` JSON values, the decode budget of its size, the
-pool's instance limits and per-client share (the client is identified once, at the upgrade: its host, or
-its ``Authorization: Bearer`` client token; an unknown token is refused with the HTTP 401 of any route). A
-mistake in a message is answered with its 4xx status and the connection stays; a protocol error (an
-unmasked frame, reserved bits, a bad opcode) closes it with 1002, a fragmented message past the limit with
-1009. A client may send a few messages before reading the answers (:data:`MAX_QUEUED_MESSAGES`); past that
-the channel stops reading until the answers are out.
+(a connection with no call in flight and no whole frame for ``channel_timeout`` seconds is closed, whatever
+its parser holds: a trickled frame that never ends is not activity; the client opens a new one), the drain on
+SIGTERM (a call in flight counts as a request in flight; then each connection gets a 1001 close). Frames are
+read on waitress's event loop, so a slow or idle client costs a connection, never a thread; a whole message
+becomes a task for waitress's threads, as a whole HTTP request does. Per call (never per connection), the
+limits of the HTTP routes: a message of at most :data:`~progpo_envs.server.request_args.MAX_REQUEST_BYTES` (a
+longer one is answered 413 from its frame's header, its payload dropped unread as it arrives, as HTTP answers
+a body too large; an unfinished one past waitress's ``inbuf_overflow`` waits in a temporary file, as a body
+does), at most :data:`~progpo_envs.server.request_args.MAX_JSON_VALUES` JSON values, the decode budget of its
+size, the pool's instance limits and per-client share (the client is identified once, at the upgrade: its
+host, or its ``Authorization: Bearer`` client token; an unknown token is refused with the HTTP 401 of any
+route). A mistake in a message is answered with its 4xx status and the connection stays; a protocol error (an
+unmasked frame, reserved bits, a bad opcode, bytes sent behind the upgrade request before its 101) closes it
+with 1002, a fragmented message past the limit with 1009. A client may send a few messages before reading the
+answers (:data:`MAX_QUEUED_MESSAGES`); past that the channel stops reading until the answers are out.
 
 Example (the client side is ``progpo/Remote-v0``'s, :mod:`progpo_envs.server.remote`)::
 
@@ -37,6 +39,7 @@ Example (the client side is ``progpo/Remote-v0``'s, :mod:`progpo_envs.server.rem
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -47,7 +50,9 @@ from progpo_envs.server.native import error_status, json_bytes, run_op
 from progpo_envs.server.pool import ServerError
 from progpo_envs.server.request_args import MAX_JSON_VALUES, MAX_REQUEST_BYTES, request_budget
 from progpo_envs.server.websocket import (
+    CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
+    CLOSE_PROTOCOL_ERROR,
     MESSAGE_TOO_BIG,
     OP_BINARY,
     OP_CLOSE,
@@ -86,8 +91,9 @@ class _Message:
 
 
 def _is_upgrade(request: Any) -> bool:
-    """Whether a parsed HTTP request is a valid upgrade to the stream door."""
-    if request.error or request.command != "GET" or request.path != STREAM_PATH:
+    """Whether a parsed HTTP request is a valid upgrade to the stream door (``//stream`` is ``/stream``, as
+    the app's routes take it)."""
+    if request.error or request.command != "GET" or re.sub("/+", "/", request.path) != STREAM_PATH:
         return False
     headers = request.headers
     return handshake_problem(lambda name: headers.get(name.upper().replace("-", "_"))) is None
@@ -105,6 +111,7 @@ class StreamChannel(FairShareChannel):
         self.native = native
         self.parser: FrameParser | None = None  # set once upgraded
         self.client: str | None = None
+        self.leaving = False  # the server is stopping: a 1001 close once the calls in flight are answered
         super().__init__(server, sock, addr, adj, map)
 
     # --- the event loop's side ---
@@ -114,9 +121,26 @@ class StreamChannel(FairShareChannel):
         return not (
             self.will_close
             or self.close_when_flushed
+            or self.leaving
             or len(self.requests) >= MAX_QUEUED_MESSAGES
             or self.total_outbufs_len
         )
+
+    def handle_read(self) -> None:
+        if self.parser is None:
+            super().handle_read()
+            return
+        # waitress counts every byte as activity; on the stream door activity is a whole frame, so a peer that
+        # trickles an unfinished frame is idle, and the idle deadline closes it whatever the parser holds
+        try:
+            data = self.recv(self.adj.recv_bytes)
+        except OSError:
+            self.handle_close()
+            return
+        if data:
+            self.received(data)
+        else:
+            self.connected = False
 
     def received(self, data: bytes) -> bool:
         if self.parser is None:
@@ -130,6 +154,8 @@ class StreamChannel(FairShareChannel):
                 self.native.stats.count(f"stream_closed_{exc.code}")
                 self._end(exc.code, exc.reason)
                 return False
+            if frames:
+                self.last_activity = time.time()
             for opcode, payload in frames:
                 if opcode in (OP_TEXT, OP_BINARY, MESSAGE_TOO_BIG):
                     self.requests.append(_Message(payload if opcode != MESSAGE_TOO_BIG else None))
@@ -166,8 +192,25 @@ class StreamChannel(FairShareChannel):
     def _end(self, code: int, reason: str) -> None:
         """Send a close frame, drop what is queued, close once it is out (``requests_lock`` held)."""
         self._queue(encode_frame(OP_CLOSE, close_payload(code, reason), mask=False))
+        for request in self.requests:
+            request.close()
         self.requests = []
         self.close_when_flushed = True
+
+    def going_away(self) -> None:
+        """The server is stopping (its drain, on the event loop): read no more calls, and close with 1001 once
+        the calls in flight are answered (at once when none is)."""
+        if self.parser is None:
+            return
+        with self.requests_lock:
+            self.leaving = True
+            if not self.requests and not self.close_when_flushed:
+                self._end(CLOSE_GOING_AWAY, "the server is stopping")
+
+    def handle_close(self) -> None:
+        if self.parser is not None:
+            self.parser.close()  # an unfinished message's temporary file with it
+        super().handle_close()
 
     # --- the task threads' side ---
     def service(self) -> None:
@@ -190,6 +233,8 @@ class StreamChannel(FairShareChannel):
             more = self.connected and bool(self.requests)
             if more:
                 self.server.add_task(self)
+            elif self.leaving and not self.close_when_flushed:
+                self._end(CLOSE_GOING_AWAY, "the server is stopping")
         self.last_activity = time.time()
         # wake the event loop only when it must change what it waits for: reading again after a full queue,
         # or writing what the socket did not take
@@ -212,11 +257,17 @@ class StreamChannel(FairShareChannel):
         ).encode("ascii")
         self.native.stats.count("stream_connections")
         with self.requests_lock:
-            early = self.request is not None  # bytes after the upgrade request, sent before its answer
+            # bytes after the upgrade request, sent before its answer (a client must wait for the 101): a
+            # request still being parsed, or whole ones queued behind it (an HTTP request pipelined in the
+            # same packet); they are refused with 1002, never served as messages
+            early = self.request is not None or any(r is not request for r in self.requests)
+            if self.request is not None:
+                self.request.close()
             self.request = None
             # before the 101: what follows it is frames (the upgrade request stays in ``requests`` until the
-            # 101 is out, so the event loop flushes only with the outbuf lock meanwhile)
-            self.parser = FrameParser(MAX_REQUEST_BYTES, masked=True)
+            # 101 is out, so the event loop flushes only with the outbuf lock meanwhile); an unfinished
+            # message past waitress's in-memory bound for a request body goes to a file, as a body does
+            self.parser = FrameParser(MAX_REQUEST_BYTES, masked=True, spill_bytes=self.adj.inbuf_overflow)
         try:
             self.write_soon(response)
         except ClientDisconnected:
@@ -226,7 +277,7 @@ class StreamChannel(FairShareChannel):
             if self.requests and self.requests[0] is request:
                 self.requests.pop(0)
             if early:
-                self._end(1002, "frames sent before the handshake's answer")
+                self._end(CLOSE_PROTOCOL_ERROR, "data sent before the handshake's answer")
             elif self.connected and self.requests:  # messages read since the 101 went out
                 self.server.add_task(self)
         self.last_activity = time.time()

@@ -53,6 +53,7 @@ from webshop_server.serving import (
     RESERVED_FILES,
     connection_to_close,
     connections_per_host,
+    limit_malloc_arenas,
     quiet_floods,
     raise_open_file_limit,
 )
@@ -168,6 +169,7 @@ def uvicorn_config(
     bytes (a larger one closes its connection, code 1009), ``drain_timeout`` seconds for the open connections
     on a stop."""
     raise_open_file_limit(protocol.connection_limit + max_sessions + ACCEPT_BACKLOG + RESERVED_FILES)
+    limit_malloc_arenas()
     config = uvicorn.Config(
         app,
         http=protocol,

@@ -9,15 +9,19 @@ holds what both ends share and nothing that needs a server: no waitress, no Flas
   an upgrade request (the status and message it is refused with), :func:`accept_key` — the handshake's
   ``Sec-WebSocket-Accept`` for a ``Sec-WebSocket-Key``;
 * :func:`encode_frame` — one final frame (masked, as a client sends, or not, as a server does);
-* :class:`FrameParser` — bytes in, whole messages and control frames out, bounded: a frame longer than
+* :class:`FrameParser` — bytes in, whole messages and control frames out, bounded per message (never per
+  connection: a connection carries any number of messages for as long as it lives): a frame longer than
   ``max_message`` bytes is never buffered (its payload is skipped as it arrives and the parser reports it,
-  :data:`MESSAGE_TOO_BIG`, so the server answers it as HTTP answers a body too large); a fragmented message
-  that grows past it, an unmasked frame where masking is required, reserved bits, an unknown opcode or a
-  fragmented or long control frame is a :class:`ProtocolError` with its close code (1009, 1002);
+  :data:`MESSAGE_TOO_BIG`, so the server answers it as HTTP answers a body too large); a frame declaring far
+  more, a fragmented message that grows past it, an unmasked frame where masking is required, reserved bits,
+  an unknown opcode, a 64-bit length with its top bit set or a fragmented or long control frame is a
+  :class:`ProtocolError` with its close code (1009, 1002); an unfinished message past ``spill_bytes`` waits in
+  a temporary file, not in memory;
 * :class:`WebSocketClient` — a client connection (``ws://`` or ``wss://``) whose every call finishes or fails
   by a wall-clock deadline: each read waits at most the time left, so a server that trickles a byte at a time
   cannot hold it (:class:`DeadlineExceeded`). A server that answers the handshake with an HTTP status other
-  than 101 raises :class:`HandshakeRefused` with that status (a server without the door, a proxy).
+  than 101 raises :class:`HandshakeRefused` with that status (a server without the door, a proxy); a TLS
+  handshake that fails, or gets no answer within the connect timeout, :class:`TLSFailed`.
 
 Only what the door needs of RFC 6455 is here: no extensions (no compression), no subprotocols. Fragmented
 messages are accepted and reassembled; this side always sends each message as one frame.
@@ -43,8 +47,10 @@ import select
 import socket
 import ssl
 import struct
+import tempfile
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 #: The path of the env server's stream door (``GET`` with ``Upgrade: websocket``).
@@ -138,25 +144,67 @@ class ProtocolError(Exception):
 class FrameParser:
     """One direction's frames, parsed as bytes arrive (see the module docstring).
 
+    Every bound is per message, never per connection: a connection carries any number of messages of at most
+    ``max_message`` bytes each, for as long as it lives.
+
     Args:
-        max_message: Most bytes of one message (its fragments together); past it, :class:`ProtocolError`
-            1009 as soon as a frame's header says so.
+        max_message: Most bytes of one message (its fragments together). A single frame over it is dropped
+            as it arrives and reported (:data:`MESSAGE_TOO_BIG`); a fragmented message that grows past it is
+            :class:`ProtocolError` 1009, as soon as a frame's header says so.
         masked: Whether the frames must be masked (a server reads masked frames, a client unmasked ones).
+        spill_bytes: Most bytes of an unfinished message kept in memory (``None``: no bound below
+            ``max_message``, as a client reading its own server's answers wants). A frame declared longer,
+            and a fragmented message once longer, go to a temporary file as they arrive, as waitress spills a
+            request body past its ``inbuf_overflow``: a peer that sends all of a large frame but its last byte
+            holds a descriptor and disk, not memory.
+        max_skip: Most bytes of an over-long frame dropped so that the connection can go on (default: 8
+            times ``max_message``); a frame declared longer is :class:`ProtocolError` 1009 at once, since
+            waiting for it to pass would leave the connection silent for as long as the peer keeps sending.
     """
 
-    def __init__(self, max_message: int, masked: bool):
+    def __init__(
+        self, max_message: int, masked: bool, *, spill_bytes: int | None = None, max_skip: int | None = None
+    ):
         self.max_message = int(max_message)
         self.masked = masked
+        self.spill_bytes = self.max_message if spill_bytes is None else int(spill_bytes)
+        self.max_skip = 8 * self.max_message if max_skip is None else int(max_skip)
         self._buffer = bytearray()
-        self._fragments: list[bytes] = []
+        self._long_frame: _SpooledFrame | None = None  # a frame longer than spill_bytes, being received
+        self._fragments: _Spool | None = None  # the fragments so far of a fragmented message
         self._fragment_opcode: int | None = None
-        self._fragment_bytes = 0
         self._skipping = 0  # payload bytes of a frame too long, still to drop
 
     @property
     def buffered(self) -> int:
-        """Bytes received and not yet part of a whole frame."""
-        return len(self._buffer) + self._skipping
+        """Bytes received and not yet part of a whole message (in memory or spilled)."""
+        pending = len(self._buffer) + self._skipping
+        if self._long_frame is not None:
+            pending += self._long_frame.received
+        if self._fragments is not None:
+            pending += self._fragments.size
+        return pending
+
+    @property
+    def buffered_in_memory(self) -> int:
+        """The part of :attr:`buffered` held in this process's memory (the rest is on disk or skipped)."""
+        in_memory = len(self._buffer)
+        if self._long_frame is not None:
+            in_memory += self._long_frame.spool.in_memory
+        if self._fragments is not None:
+            in_memory += self._fragments.in_memory
+        return in_memory
+
+    def close(self) -> None:
+        """Drop what is buffered (its temporary files with it)."""
+        self._buffer.clear()
+        if self._long_frame is not None:
+            self._long_frame.spool.close()
+            self._long_frame = None
+        if self._fragments is not None:
+            self._fragments.close()
+            self._fragments = None
+        self._fragment_opcode, self._skipping = None, 0
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         """Take ``data``; return the messages it completed, as ``(opcode, payload)``: ``OP_TEXT`` or
@@ -171,9 +219,15 @@ class FrameParser:
                 self._skipping -= dropped
                 if self._skipping:
                     return out
-            frame = self._next_frame()
-            if frame is None:
-                return out
+            if self._long_frame is not None:
+                frame = self._long_frame.take(self._buffer)
+                if frame is None:
+                    return out
+                self._long_frame = None
+            else:
+                frame = self._next_frame()
+                if frame is None:
+                    return out
             fin, opcode, payload = frame
             if opcode in _CONTROL_OPCODES or opcode == MESSAGE_TOO_BIG:
                 out.append((opcode, payload))
@@ -188,10 +242,11 @@ class FrameParser:
                 continue
             else:
                 self._fragment_opcode = opcode
-            self._fragments.append(payload)
+                self._fragments = _Spool(self.spill_bytes)
+            self._fragments.write(payload)
             if fin:
-                out.append((self._fragment_opcode, b"".join(self._fragments)))
-                self._fragments, self._fragment_opcode, self._fragment_bytes = [], None, 0
+                out.append((self._fragment_opcode, self._fragments.read_all()))
+                self._fragments, self._fragment_opcode = None, None
 
     def _next_frame(self) -> tuple[bool, int, bytes] | None:
         buffer = self._buffer
@@ -216,15 +271,27 @@ class FrameParser:
             if len(buffer) < 10:
                 return None
             (length,), offset = struct.unpack_from("!Q", buffer, 2), 10
+            if length >> 63:
+                raise ProtocolError(CLOSE_PROTOCOL_ERROR, "a 64-bit length's most significant bit must be 0")
         if opcode in _CONTROL_OPCODES and (not fin or length > 125):
             raise ProtocolError(CLOSE_PROTOCOL_ERROR, "a control frame must be final and at most 125 bytes")
-        if opcode in _DATA_OPCODES and self._fragment_bytes + length > self.max_message:
-            if not fin or self._fragment_opcode is not None:
-                raise ProtocolError(CLOSE_TOO_BIG, f"a message of more than {self.max_message} bytes")
-            del buffer[:offset]  # the header; its mask key and payload are dropped as they come
-            self._skipping = (4 if masked else 0) + length
-            return True, MESSAGE_TOO_BIG, b""
-        end = offset + (4 if masked else 0) + length
+        key_bytes = 4 if masked else 0
+        if opcode in _DATA_OPCODES:
+            so_far = self._fragments.size if self._fragments is not None else 0  # of a fragmented message
+            if so_far + length > self.max_message:
+                if not fin or self._fragment_opcode is not None or length > self.max_skip:
+                    raise ProtocolError(CLOSE_TOO_BIG, f"a message of more than {self.max_message} bytes")
+                del buffer[:offset]  # the header; its mask key and payload are dropped as they come
+                self._skipping = key_bytes + length
+                return True, MESSAGE_TOO_BIG, b""
+            if length > self.spill_bytes and len(buffer) < offset + key_bytes + length:
+                if len(buffer) < offset + key_bytes:  # the mask key first: the header waits in the buffer
+                    return None
+                key = bytes(buffer[offset : offset + key_bytes])
+                del buffer[: offset + key_bytes]
+                self._long_frame = _SpooledFrame(fin, opcode, key, length, self.spill_bytes)
+                return self._long_frame.take(buffer)  # None: the rest is still to come
+        end = offset + key_bytes + length
         if len(buffer) < end:
             return None
         if masked:
@@ -233,9 +300,59 @@ class FrameParser:
         else:
             payload = bytes(buffer[offset:end])
         del buffer[:end]
-        if opcode in _DATA_OPCODES:
-            self._fragment_bytes += length
         return fin, opcode, payload
+
+
+class _Spool:
+    """Bytes written in order and read back once: in memory up to ``spill_bytes``, then in a temporary file
+    (removed when closed or read)."""
+
+    def __init__(self, spill_bytes: int):
+        self.file = tempfile.SpooledTemporaryFile(max_size=spill_bytes)
+        self.spill_bytes = spill_bytes
+        self.size = 0
+
+    @property
+    def in_memory(self) -> int:
+        """Bytes held in memory (0 once past ``spill_bytes``: the file rolled over to disk)."""
+        return self.size if self.size <= self.spill_bytes else 0
+
+    def write(self, data: bytes | bytearray) -> None:
+        self.file.write(data)
+        self.size += len(data)
+
+    def read_all(self) -> bytes:
+        """Everything written; the spool is closed."""
+        self.file.seek(0)
+        data = self.file.read()
+        self.close()
+        return data
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class _SpooledFrame:
+    """A frame longer than ``spill_bytes``: its payload goes to a :class:`_Spool` as it arrives and is
+    unmasked once whole."""
+
+    def __init__(self, fin: bool, opcode: int, key: bytes | None, length: int, spill_bytes: int):
+        self.fin, self.opcode, self.key, self.length = fin, opcode, key, length
+        self.spool = _Spool(spill_bytes)
+
+    @property
+    def received(self) -> int:
+        return self.spool.size
+
+    def take(self, buffer: bytearray) -> tuple[bool, int, bytes] | None:
+        """Move the payload's next bytes out of ``buffer``; the whole frame once its last byte is in."""
+        taken = min(self.length - self.spool.size, len(buffer))
+        self.spool.write(buffer[:taken])
+        del buffer[:taken]
+        if self.spool.size < self.length:
+            return None
+        payload = self.spool.read_all()
+        return self.fin, self.opcode, apply_mask(payload, self.key) if self.key else payload
 
 
 class ConnectionClosed(ConnectionError):
@@ -265,6 +382,12 @@ class HandshakeRefused(ConnectionError):
         self.message = message
 
 
+class TLSFailed(ConnectionError):
+    """A ``wss://`` connection's TLS handshake failed or went unanswered: a server that does not speak TLS
+    there (an ``http://`` server named ``https://``), or a certificate this machine does not trust. Trying
+    again does not help."""
+
+
 def _left(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
@@ -285,6 +408,7 @@ class WebSocketClient:
     Raises:
         OSError: The connection failed (``ConnectionRefusedError``: nothing reached the server).
         HandshakeRefused: The server answered with another HTTP status.
+        TLSFailed: ``wss://`` and the TLS handshake failed or went unanswered.
         DeadlineExceeded: The handshake had not finished by ``deadline``.
     """
 
@@ -302,19 +426,30 @@ class WebSocketClient:
         host, port = parts.hostname or "127.0.0.1", parts.port or (443 if secure else 80)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.pid = os.getpid()
+        self.bytes_sent = self.bytes_received = 0  # over the connection's life, handshake included
         self._parser = FrameParser(max_message, masked=False)
         self._messages: list[tuple[int, bytes]] = []
         sock = socket.create_connection((host, port), timeout=min(connect_timeout, _left(deadline)))
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if secure:
-                sock.settimeout(_left(deadline))
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+            if secure:  # the TLS handshake is part of connecting: it has the connect timeout
+                sock = self._tls(sock, host, port, min(connect_timeout, _left(deadline)))
             self.sock = sock
             self._handshake(host, port, path, headers or {}, deadline)
         except BaseException:
             sock.close()
             raise
+
+    @staticmethod
+    def _tls(sock: socket.socket, host: str, port: int, seconds: float) -> ssl.SSLSocket:
+        """``sock`` over TLS, or :class:`TLSFailed` (an error, or no answer within ``seconds``)."""
+        sock.settimeout(seconds)
+        try:
+            return ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        except TimeoutError:
+            raise TLSFailed(f"{host}:{port} did not answer the TLS handshake within {seconds:g} s") from None
+        except ssl.SSLError as exc:
+            raise TLSFailed(f"the TLS handshake with {host}:{port} failed ({exc})") from exc
 
     def _handshake(
         self, host: str, port: int, path: str, headers: Mapping[str, str], deadline: float
@@ -380,6 +515,7 @@ class WebSocketClient:
             self.sock.sendall(data)
         except TimeoutError:
             raise DeadlineExceeded("the deadline passed while sending") from None
+        self.bytes_sent += len(data)
 
     def _recv(self, deadline: float) -> bytes:
         # each read waits at most the time left: a server that trickles bytes cannot reset it
@@ -390,6 +526,7 @@ class WebSocketClient:
             raise DeadlineExceeded("the deadline passed while waiting for the server") from None
         if not data:
             raise ConnectionClosed("the server closed the connection")
+        self.bytes_received += len(data)
         return data
 
     def send(self, payload: bytes, deadline: float, opcode: int = OP_TEXT) -> None:
@@ -405,6 +542,10 @@ class WebSocketClient:
             opcode, payload = self._messages.pop(0)
             if opcode in (OP_TEXT, OP_BINARY):
                 return payload
+            if opcode == MESSAGE_TOO_BIG:  # its payload is being dropped: no answer will come for this call
+                raise ProtocolError(
+                    CLOSE_TOO_BIG, f"the server sent a message of more than {self._parser.max_message} bytes"
+                )
             if opcode == OP_PING:
                 self._send_all(encode_frame(OP_PONG, payload, mask=True), deadline)
             elif opcode == OP_CLOSE:
@@ -425,6 +566,7 @@ class WebSocketClient:
 
     def close(self, code: int = CLOSE_NORMAL) -> None:
         """Send a close frame (best effort, without waiting) and close the socket."""
+        self._parser.close()
         if self.sock.fileno() < 0:
             return
         if os.getpid() == self.pid:
@@ -437,18 +579,26 @@ class WebSocketClient:
 
 
 class ClientPool:
-    """The idle client connections of this process to one WebSocket URL, reused by every caller: a call takes
-    one (or opens one), sends its message, reads the answer and gives the connection back, so the connections
-    open are as many as the calls in flight, not as many as the callers (a vector env of 1,024 remote envs
-    stepped by one thread holds one). A connection that failed is closed, never given back; one that went
-    stale while idle (the server's idle timeout closed it, or this process is a fork of its opener) is
-    dropped when taken.
+    """The connections of this process to one server, reused by every caller and at most
+    ``max_connections`` of them: a call takes an idle one (or opens one, or waits for one while all are
+    busy), sends its message, reads the answer and gives the connection back, so the connections open are
+    as many as the calls in flight, never more than the bound, not as many as the callers (a vector env of
+    1,024 remote envs stepped by one thread holds one; 400 envs stepped from 400 threads hold the bound). A
+    connection that failed is closed, never given back; one that went stale while idle (the server's idle
+    timeout closed it, or this process is a fork of its opener) is dropped when taken.
+
+    The bound keeps a process within the share of connections a server gives one client host (a quarter of
+    its connection limit: 256 of 1,024): past the share a server closes the host's oldest idle connection
+    to make room, which is often the one this pool was about to use.
 
     Args:
         url: The WebSocket URL.
         headers: Handshake headers of every connection (``Authorization``).
         connect_timeout: Seconds a new connection may take.
-        max_idle: Idle connections kept (more are closed as they come back).
+        max_connections: Connections open at most (idle and in use); a call past it waits for one.
+        opener: ``opener(deadline)`` opens a connection (default: a :class:`WebSocketClient` to ``url``);
+            what it returns has ``pid``, ``stale()`` and ``close()`` (the HTTP routes' client lends its
+            sessions through a pool of its own this way).
     """
 
     def __init__(
@@ -457,37 +607,80 @@ class ClientPool:
         headers: Mapping[str, str] | None = None,
         *,
         connect_timeout: float = 5.0,
-        max_idle: int = 64,
+        max_connections: int = 64,
+        opener: Callable[[float], Any] | None = None,
     ):
         import threading
 
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections!r}")
         self.url = url
         self.headers = dict(headers or {})
         self.connect_timeout = float(connect_timeout)
-        self.max_idle = int(max_idle)
-        self._idle: list[WebSocketClient] = []
-        self._lock = threading.Lock()
+        self.max_connections = int(max_connections)
+        #: The most bytes (both ways) one WebSocket connection carried, as of its last finished call.
+        self.largest_connection_bytes = 0
+        self._opener = opener or self._open_websocket
+        self._idle: list[Any] = []
+        self._open = 0  # idle, in use, or being opened
+        self._changed = threading.Condition()
 
-    def connect(self, deadline: float) -> WebSocketClient:
-        """An idle connection, or a new one (raises as :class:`WebSocketClient` does)."""
+    def _open_websocket(self, deadline: float) -> WebSocketClient:
+        return WebSocketClient(self.url, deadline, connect_timeout=self.connect_timeout, headers=self.headers)
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (idle, in use, or being opened)."""
+        with self._changed:
+            return self._open
+
+    def connect(self, deadline: float) -> Any:
+        """An idle connection, or a new one within the bound, or the first one given back (raises as the
+        opener does, or :class:`DeadlineExceeded` when none was free by ``deadline``)."""
         while True:
-            with self._lock:
+            with self._changed:
+                while not self._idle and self._open >= self.max_connections:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise DeadlineExceeded(
+                            f"all {self.max_connections} connections of this process to {self.url} stayed "
+                            "busy until the deadline"
+                        )
+                    self._changed.wait(left)
                 connection = self._idle.pop() if self._idle else None
+                if connection is None:
+                    self._open += 1
             if connection is None:
-                return WebSocketClient(
-                    self.url, deadline, connect_timeout=self.connect_timeout, headers=self.headers
-                )
+                try:
+                    return self._opener(deadline)
+                except BaseException:
+                    self._closed()
+                    raise
             if not connection.stale():
                 return connection
-            connection.close()
+            self.discard(connection)
 
-    def give_back(self, connection: WebSocketClient) -> None:
+    def give_back(self, connection: Any) -> None:
         """Keep ``connection`` for the next call (after a call that went right)."""
-        with self._lock:
-            if len(self._idle) < self.max_idle and connection.pid == os.getpid():
+        with self._changed:
+            if isinstance(connection, WebSocketClient):
+                carried = connection.bytes_sent + connection.bytes_received
+                self.largest_connection_bytes = max(self.largest_connection_bytes, carried)
+            if connection.pid == os.getpid():
                 self._idle.append(connection)
+                self._changed.notify()
                 return
+        self.discard(connection)
+
+    def discard(self, connection: Any) -> None:
+        """Close ``connection`` (after a call that failed on it): its place goes to the next caller."""
         connection.close()
+        self._closed()
+
+    def _closed(self) -> None:
+        with self._changed:
+            self._open -= 1
+            self._changed.notify()
 
     def exchange(self, message: bytes, deadline: float) -> bytes:
         """Send ``message`` on a connection and return the answer.
@@ -511,23 +704,23 @@ class ClientPool:
                     failure = closed
                 except Exception:  # noqa: BLE001, S110 - nothing more to learn; the first failure stands
                     pass
-            connection.close()
+            self.discard(connection)
             raise ExchangeFailed(failure) from exc
         except Exception as exc:
-            connection.close()
+            self.discard(connection)
             raise ExchangeFailed(exc) from exc
         except BaseException:  # an interrupt: the connection's state is unknown
-            connection.close()
+            self.discard(connection)
             raise
         self.give_back(connection)
         return answer
 
     def close(self) -> None:
         """Close the idle connections."""
-        with self._lock:
+        with self._changed:
             idle, self._idle = self._idle, []
         for connection in idle:
-            connection.close()
+            self.discard(connection)
 
 
 class ExchangeFailed(ConnectionError):

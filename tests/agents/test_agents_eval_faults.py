@@ -17,6 +17,7 @@ import pytest
 
 from agents.cli import main
 from agents.evaluate import DAMAGED_FILE, MAX_STORED_OUTPUT_CHARS, EvalConfig, evaluate
+from progpo_base.folder_lock import LOCK_FILE
 from tests.paths import REPO_ROOT as REPO
 
 TOY = "agents-test/ToyALFWorld-v0"
@@ -122,10 +123,10 @@ def test_two_runs_on_one_out_do_not_both_write(tmp_path):
     )
     first = threading.Thread(target=evaluate, args=(config,), kwargs={"progress": False})
     first.start()
-    while not (tmp_path / ".progpo-eval.lock").exists():
+    while not (tmp_path / LOCK_FILE).exists():
         time.sleep(0.02)
     time.sleep(0.3)
-    with pytest.raises(ValueError, match=r"being written by another progpo eval \(pid \d+\)"):
+    with pytest.raises(ValueError, match=r"being written by progpo eval \(pid \d+\)"):
         evaluate(config, progress=False)
     first.join(120)
     records = _lines(tmp_path)
@@ -187,6 +188,62 @@ def test_ctrl_c_stops_eval_at_once_and_keeps_the_finished_episodes(trickling_ser
     assert elapsed < 5.0, f"took {elapsed:.2f} s to stop"  # within a second on an idle machine (before: 40 s)
     assert "interrupted; 2 finished episodes are kept" in err
     assert len(_lines(out)) == 2
+
+
+def test_ctrl_c_line_starts_on_its_own_line_after_the_progress_bar(trickling_server, tmp_path):
+    """Issue 39, item 7: at a terminal the Ctrl-C line came glued onto the progress bar's last state
+    (``eval ...: 33%|...| 2/6 [...]progpo eval: interrupted; ...``): the bar is now closed however the run
+    ends, so the line starts on its own. The run's stderr is a pseudo-terminal, as at a user's terminal (to a
+    file, tqdm ends every update with a newline)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    server = trickling_server(["/chat/completions"], after=2, reply=COMPLETION)
+    out = tmp_path / "run"
+    argv = [sys.executable, "-c", EVAL_CLI, *_argv(server.url + "/v1", out, "--episodes", "6")]
+    argv.remove("--no-progress")  # the bar, as a user sees it
+    argv += ["--num-envs", "2", "--max-steps", "1", "--concurrency", "2"]
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal's width
+    process = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the run ended: the terminal is closed
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(server.requests) < 3:  # the third request is stuck
+        time.sleep(0.05)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    process.wait(timeout=30)
+    reader.join(10)
+    os.close(controller)
+    err = b"".join(chunks).decode(errors="replace")
+    assert process.returncode == 130, err
+    assert "eval agents-test/ToyALFWorld-v0" in err and "\r" in err  # the bar, redrawn in place
+    line = "progpo eval: interrupted; 2 finished episodes are kept"
+    assert line in err
+    before = err[: err.index(line)]
+    assert before.endswith("\n"), repr(before[-200:])  # not glued onto the bar
 
 
 def test_an_uncached_hub_id_is_one_line_and_no_network(tmp_path):

@@ -21,17 +21,16 @@ import re
 import gymnasium as gym
 import pytest
 
-from agents.trl import ALFWorldToolEnv, WebShopToolEnv, task_rows
-from progpo_envs.server.app import ServerConfig, create_app
-from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app
-from progpo_envs.server.pool import PoolConfig
-from progpo_envs.server.serving import BackgroundServer
+from agents.trl import ALFWorldToolEnv, WebShopToolEnv, expert_command, task_rows
+from tests.agents.trainer_servers import (
+    ALFWORLD,
+    ENV_KWARGS,
+    SPLIT,
+    WEBSHOP,
+    servers_on_first_use,
+    start_server,
+)
 
-ALFWORLD = "progpo/ALFWorld-v0"
-WEBSHOP = "progpo/WebShop-v0"
-SPLIT = {ALFWORLD: "train", WEBSHOP: "test"}
-#: What the operator fixes on the servers, and what the in-process envs are made with.
-ENV_KWARGS = {ALFWORLD: {}, WEBSHOP: {"num_products": 200}}
 TOOL_ENVS = {ALFWORLD: ALFWorldToolEnv, WEBSHOP: WebShopToolEnv}
 
 
@@ -44,24 +43,10 @@ def _buildable(env_id: str) -> None:
 
 @pytest.fixture(scope="module")
 def servers():
-    """Per env: the OpenEnv server and the native server (one env worker each), started on first use."""
-    started: dict = {}
-
-    def get(env_id: str, protocol: str) -> str:
-        if (env_id, protocol) not in started:
-            _buildable(env_id)
-            config = ServerConfig(
-                env_ids=(env_id,), env_kwargs={env_id: ENV_KWARGS[env_id]}, pool=PoolConfig(num_workers=1)
-            )
-            if protocol == "openenv":
-                started[env_id, protocol] = OpenEnvServer(create_openenv_app(config)).start()
-            else:
-                started[env_id, protocol] = BackgroundServer(create_app(config)).__enter__()
-        return started[env_id, protocol].url
-
-    yield get
-    for server in started.values():
-        server.stop()
+    """Per env: the OpenEnv server and the native server (one env worker each), started on first use (by
+    :func:`_tool_env`, once the env is known to build here)."""
+    with servers_on_first_use(ENV_KWARGS.__getitem__) as url:
+        yield url
 
 
 def _tool_env(env_id: str, backend: str, servers):
@@ -144,8 +129,8 @@ def test_each_answer_restates_the_task_just_before_the_admissible_commands():
 
 
 def test_the_view_and_the_end_of_the_episode_are_attributes_not_tools():
-    """``last_view`` (the expert's next command with the expert on) and ``done`` follow the episode; TRL
-    exposes neither as a tool (it takes the class's public functions)."""
+    """``last_view`` and ``done`` follow the episode; TRL exposes neither as a tool (it takes the class's
+    public functions), nor the expert, read apart with ``expert_command`` and never in the view."""
     import inspect
 
     _buildable(ALFWORLD)
@@ -154,8 +139,10 @@ def test_the_view_and_the_end_of_the_episode_are_attributes_not_tools():
     env.reset(task_index=2, split="train")
     steps = 0
     while not env.done:
-        assert env.last_view["expert_action"] in env.last_view["admissible_actions"]
-        env.act(env.last_view["expert_action"])
+        assert "expert_action" not in env.last_view
+        command = expert_command(env)
+        assert command in env.last_view["admissible_actions"]
+        env.act(command)
         steps += 1
     assert env.last_view["won"] and env.get_reward() > 0 and steps > 1
     tools = [name for name, _ in inspect.getmembers(ALFWorldToolEnv, inspect.isfunction) if name[0] != "_"]
@@ -290,13 +277,7 @@ def test_over_two_servers_a_lost_one_ends_its_episode_and_the_next_reset_moves(p
     answers that the episode is over (not an exception for TRL), and the next reset plays the row again on the
     server left, to the expert's win."""
     _buildable(WEBSHOP)
-    config = ServerConfig(
-        env_ids=(WEBSHOP,), env_kwargs={WEBSHOP: ENV_KWARGS[WEBSHOP]}, pool=PoolConfig(num_workers=1)
-    )
-    if protocol == "openenv":
-        started = [OpenEnvServer(create_openenv_app(config)).start() for _ in range(2)]
-    else:
-        started = [BackgroundServer(create_app(config)).__enter__() for _ in range(2)]
+    started = [start_server(WEBSHOP, protocol, ENV_KWARGS[WEBSHOP]) for _ in range(2)]
     try:
         urls = ",".join(server.url for server in started)
         envs = [WebShopToolEnv(server=urls, protocol=protocol, split="test", timeout_s=30) for _ in range(2)]

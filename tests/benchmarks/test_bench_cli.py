@@ -23,30 +23,33 @@ def test_help_via_subprocess():
     assert "progpo bench" in proc.stdout and "--report-only" in proc.stdout
 
 
-def test_list_shows_every_benchmark(capsys):
+def test_list_shows_every_benchmark_and_its_suite(capsys):
     assert cli.main(["--list"]) == 0
     out = capsys.readouterr().out
     for bench in report.BENCHMARKS:
-        assert bench.name in out
+        assert f"{bench.name} " in out and bench.script in out
+    assert "benchmarks/bench_estimators.py speed --quick" in out
 
 
 def test_dry_run_prints_quick_commands_and_writes_nothing(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "PAGE", tmp_path / "README.md")
-    assert cli.main(["--dry-run", "--only", "credit_diagnostics"]) == 0
+    assert cli.main(["--dry-run", "--only", "advantages", "eval_concurrency_stand_in"]) == 0
     out = capsys.readouterr().out
-    assert "benchmarks/credit_diagnostics.py --quick" in out
+    assert "benchmarks/bench_estimators.py speed --quick" in out
+    assert "benchmarks/bench_eval.py concurrency --server stand-in --quick" in out
     assert not (tmp_path / "README.md").exists()
 
 
-def test_full_runs_use_each_benchmarks_own_arguments(capsys, monkeypatch, tmp_path):
+def test_full_runs_use_each_result_files_own_arguments(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "PAGE", tmp_path / "README.md")
-    names = ["compare_estimators", "compare_estimators_quickstart_rl"]
-    assert cli.main(["--dry-run", "--full", "--only", *names]) == 0
+    assert (
+        cli.main(["--dry-run", "--full", "--only", "compare_estimators", "compare_estimators_quickstart_rl"])
+        == 0
+    )
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("==> ")]
-    assert commands[0].endswith("benchmarks/compare_estimators.py")  # the script's default: the cpu setting
-    assert commands[1].endswith(
-        "--setting cpu_quickstart_rl --out benchmarks/results/compare_estimators_quickstart_rl.json"
-    )  # its own result file: not the cpu setting's, which a bare run would overwrite
+    assert commands[0].endswith("benchmarks/bench_estimators.py rl --setting cpu")
+    # its own setting, hence its own result file: not the cpu setting's
+    assert commands[1].endswith("benchmarks/bench_estimators.py rl --setting cpu_quickstart_rl")
 
 
 def test_unknown_benchmark_is_an_argument_error(capsys):
@@ -54,21 +57,21 @@ def test_unknown_benchmark_is_an_argument_error(capsys):
         cli.main(["--only", "nope"])
     assert exc.value.code == 2
     with pytest.raises(SystemExit) as exc:
-        cli.main(["--skip", "credit_diagnostic"])
+        cli.main(["--skip", "advantage"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and err[0].startswith("progpo bench: error: unknown benchmark 'nope'")
-    assert "(did you mean 'credit_diagnostics'?)" in err[1]  # one line, naming the fix
+    assert "(did you mean 'advantages'?)" in err[1]  # one line, naming the fix
 
 
 def test_missing_and_failing_scripts_are_tolerated(monkeypatch, tmp_path, capsys):
     (tmp_path / "ok.py").write_text("import sys; sys.exit(0)\n")
     (tmp_path / "bad.py").write_text("import sys; sys.exit(3)\n")
     benches = [
-        Benchmark("ok", "ok.py", "", "", []),
-        Benchmark("bad", "bad.py", "", "", []),
-        Benchmark("missing", "missing.py", "", "", []),
-        Benchmark("noquick", "ok.py", "", "", None),
+        Benchmark("ok", "ok.py", ""),
+        Benchmark("bad", "bad.py", ""),
+        Benchmark("missing", "missing.py", ""),
+        Benchmark("noquick", "ok.py", "", quick=False),
     ]
     monkeypatch.setattr(cli, "BENCHMARKS", benches)
     monkeypatch.setattr(cli, "ROOT", tmp_path)

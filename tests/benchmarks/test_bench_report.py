@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import credit_diagnostics, report
+from benchmarks import report
 from benchmarks.lib.markdown import markdown_table
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -17,9 +17,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def page(tmp_path) -> str:
     results = tmp_path / "results"
     shutil.copytree(FIXTURES, results)
-    shutil.copy(report.RESULTS_DIR / "published.json", results)  # the committed papers' numbers
-    (results / "credit_diagnostics.png").write_bytes(b"\x89PNG")
-    return report.render_page(results)
+    (results / "openenv.png").write_bytes(b"\x89PNG")
+    return report.render_page(results)  # with the committed papers' numbers
 
 
 def section(page: str, name: str) -> str:
@@ -38,19 +37,12 @@ def test_markdown_table_formats_cells():
     ]
 
 
-def test_credit_diagnostics_section(page):
-    text = section(page, "credit_diagnostics")
-    # steps with an exact-prefix peer as measured, the paper's share without one (44.5%) beside it
-    assert "| alfworld | p=0.5 | 100 | 8 | 0.625 | 0.5 | 0.25 | 0.445 | 0.875 |" in text
-    # the summary covers every ranked column (progpo leads each in this fixture)
-    assert "| alfworld | p=0.5 | progpo 0.75 | progpo 0.31 | progpo 0.3 | progpo 0.4 | progpo 0.7 |" in text
-    assert "| progpo | 0.75 | 0.31 | 0.3 | 0.4 | 0.7 | 1.5 | 0.5 |" in text
-    assert "| grpo | 0 | 0.1235 | 0.2 | — | — | 1 | 0 |" in text
-    assert "recording failed: `RuntimeError: no catalog`" in text
-    assert "commit: `0123456789ab` (with local changes)" in text
-    assert "recorded command: `python benchmarks/credit_diagnostics.py --quick`" in text
-    assert "machine: cpu_count 2, python 3.11.7, platform Linux-test, load 1.5" in text
-    assert "![credit_diagnostics.png](results/credit_diagnostics.png)" in text
+def test_a_section_names_its_file_command_machine_and_plot(page):
+    text = section(page, "openenv")
+    quick = "quick: `python benchmarks/bench_hosting.py openenv --quick`"
+    assert f"Run: `python benchmarks/bench_hosting.py openenv` · {quick}" in text
+    assert "recorded command: `python benchmarks/bench_hosting.py openenv`" in text
+    assert "![openenv.png](results/openenv.png)" in text
 
 
 def test_compare_estimators_section_lists_every_run(page):
@@ -69,7 +61,7 @@ def test_compare_estimators_section_lists_every_run(page):
 
 
 def test_missing_malformed_and_generic_results(page):
-    assert "**Results: not run yet.**" in section(page, "training")
+    assert "**Results: not run yet.**" in section(page, "weight_sync")
     assert "**Results: not run yet.**" in section(page, "webshop")
     assert "unreadable `alfworld.json`" in section(page, "alfworld")
     # a curated renderer that does not fit the JSON falls back to the generic table instead of failing
@@ -77,19 +69,6 @@ def test_missing_malformed_and_generic_results(page):
     hosting = section(page, "hosting")
     assert "| workers | 2 |" in hosting
     assert "| alfworld | 12.5 | 2.7 |" in hosting and "| webshop | 1874 | — |" in hosting
-
-
-def test_credit_summary_ranks_every_column_not_only_the_leader():
-    estimators = {
-        "grpo": {"nonzero_step_fraction": 0.0, "corr_progress": 0.5, "corr_expert": 0.2},
-        "gigpo": {"nonzero_step_fraction": 0.9, "corr_progress": 0.5, "corr_expert": 0.1},
-        "progpo": {"nonzero_step_fraction": 0.75, "corr_progress": 0.25, "corr_expert": 0.3},
-    }
-    data = {"sources": {"rollouts": {"warm_start.jsonl": {"estimators": estimators}}}}
-    assert (
-        "| rollouts | warm_start.jsonl | gigpo 0.9; progpo 0.75 (2/3) | grpo = gigpo 0.5; progpo 0.25 (3/3) "
-        "| progpo 0.3 | — | — |"
-    ) in credit_diagnostics._credit_summary(data)
 
 
 def test_quickstart_section(page):
@@ -105,7 +84,9 @@ def test_quickstart_section(page):
 
 def test_quickstart_async_section_compares_with_the_lockstep_runs(page):
     text = section(page, "quickstart_async")
-    assert "`rollout.mode=async`, `rollout.max_staleness=1`" in text and "`--warm-start-from`" in text
+    assert (
+        "`rollout.mode=async`, `rollout.max_staleness=1`; every seed starts RL from the default job's" in text
+    )
     # success after RL beside the baseline's mean ± std and seed range, and the verdicts
     assert (
         "| held-out tasks | 0.3958 ± 0.1909 | 0.3333 ± 0.1909 | 0.125 … 0.5 | +0.0625 | yes | yes |" in text
@@ -125,7 +106,7 @@ def test_async_rollouts_section(page):
 
 def test_quickstart_section_without_result_file(tmp_path):
     text = section(report.render_page(tmp_path), "quickstart")
-    assert "**Results: not run yet.**" in text and "benchmarks/quickstart.py" in text
+    assert "**Results: not run yet.**" in text and "benchmarks/bench_training.py quickstart" in text
 
 
 def test_published_numbers_and_differences(page):
@@ -137,7 +118,16 @@ def test_published_numbers_and_differences(page):
 
 
 def test_published_numbers_missing(tmp_path):
-    assert "**`results/published.json` is missing or unreadable.**" in report.render_page(tmp_path)
+    assert "**`data/published.json` is missing or unreadable.**" in report.render_page(tmp_path, tmp_path)
+
+
+def test_a_result_no_benchmark_declares_is_shown_with_its_own_command(tmp_path):
+    (tmp_path / "orphan.json").write_text('{"command": "python benchmarks/gone.py", "x": 1.5}')
+    text = section(report.render_page(tmp_path), "orphan")
+    assert (
+        "(a result file no benchmark declares)" in text
+        and "recorded command: `python benchmarks/gone.py`" in text
+    )
 
 
 def test_empty_results_dir_renders_every_benchmark_as_not_run(tmp_path):

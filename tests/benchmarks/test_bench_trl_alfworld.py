@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import trl_alfworld
+from benchmarks import bench_training as trl_alfworld
 
 
 def make_run(folder: Path, seed: int, before: float, after: float, resources: dict | None = None) -> Path:
@@ -44,7 +44,7 @@ def runs(tmp_path) -> list[Path]:
 
 
 def test_result_per_seed_and_over_seeds(runs):
-    result = trl_alfworld.build_result(runs, "python benchmarks/trl_alfworld.py --from-runs ...")
+    result = trl_alfworld.build_trl_result(runs)
     assert [s["seed"] for s in result["seeds"]] == [0, 1, 2]
     assert [(s["before"], s["after"]) for s in result["seeds"]] == [
         (0.25, 0.5),
@@ -62,36 +62,35 @@ def test_result_per_seed_and_over_seeds(runs):
     # the mean change (0.167) is larger than the std after (0.0625) and the sampling spread (0.02)
     assert result["gain_beyond_spread"] is True and result["max_sampling_spread"] == 0.02
     assert result["held_out_tasks"] == 32 and result["eval_seeds"] == 2
-    assert result["command"].startswith("python benchmarks/trl_alfworld.py")
-    assert "cpu_count" in result["machine"]
 
 
 def test_no_gain_beyond_the_spread(tmp_path):
     runs = [make_run(tmp_path / f"seed{k}", k, 0.25, after) for k, after in enumerate((0.5, 0.125, 0.3125))]
-    result = trl_alfworld.build_result(runs, "x")
+    result = trl_alfworld.build_trl_result(runs)
     assert result["mean_change"] == pytest.approx(0.0625) and result["std_after"] > 0.0625
     assert result["gain_beyond_spread"] is False
     assert (result["seeds_where_it_rose"], result["seeds_where_it_fell"]) == (2, 1)
 
 
 def test_the_section_and_the_plot(runs, tmp_path):
-    result = trl_alfworld.build_result(runs, "x")
-    section = trl_alfworld.render(result)
+    result = trl_alfworld.build_trl_result(runs)
+    section = trl_alfworld.render_trl(result)
     assert "32 generated valid_seen tasks × 2 sampling seeds" in section
     assert "| mean ± std (n = 3) |" in section and "after 40 GRPOTrainer steps" in section
     assert "GRPO raised success beyond the spread: True (rose in 3, fell in 0 of 3 seeds)" in section
-    trl_alfworld.plot(result, tmp_path / "trl_alfworld.png")
+    trl_alfworld.plot_trl(result, tmp_path / "trl_alfworld.png")
     assert (tmp_path / "trl_alfworld.png").stat().st_size > 0
 
 
 def test_from_runs_writes_the_result_and_a_missing_run_is_a_usage_error(runs, tmp_path, capsys):
     out = tmp_path / "out" / "trl_alfworld.json"
-    assert trl_alfworld.main(["--from-runs", *map(str, runs), "--out", str(out)]) == 0
+    assert trl_alfworld.main(["trl", "--from-runs", *map(str, runs), "--out", str(out)]) == 0
     written = json.loads(out.read_text())
     assert set(written) >= {"seeds", "mean_before", "mean_after", "std_after", "command", "machine"}
+    assert written["command"].startswith("python benchmarks/bench_training.py trl --from-runs")
     assert out.with_suffix(".png").is_file()
     with pytest.raises(SystemExit) as stop:
-        trl_alfworld.main(["--from-runs", str(tmp_path / "nowhere")])
+        trl_alfworld.main(["trl", "--from-runs", str(tmp_path / "nowhere")])
     assert stop.value.code == 2 and "no result.json" in capsys.readouterr().err
 
 

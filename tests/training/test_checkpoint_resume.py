@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 
+from progpo_base.folder_lock import LOCK_FILE
 from tests.paths import REPO_ROOT
 from tests.training.training_helpers import TINY_OVERRIDES, subprocess_env
 from training.checkpoint import (
@@ -73,7 +74,7 @@ def _snapshot(root: Path) -> dict[str, str]:
     return {
         str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(root.rglob("*"))
-        if path.is_file() and path.name != ".progpo-train.lock"
+        if path.is_file() and path.name != LOCK_FILE
     }
 
 

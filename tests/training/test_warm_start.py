@@ -3,7 +3,7 @@
 Under constrained decoding the response's fixed tokens (``<think></think><action>``, ``</action>`` and the
 end-of-turn token) are the only continuation the trie allows, so a loss renormalised over the allowed tokens
 gives them log-probability 0 and no gradient: a policy warm-started that way never learned to write them, and
-in free text (vLLM, a served export) it never stopped (``benchmarks/results/free_text_engines.json``). The
+in free text (vLLM, a served export) it never stopped (docs/quickstart.md, "Free text"). The
 warm start's imitation is over the whole vocabulary instead (``training/warm_start.py``, "The whole answer").
 """
 

@@ -13,6 +13,7 @@ Public API (stable; the page engine, server, env and expert code against it)::
         default_cache_dir,  # () -> $PROGPO_CACHE/webshop or ~/.cache/progpo/webshop
         Catalog,  # .products, .product_by_asin, .product_prices, .goals, .fingerprint, ...
         CatalogFormatError,  # ValueError naming the file, the record and the field that is wrong
+        CatalogMissingError,  # CatalogFormatError: the folder or one of its files is not there
         DATA_FILES,  # the three raw file names
     )
 
@@ -61,6 +62,7 @@ from webshop_server.catalog.loader import (
     DATA_FILES,
     Catalog,
     CatalogFormatError,
+    CatalogMissingError,
     default_cache_dir,
     default_catalog,
     generated_catalog_dir,
@@ -72,6 +74,7 @@ __all__ = [
     "GENERATOR_VERSION",
     "Catalog",
     "CatalogFormatError",
+    "CatalogMissingError",
     "default_cache_dir",
     "default_catalog",
     "generate_catalog",

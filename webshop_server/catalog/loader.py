@@ -75,6 +75,10 @@ class CatalogFormatError(ValueError):
     """A catalog file is missing or malformed; the message names the file, the record and the field."""
 
 
+class CatalogMissingError(CatalogFormatError):
+    """The catalog folder, or one of its files, is not there (as opposed to there and malformed)."""
+
+
 @dataclass
 class Catalog:
     """A loaded catalog: processed products, their prices and the goals over them.
@@ -288,7 +292,7 @@ def _resolve(data_dir: Path, name: str, small: bool | None) -> Path:
     for candidate in candidates:
         if (data_dir / candidate).is_file():
             return data_dir / candidate
-    raise CatalogFormatError(
+    raise CatalogMissingError(
         f"{data_dir}: missing {' or '.join(candidates)}. Point --data-dir / {DATA_ENV_VAR} at a directory "
         "holding "
         f"WebShop's {', '.join(DATA_FILES)} (nothing is downloaded), or generate one with "
@@ -371,7 +375,7 @@ def load_catalog(
     """
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise CatalogFormatError(
+        raise CatalogMissingError(
             f"{data_dir}: not a directory (set --data-dir / {DATA_ENV_VAR} to WebShop's data)"
         )
     if num_products is not None and num_products < 1:
@@ -494,10 +498,20 @@ def default_catalog(
     """
     real = data_dir if data_dir is not None else os.environ.get(DATA_ENV_VAR) or None
     if real is not None:
+        given = "data_dir" if data_dir is not None else DATA_ENV_VAR
+        if not Path(real).is_dir():
+            state = "is not a folder" if Path(real).exists() else "does not exist"
+            raise CatalogMissingError(
+                f"the WebShop data folder {real} ({given}) {state}: point {given} at the folder holding "
+                f"WebShop's {', '.join(DATA_FILES)} (nothing is downloaded; `progpo webshop generate --out "
+                f"DIR` writes a generated one), or unset {given} for the generated catalog"
+            )
         try:
             return load_catalog(real, num_products, human_goals=human_goals, seed=seed)
+        except CatalogMissingError as exc:
+            raise CatalogMissingError(f"the WebShop data in {real} ({given}) is incomplete: {exc}") from None
         except CatalogFormatError as exc:
-            raise CatalogFormatError(f"the WebShop data in {real} is damaged: {exc}") from None
+            raise CatalogFormatError(f"the WebShop data in {real} ({given}) is damaged: {exc}") from None
     n = 1000 if num_products is None else num_products
     folder = generated_catalog_dir(n, seed, cache_dir)
     try:

@@ -7,10 +7,13 @@ others use the toy env served in this process (a stopped server refuses connecti
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import time
+from contextlib import closing
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import requests
 
@@ -25,7 +28,7 @@ from progpo_envs.server.fleet import (
     server_urls,
 )
 from progpo_envs.server.remote import REMOTE_ENV_ID, RemoteEnv, RemoteGroupVectorEnv
-from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, same, serve_toy
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, plain, same, serve_toy
 
 #: Fast failure: a refused connection fails a call after ~0.1 s instead of the default ~1.4 s of retries.
 FAST = {"retries": 1, "backoff": 0.05, "connect_timeout": 1.0, "timeout": 20.0}
@@ -51,17 +54,6 @@ def without_server(value):
         return {k: without_server(v) for k, v in value.items() if k not in ("server", "_server")}
     if isinstance(value, (list, tuple)):
         return type(value)(without_server(v) for v in value)
-    return value
-
-
-def plain(value):
-    """Arrays as lists, recursively (vector infos compare by value)."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
     return value
 
 
@@ -161,10 +153,14 @@ def test_a_full_server_takes_no_more_groups(toy_servers):
         full.stop()
 
 
+def _two_groups_over(urls: list[str]) -> RemoteGroupVectorEnv:
+    """Two groups of two copies of the toy env on the servers at ``urls``, failing fast."""
+    return gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
+
+
 def test_an_instance_lost_on_a_live_server_fails_its_episode_and_is_made_again(toy_servers):
     urls = [s.url for s in toy_servers[:2]]
-    envs = gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
-    try:
+    with closing(_two_groups_over(urls)) as envs:
         envs.reset(seed=0)
         lost = envs.backend.copies[0]
         requests.delete(f"{urls[0]}/instances/{lost.instance_id}", timeout=10)  # expired behind its back
@@ -174,16 +170,13 @@ def test_an_instance_lost_on_a_live_server_fails_its_episode_and_is_made_again(t
         assert list(info["server"]) == [urls[0]] * 2 + [urls[1]] * 2  # the server is fine: the group stays
         assert envs.backend.copies[0] is not lost and envs.servers()[0]["lost_groups"] == 1
         assert not envs.step(["look"] * 4)[3].any()
-    finally:
-        envs.close()
 
 
 def test_per_group_resets_and_steps_move_a_lost_group(toy_servers):
     """The per-episode rollout's calls (``reset_group``, ``step_some``): a group whose server is lost fails
     its copies' episodes and its next ``reset_group`` plays on the server left, the other group playing on."""
     urls = [s.url for s in toy_servers[:2]]
-    envs = gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
-    try:
+    with closing(_two_groups_over(urls)) as envs:
         envs.reset_group(0, seed=0)
         _, infos = envs.reset_group(1, seed=1, options={"task_index": 3})
         assert [info["server"] for info in infos] == [urls[1]] * 2
@@ -195,22 +188,17 @@ def test_per_group_resets_and_steps_move_a_lost_group(toy_servers):
         assert [info["server"] for info in infos] == [urls[0]] * 2 and infos[0]["task_id"] == "toy-3"
         assert not envs.step_some([2, 3, 1], ["look"] * 3)[3].any()
         assert [s["groups"] for s in envs.servers()] == [2, 0]
-    finally:
-        envs.close()
 
 
 def test_no_server_left_is_a_clear_error_at_the_next_reset(toy_servers):
     urls = [s.url for s in toy_servers[:2]]
-    envs = gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
-    try:
+    with closing(_two_groups_over(urls)) as envs:
         envs.reset(seed=0)
         for server in toy_servers[:2]:
             server.stop()
         assert envs.step(["look"] * 4)[3].all()  # every episode failed; the step itself did not raise
         with pytest.raises(NoServerError, match="no env server is available"):
             envs.reset(seed=1)
-    finally:
-        envs.close()
 
 
 def test_async_mode_takes_one_server():
@@ -297,6 +285,74 @@ def test_three_servers_one_killed_mid_rollout_the_rollout_finishes():
             assert [s["sessions"] for s in status] == [6, 6, 0]
         finally:
             envs.close()
+    finally:
+        for server in servers:
+            server.stop()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A hung server (issue 38, item 2: F5)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _toy_cli_servers(count: int) -> list[CliServer]:
+    return [
+        CliServer("--import", "progpo_envs.testing", "--env", TOY_ENV_ID, "--workers", "1")
+        for _ in range(count)
+    ]
+
+
+def _metrics(server: CliServer) -> dict:
+    return requests.get(f"{server.url}/metrics", timeout=10).json()
+
+
+def test_a_stopped_server_costs_its_copies_seconds_and_the_others_go_on():
+    """SIGSTOP one of three servers mid-episode: before, the vector step joined every server's batch and all
+    copies waited the whole ``timeout`` (60 s here); now the stopped server's probe goes unanswered, its
+    copies end with ``env_error`` within seconds and the others step on. Continued, it closes the instances
+    left there, and the batch it was sent while stopped is the last call they ever got (none sent twice)."""
+    servers = _toy_cli_servers(3)
+    stopped = servers[2]
+    try:
+        urls = [s.url for s in servers]
+        envs = gym.make_vec(
+            REMOTE_ENV_ID, num_envs=12, group_size=2, url=urls, env_id=TOY_ENV_ID, timeout=60.0
+        )
+        try:
+            envs.reset(seed=0)
+            fleet = envs.backend.fleet
+            envs.step(["look"] * 12)
+            steps_before = _metrics(stopped)["steps"]
+            os.killpg(stopped.process.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            _, _, terminated, truncated, info = envs.step(["look"] * 12)
+            stall = time.monotonic() - started
+            homes = [envs.backend.homes[i // 2].url for i in range(12)]
+            on_stopped = [home == stopped.url for home in homes]
+            assert stall < 30.0, f"the step waited {stall:.1f} s for the stopped server"
+            assert stall >= fleet.hang_after  # found by its probe, not by a guess
+            assert truncated.tolist() == on_stopped and not terminated.any()
+            assert all("stopped answering" in info["env_error"][i] for i in range(12) if on_stopped[i])
+            status = envs.servers()
+            assert status[2]["state"] == "down" and status[2]["failed_episodes"] == 4
+            started = time.monotonic()
+            _, _, _, truncated, _ = envs.step(
+                ["look"] * 12
+            )  # the others go on; the stopped copies stay ended
+            assert time.monotonic() - started < 30.0 and truncated.tolist() == on_stopped
+            _, info = envs.reset(seed=1)  # its 2 groups made again on the two left
+            assert stopped.url not in set(info["server"]) and not envs.step(["look"] * 12)[3].any()
+        finally:
+            os.killpg(stopped.process.pid, signal.SIGCONT)
+        # continued: its next probe finds it answering, and the 4 instances left there are closed
+        deadline = time.monotonic() + 60
+        while _metrics(stopped)["live_instances"] and time.monotonic() < deadline:
+            fleet.probe(fleet.servers[2])
+            time.sleep(0.5)
+        after = _metrics(stopped)
+        assert after["live_instances"] == 0 and after["closed"] == 4
+        assert after["steps"] == steps_before + 4  # the batch sent while stopped ran once, nothing after it
+        envs.close()
     finally:
         for server in servers:
             server.stop()

@@ -18,8 +18,10 @@ def create(url: str, **body) -> str:
 
 
 def test_health_ready_envs(toy_url):
-    assert requests.get(f"{toy_url}/health", timeout=10).json() == {"status": "ok"}
-    assert requests.get(f"{toy_url}/ready", timeout=10).json() == {"ready": True}
+    health = requests.get(f"{toy_url}/health", timeout=10).json()
+    ready = requests.get(f"{toy_url}/ready", timeout=10).json()
+    assert health == {"status": "ok", "server_id": health["server_id"]} and len(health["server_id"]) == 16
+    assert ready == {"ready": True, "server_id": health["server_id"]}  # one server, one id
     envs = requests.get(f"{toy_url}/envs", timeout=10).json()
     assert set(envs) == {TOY_ENV_ID} and "rooms" in envs[TOY_ENV_ID]["allowed_kwargs"]
 

@@ -110,9 +110,13 @@ def test_compose_services_use_the_entry_point_scripts():
         services["webshop"]["build"]["args"]["BASE_IMAGE"]
         == "${PROGPO_BASE_IMAGE:-python:3.11-slim-bookworm}"
     )
-    # loopback unless the user opts in; a vllm without a model stops instead of restarting forever
-    for name in (*env_services, "vllm"):
+    # loopback unless the user opts in; a vllm without a model stops instead of restarting forever. Inside its
+    # container a server listens on every interface of the container's own namespace (the engine forwards the
+    # published port there, not to the container's loopback); the scripts alone listen on loopback (below)
+    binds = {name: ("PROGPO_HOST", "WEBSHOP_HOST") for name in env_services} | {"vllm": ("VLLM_HOST",)}
+    for name, variables in binds.items():
         assert all(port.startswith("${PROGPO_BIND:-127.0.0.1}:") for port in services[name]["ports"]), name
+        assert all(services[name]["environment"][variable] == "0.0.0.0" for variable in variables), name
     assert services["vllm"]["restart"] == "no"
     for path in [
         "docker/Dockerfile",
@@ -233,20 +237,25 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait(10)
 
 
-def test_alfworld_service_script_starts_the_env_server():
+def test_alfworld_service_script_starts_the_env_server(monkeypatch):
+    """Also: without PROGPO_HOST the script listens on loopback (issue 39, item 6: it bound 0.0.0.0, beside
+    a page saying the servers have no authentication)."""
+    for variable in ("PROGPO_HOST", "WEBSHOP_HOST"):
+        monkeypatch.delenv(variable, raising=False)
     port = _free_port()
-    process, _ = _run_script(
+    process, log = _run_script(
         "serve-env.sh",
         {
             "PROGPO_ENV": "progpo/ALFWorld-v0",
             "PROGPO_ENV_KWARGS": '{"split": "train"}',
-            "PROGPO_HOST": "127.0.0.1",
             "PROGPO_PORT": str(port),
             "PROGPO_WORKERS": "1",
         },
         f"http://127.0.0.1:{port}/ready",
     )
     try:
+        log.seek(0)
+        assert f'"url": "http://127.0.0.1:{port}"' in log.read()  # the address it listens on
         url = f"http://127.0.0.1:{port}"
         assert (
             requests.get(f"{url}/", timeout=10).json() == "This is environment AlfWorld."
@@ -277,22 +286,30 @@ def test_openenv_service_script_starts_openenvs_server():
     )
     try:
         with GenericEnvClient(base_url=f"http://127.0.0.1:{port}").sync() as env:
-            result = env.reset(task_index=0)
-            while not result.done:  # the operator turned the expert on: it plays to the purchase
-                result = env.step({"command": result.observation["expert_action"]})
+            result = env.reset(task_index=0, episode_id="script-check")
+            while not result.done:  # the operator turned the expert on: its route plays to the purchase
+                assert "expert_action" not in result.observation
+                expert = requests.get(
+                    f"http://127.0.0.1:{port}/expert", params={"episode_id": "script-check"}, timeout=60
+                ).json()["expert_action"]
+                result = env.step({"command": expert})
             assert result.observation["won"] and result.reward == 10.0
     finally:
         _stop(process)
 
 
-def test_webshop_site_script_starts_the_site():
+def test_webshop_site_script_starts_the_site(monkeypatch):
+    """Also: without WEBSHOP_HOST the script listens on loopback (issue 39, item 6)."""
+    monkeypatch.delenv("WEBSHOP_HOST", raising=False)
     port = _free_port()
-    process, _ = _run_script(
+    process, log = _run_script(
         "serve-webshop.sh",
-        {"WEBSHOP_HOST": "127.0.0.1", "WEBSHOP_PORT": str(port), "WEBSHOP_NUM_PRODUCTS": "200"},
+        {"WEBSHOP_PORT": str(port), "WEBSHOP_NUM_PRODUCTS": "200"},
         f"http://127.0.0.1:{port}/api/health",
     )
     try:
+        log.seek(0)
+        assert f"http://127.0.0.1:{port}/ (waitress" in log.read()  # the address it listens on
         info = requests.get(f"http://127.0.0.1:{port}/api/info", timeout=10).json()
         assert info
     finally:

@@ -1,12 +1,15 @@
 """A server that cannot start says why in one line, with the fix, instead of a traceback: a missing ALFWorld
-split, a full disk, a read-only cache that is not complete, a damaged search index or cached catalog."""
+split, a full disk, a read-only cache that is not complete, a damaged search index or cached catalog, a port
+in use (on both doors, before the env workers start)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +53,8 @@ def test_a_missing_alfworld_split_is_one_line_with_the_choice(tmp_path):
             "progpo/WebShop-v0",
             "--env-kwargs",
             'progpo/WebShop-v0={"num_products": 100}',
+            "--port",
+            "0",  # the port is bound before the env workers start: the test needs no free port 8000
         ],
     ],
     ids=["site", "env-server"],
@@ -96,3 +101,22 @@ def test_a_damaged_cached_catalog_is_one_line_saying_to_delete_it(tmp_path):
     status, lines = run(["webshop_server.cli", "serve", "--num-products", "100"], PROGPO_CACHE=str(cache))
     assert status == 2 and len(lines) == 1, lines
     assert f"the cached catalog {catalog} is damaged" in lines[0] and f"delete {catalog}" in lines[0]
+
+
+@pytest.mark.parametrize("protocol", ["native", "openenv"])
+def test_a_port_in_use_is_one_line_naming_it_and_the_fix_on_both_doors(protocol):
+    """Issue 39, item 3. Before: a 27-line traceback ending in ``OSError: [Errno 98] Address already in use``
+    (the OpenEnv door after its env workers had started, ~32 s on a loaded machine), exit status 1."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        started = time.monotonic()
+        status, lines = run(["progpo.cli", "serve", "--protocol", protocol, "--port", str(port)])
+        seconds = time.monotonic() - started
+    assert status == 2 and len(lines) == 1, lines
+    assert lines[0] == (
+        f"progpo serve: error: port {port} on 127.0.0.1 is in use (another server listens there): stop that "
+        "server, or give another --port (--port 0 picks a free one)"
+    )
+    assert seconds < 10, seconds  # the issue's bound: the port is checked before the slow start-up

@@ -5,9 +5,7 @@ bad input, idle timeout, drain), spoken by an independent WebSocket client as we
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import random
 import signal
 import socket
@@ -30,13 +28,23 @@ from progpo_envs.server.websocket import (
     OP_TEXT,
     ClientPool,
     ConnectionClosed,
-    FrameParser,
     WebSocketClient,
-    accept_key,
     encode_frame,
 )
 from tests.net import half_open
-from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, same, serve_toy
+from tests.progpo_envs.server.hosting_helpers import (
+    SLOW_ENV_ID,
+    TOY_ENV_ID,
+    MisbehavingWebSocketServer,
+    call,
+    close_code,
+    raw_upgrade,
+    read_message,
+    same,
+    serve_toy,
+    slow_toy_cli_server,
+    ws_url,
+)
 from webshop_server.serving import CONNECTION_LIMIT, connections_per_host
 
 ACTIONS = ["go left", "go right", "take key", "open door", "look", "dance", "", "x" * 5000, 17, None]
@@ -47,17 +55,6 @@ def play(env: gym.Env, seed: int | None, steps: int, rng: random.Random) -> list
     for _ in range(steps):
         trace.append(env.step(rng.choice(ACTIONS)))
     return trace
-
-
-def ws_url(url: str) -> str:
-    return url.replace("http://", "ws://") + "/stream"
-
-
-def call(ws: WebSocketClient, message: dict | bytes, timeout: float = 30) -> dict:
-    """One message and its answer."""
-    payload = message if isinstance(message, bytes) else json.dumps(message).encode()
-    ws.send(payload, time.monotonic() + timeout)
-    return json.loads(ws.receive(time.monotonic() + timeout))
 
 
 def metrics(url: str) -> dict:
@@ -207,48 +204,6 @@ def test_too_many_json_values_is_a_413(ws):
 # --- protocol errors close the connection -------------------------------------------------------------------
 
 
-def raw_upgrade(port: int, source: str = "127.0.0.1", headers: str = "") -> socket.socket:
-    """A socket through the handshake (its 101 read), for frames written by hand."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(
-        (
-            f"GET /stream HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{headers}\r\n"
-        ).encode()
-    )
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += sock.recv(4096)
-    assert head.startswith(b"HTTP/1.1 101") and accept_key(key).encode() in head, head
-    return sock
-
-
-def read_message(sock: socket.socket) -> bytes:
-    """The next message the server sends on a raw socket."""
-    parser = FrameParser(1 << 24, masked=False)
-    while True:
-        messages = parser.feed(sock.recv(65536))
-        if messages:
-            return messages[0][1]
-
-
-def close_code(sock: socket.socket) -> int | None:
-    """The close code of the close frame the server sends (``None`` if it closed without one)."""
-    data = b""
-    try:
-        while True:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-    except OSError:
-        pass
-    if len(data) >= 4 and data[0] & 0x0F == 0x8:
-        return struct.unpack("!H", data[2:4])[0]
-    return None
-
-
 @pytest.mark.parametrize(
     "frame, code",
     [
@@ -279,7 +234,7 @@ def test_a_frame_over_the_limit_is_answered_413_from_its_header_and_never_kept(t
         answer = json.loads(read_message(sock))
         assert answer["status"] == 413 and "at most" in answer["body"]["error"]
         channels = [c for c in toy_server._server.active_channels.values() if getattr(c, "parser", None)]
-        assert all(c.parser.buffered < (1 << 20) or c.parser._skipping for c in channels)
+        assert all(c.parser.buffered_in_memory < (1 << 20) for c in channels)
     finally:
         sock.close()
 
@@ -398,18 +353,9 @@ def test_half_sent_frames_hold_connections_not_threads():
 
 
 def test_sigterm_finishes_a_stream_call_in_flight_then_exits():
-    server = CliServer(
-        "--import",
-        "tests.progpo_envs.server.hosting_slow_env",
-        "--env",
-        "progpo/SlowToy-v0",
-        "--env-kwargs",
-        'progpo/SlowToy-v0={"step_delay": 2.0}',
-        "--agentgym",
-        "none",
-    )
+    server = slow_toy_cli_server(step_delay=2.0)
     try:
-        env = RemoteEnv(server.url, "progpo/SlowToy-v0", transport="stream", retries=0)
+        env = RemoteEnv(server.url, SLOW_ENV_ID, transport="stream", retries=0)
         env.reset(seed=0)
         answers: list = []
         in_flight = threading.Thread(target=lambda: answers.append(env.step("look")))
@@ -443,7 +389,7 @@ def test_auto_takes_the_http_routes_of_a_server_without_the_door():
         env = RemoteEnv(url, TOY_ENV_ID)
         env.reset(seed=0)
         env.step("look")
-        assert not env._client.uses_stream() and "501" in env._client.stream.no_door
+        assert not env._client.uses_stream() and "501" in env._client.connections.no_door
         env.close()
         with pytest.raises(RemoteEnvError, match="no stream door"):
             RemoteEnv(url, TOY_ENV_ID, transport="stream")
@@ -452,50 +398,16 @@ def test_auto_takes_the_http_routes_of_a_server_without_the_door():
         app.extensions["progpo_pool"].shutdown()
 
 
-class _TricklingWebSocketServer:
-    """Accepts the upgrade, then answers every message a byte every 0.2 s, for ever."""
-
-    def __init__(self):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn):
-        try:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                head += conn.recv(4096)
-            key = next(
-                line.split(b":", 1)[1].strip().decode()
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"sec-websocket-key")
-            )
-            conn.sendall(
-                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                + f"Sec-WebSocket-Accept: {accept_key(key)}\r\n\r\n".encode()
-            )
-            conn.recv(65536)
-            answer = encode_frame(OP_TEXT, b'{"status": 201, "body": {"instance_id": "i"}}' * 50, mask=False)
-            for byte in answer:
-                conn.sendall(bytes([byte]))
-                time.sleep(0.2)
-        except OSError:
-            pass
-
-    def close(self):
-        self.sock.close()
+def _trickle(conn: socket.socket) -> None:
+    """Answers a byte every 0.2 s, for ever."""
+    answer = encode_frame(OP_TEXT, b'{"status": 201, "body": {"instance_id": "i"}}' * 50, mask=False)
+    for byte in answer:
+        conn.sendall(bytes([byte]))
+        time.sleep(0.2)
 
 
 def test_the_deadline_holds_against_a_trickling_stream():
-    server = _TricklingWebSocketServer()
+    server = MisbehavingWebSocketServer(_trickle)
     started = time.monotonic()
     try:
         with pytest.raises(ServerUnavailableError, match=r"timeout=1\.5 s|may or may not"):

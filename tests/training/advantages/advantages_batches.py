@@ -1,4 +1,4 @@
-"""Step-row batches for the advantage tests and ``benchmarks/bench_advantages.py``.
+"""Step-row batches for the advantage tests and ``benchmarks/bench_estimators.py speed``.
 
 ``build_batch`` turns readable trajectory specs into columns (hand-computed tests); ``random_walk_batch``
 makes synthetic batches with realistic state repeats.

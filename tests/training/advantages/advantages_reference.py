@@ -1,7 +1,7 @@
 """Straightforward per-row Python reference implementations of every estimator (dicts and lists, no numpy
 vectorisation). They restate the formulas of ``docs/algorithms.md`` independently of
 ``training.advantages`` and serve as cross-check oracles in the tests and as the speed baseline of
-``benchmarks/bench_advantages.py``. Defaults only cover the parameters the tests and benchmark vary.
+``benchmarks/bench_estimators.py speed``. Defaults only cover the parameters the tests and benchmark vary.
 
 The oracle of estimator ``<name>`` is the function ``ref_<name>`` (found by that name: :func:`reference`).
 """

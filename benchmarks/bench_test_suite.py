@@ -1,0 +1,123 @@
+"""How long the README's test command takes, and what it counts: ``benchmarks/results/test_suite.json``.
+
+The README's second command, ``.venv/bin/python -m pytest`` (the fast default set: ``pyproject.toml``'s
+``addopts`` leave the ``slow`` tests out), run from the repository root as a subprocess of this script with
+the same Python. Recorded: its wall time, its exit status, the tests collected, passed, failed, errored and
+skipped (from pytest's JUnit XML report), the machine and how loaded it was: the load average when the run
+started and ended and its mean and maximum over the run (sampled every :data:`LOAD_SAMPLE_S` seconds), and
+this process's niceness. On a machine shared with other jobs the wall time is longer than on an idle one; the
+load average says by how much the cores were wanted elsewhere.
+
+The README and docs/quickstart.md quote the wall time. Rerun (about 15 to 25 minutes on 2 cores)::
+
+    nice -n 10 .venv/bin/python benchmarks/bench_test_suite.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.common import ROOT, child_env
+from benchmarks.harness import Benchmark, Part, option, run_single, script_path, settings_record
+from benchmarks.lib.processes import Sampler
+
+#: The README's test command, as run from the repository root (``.venv/bin/python`` is this Python).
+TEST_COMMAND = ("-m", "pytest")
+#: Seconds between two samples of the load average while the tests run.
+LOAD_SAMPLE_S = 15.0
+
+
+@dataclass
+class Settings:
+    timeout: float = option(3600.0, "seconds the test command may take before it is stopped")
+    out: Path | None = option(None, "result file (default: benchmarks/results/test_suite.json)")
+
+
+def counts(junit_xml: Path) -> dict[str, int]:
+    """``tests``, ``passed``, ``failed``, ``errors`` and ``skipped`` of a pytest JUnit XML report.
+
+    Example:
+        >>> path = Path(tempfile.mkdtemp()) / "r.xml"
+        >>> _ = path.write_text('<testsuites><testsuite tests="5" failures="1" errors="0" skipped="2"/>'
+        ...                     '</testsuites>')
+        >>> counts(path)
+        {'tests': 5, 'passed': 2, 'failed': 1, 'errors': 0, 'skipped': 2}
+    """
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for suite in ET.parse(junit_xml).getroot().iter("testsuite"):
+        for key in totals:
+            totals[key] += int(suite.get(key, 0))
+    passed = totals["tests"] - totals["failures"] - totals["errors"] - totals["skipped"]
+    failed, errors, skipped = totals["failures"], totals["errors"], totals["skipped"]
+    return {
+        "tests": totals["tests"],
+        "passed": passed,
+        "failed": failed,
+        "errors": errors,
+        "skipped": skipped,
+    }
+
+
+def run(settings: Settings) -> dict:
+    """The README's test command from the repository root: its wall time, exit status, counts, the load."""
+    print(f"running `python {' '.join(TEST_COMMAND)}` in {ROOT} (the README's test command) ...", flush=True)
+    load: list[float] = []
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        Sampler(lambda: load.append(os.getloadavg()[0]), LOAD_SAMPLE_S),
+    ):
+        report = Path(scratch) / "junit.xml"
+        started = time.perf_counter()
+        try:
+            command = [sys.executable, *TEST_COMMAND, f"--junitxml={report}"]
+            status = subprocess.run(command, cwd=ROOT, env=child_env(), timeout=settings.timeout).returncode
+        except subprocess.TimeoutExpired:
+            status = None
+        wall_s = time.perf_counter() - started
+        found = counts(report) if report.is_file() else None
+    load.append(os.getloadavg()[0])
+    minutes, seconds = divmod(round(wall_s), 60)
+    print(f"{minutes} min {seconds} s, exit status {status}, {found}", flush=True)
+    return {
+        "test_command": f"python {' '.join(TEST_COMMAND)}",
+        "wall_s": wall_s,
+        "exit_status": status,
+        "timed_out": status is None,
+        "counts": found,
+        "load_average_1m_start": load[0],
+        "load_average_1m_end": load[-1],
+        "load_average_1m_mean": sum(load) / len(load),
+        "load_average_1m_max": max(load),
+        "load_samples": len(load),
+        "niceness": os.nice(0),
+        "settings": settings_record(settings),
+        "failed": [] if status == 0 else [f"the test command's exit status was {status}"],
+    }
+
+
+SPECS = (
+    Benchmark(
+        "test_suite",
+        script_path(__file__),
+        "Wall time of the README's test command (`python -m pytest`, the fast default set) on this machine, "
+        "with the tests passed, failed and skipped and the machine's load average over the run: the time the "
+        "README and docs/quickstart.md quote, and the 20-minute ceiling the developers' guide sets for it.",
+        quick=False,
+        command="nice -n 10 python benchmarks/bench_test_suite.py",
+    ),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_single(__file__, Part(Settings, run, name="test_suite"), SPECS, __doc__, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
