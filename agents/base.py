@@ -141,6 +141,10 @@ def active_mask(active: Sequence[bool] | None, size: int) -> list[bool]:
     return [bool(a) for a in active]
 
 
+#: A chat prompt: its messages, each with a ``role`` and a ``content``.
+Chat = list[dict[str, str]]
+
+
 @dataclasses.dataclass
 class Generation:
     """A backend's completion for one prompt, or why there is none (``error``: the request failed)."""
@@ -190,10 +194,7 @@ class PromptedAgent:
         self._pending = [None] * len(self.tasks)
 
     def generate(
-        self,
-        prompts: Sequence[list[dict[str, str]]],
-        seeds: Sequence[int],
-        choices: Sequence[Sequence[str]] | None = None,
+        self, prompts: Sequence[Chat], seeds: Sequence[int], choices: Sequence[Sequence[str]] | None = None
     ) -> list[Generation]:
         """Completions for a batch of chat prompts, in order; ``seeds[j]`` is prompt ``j``'s sampling seed.
 

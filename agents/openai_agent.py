@@ -43,7 +43,7 @@ from typing import Any
 
 import openai
 
-from agents.base import AnswerMode, Generation, PromptConfig, PromptedAgent
+from agents.base import AnswerMode, Chat, Generation, PromptConfig, PromptedAgent
 from agents.llm_config import OpenAIConfig
 
 
@@ -80,10 +80,7 @@ class OpenAIChatAgent(PromptedAgent):
     """
 
     def __init__(
-        self,
-        config: OpenAIConfig,
-        prompt_config: PromptConfig | None = None,
-        mode: str = AnswerMode.FREE.value,
+        self, config: OpenAIConfig, prompt_config: PromptConfig | None = None, mode: str = AnswerMode.FREE
     ):
         super().__init__(prompt_config, mode)
         if config.concurrency < 1:
@@ -122,14 +119,14 @@ class OpenAIChatAgent(PromptedAgent):
         return min(max(wait, hinted), self.config.max_backoff_s) if hinted is not None else wait
 
     def complete(
-        self, messages: list[dict[str, str]], seed: int | None = None, choices: Sequence[str] | None = None
+        self, messages: Chat, seed: int | None = None, choices: Sequence[str] | None = None
     ) -> Generation:
         """One chat completion with the retry policy of the module docstring (:class:`AgentRequestError`);
         with ``choices``, constrained to one of them (guided mode)."""
         return self._run(self._complete(messages, seed, choices)).result()
 
     async def _complete(
-        self, messages: list[dict[str, str]], seed: int | None, choices: Sequence[str] | None = None
+        self, messages: Chat, seed: int | None, choices: Sequence[str] | None = None
     ) -> Generation:
         config = self.config
         kwargs: dict[str, Any] = {
@@ -188,10 +185,7 @@ class OpenAIChatAgent(PromptedAgent):
         ) from last_error
 
     def generate(
-        self,
-        prompts: Sequence[list[dict[str, str]]],
-        seeds: Sequence[int],
-        choices: Sequence[Sequence[str]] | None = None,
+        self, prompts: Sequence[Chat], seeds: Sequence[int], choices: Sequence[Sequence[str]] | None = None
     ) -> list[Generation]:
         per_prompt = choices if choices is not None else [None] * len(prompts)
         futures = [

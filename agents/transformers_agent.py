@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from agents.base import AnswerMode, Generation, PromptConfig, PromptedAgent
+from agents.base import AnswerMode, Chat, Generation, PromptConfig, PromptedAgent
 from agents.llm_config import TransformersConfig
 
 
@@ -78,14 +78,11 @@ class TransformersAgent(PromptedAgent):
         ).to(self.device)
         self.model.eval()
 
-    def _prompt_text(self, prompt: list[dict[str, str]]) -> str:
+    def _prompt_text(self, prompt: Chat) -> str:
         return self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
 
     def generate(
-        self,
-        prompts: Sequence[list[dict[str, str]]],
-        seeds: Sequence[int],
-        choices: Sequence[Sequence[str]] | None = None,
+        self, prompts: Sequence[Chat], seeds: Sequence[int], choices: Sequence[Sequence[str]] | None = None
     ) -> list[Generation]:
         if choices is not None:
             return [self.choose(p, c, seed) for p, c, seed in zip(prompts, choices, seeds, strict=True)]
@@ -132,7 +129,7 @@ class TransformersAgent(PromptedAgent):
                 )
         return out
 
-    def answer_scores(self, prompt: list[dict[str, str]], answers: Sequence[str]) -> list[float]:
+    def answer_scores(self, prompt: Chat, answers: Sequence[str]) -> list[float]:
         """``log p(answer + end of turn | prompt)`` of each answer, less the log-probability of the tokens
         they all start with (the same for every answer; see the module docstring)."""
         torch, tokenizer = self.torch, self.tokenizer
@@ -172,7 +169,7 @@ class TransformersAgent(PromptedAgent):
                     scores.append(float(first[tail[0]] + later))
         return scores
 
-    def choose(self, prompt: list[dict[str, str]], answers: Sequence[str], seed: int = 0) -> Generation:
+    def choose(self, prompt: Chat, answers: Sequence[str], seed: int = 0) -> Generation:
         """The model's answer among ``answers`` (:meth:`answer_scores`): the most probable at temperature 0
         (the first on a tie), else drawn with ``seed`` from the scores over the temperature, softmaxed."""
         torch, temperature = self.torch, self.config.temperature
