@@ -76,7 +76,7 @@ from agents.llm_config import OpenAIConfig, TransformersConfig
 from agents.prompts import get_style
 from agents.report import write_reports
 from agents.rollout import play_episodes
-from progpo_base.config import documented_field, required_field, section
+from progpo_base.config import documented_field, enum_field, required_field, section
 from progpo_base.folder_lock import folder_lock
 from progpo_envs.server.policy import refused_kwarg
 from progpo_envs.server.remote import RemoteEnvError
@@ -159,12 +159,10 @@ class EvalConfig:
     env_id: str = required_field("registered env id, e.g. progpo/ALFWorld-v0 or progpo/WebShop-v0")
     agent: str = required_field("the agent to evaluate", choices=[k.value for k in AgentKind])
     out_dir: str = required_field("output folder: trajectories, summary, report (rerun with it to resume)")
-    mode: str = documented_field(
-        AnswerMode.FREE.value,
-        "how an LLM agent (openai, transformers) answers: free text in the papers' <think>/<action> format, "
-        "or guided: it chooses among the step's admissible actions, by its own log-probabilities "
-        "(transformers) or by the engine's guided choice (openai against vLLM's server)",
-        choices=[m.value for m in AnswerMode],
+    mode: str = enum_field(
+        AnswerMode.FREE,
+        "how an LLM agent answers: free text in the papers' <think>/<action> format, or guided: its choice "
+        "among the admissible actions (transformers: by log-probability; openai: vLLM's guided choice)",
     )
     split: str | None = documented_field(
         None,
@@ -174,12 +172,11 @@ class EvalConfig:
     episodes: int | None = documented_field(
         None, "play this many tasks in task_order (unset: every task of the split)"
     )
-    task_order: str = documented_field(
-        TaskOrder.STRATIFIED.value,
+    task_order: str = enum_field(
+        TaskOrder.STRATIFIED,
         "which tasks episodes plays: stratified takes each task type in turn (in-process ALFWorld; other "
         "envs keep the split's order), sequential plays tasks 0..N-1, spread N tasks evenly over the split "
         "(the tasks of progpo train's held-out evaluation with eval.num_tasks=N)",
-        choices=[o.value for o in TaskOrder],
     )
     data_dir: str | None = documented_field(
         None, "env data folder, passed as data_dir= (ALFWorld: the folder containing json_2.1.1/)"
