@@ -9,7 +9,8 @@ from agents.base import Task
 from agents.cli import main
 from agents.openai_agent import AgentRequestError, OpenAIChatAgent, OpenAIConfig
 from agents.projection import project_action
-from tests.agents.agents_toy_envs import hint_policy
+from tests.agents.agents_toy_envs import hint_policy, openai_eval_argv
+from tests.agents.eval_run_checks import check_run
 
 PROMPT = [
     {
@@ -114,8 +115,6 @@ def _malformed_every_fourth(endpoint):
 
 
 def test_eval_cli_with_the_openai_agent_is_reproducible(endpoint, tmp_path):
-    from tests.agents.agents_toy_envs import openai_eval_argv
-
     _malformed_every_fourth(endpoint)
     runs = []
     for name, num_envs in (("a", 4), ("b", 3)):
@@ -188,22 +187,10 @@ def _engine_choice(messages: list[dict], body: dict) -> str:
 
 def test_guided_mode_sends_the_admissible_answers_as_the_engines_choice(endpoint, tmp_path):
     endpoint.policy = _engine_choice
-    argv = [
-        "--env",
-        "agents-test/ToyALFWorld-v0",
-        "--agent",
-        "openai",
-        "--model",
-        "scripted",
-        "--mode",
-        "guided",
-    ]
-    argv += ["--base-url", endpoint.base_url, "--episodes", "3", "--out", str(tmp_path), "--no-progress"]
-    assert main(argv) == 0
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert main(openai_eval_argv(endpoint.base_url, tmp_path, "--mode", "guided", "--episodes", "3")) == 0
+    summary, records = check_run(tmp_path, episodes=3)
     assert summary["mode"] == "guided" and summary["success_rate"] == 1.0
     assert summary["invalid_action_rate"] == 0.0
-    records = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     steps = [s for r in records for s in r["trajectory"]]
     asked = {json.dumps(b["messages"]): b["structured_outputs"]["choice"] for b in endpoint.requests}
     assert len(endpoint.requests) == len(steps)

@@ -62,17 +62,17 @@ def test_act_projects_the_model_text(tiny_qwen):
     agent.close()
 
 
+def _toy_evaluation(tiny_qwen, out, max_steps: int, mode: str = "free", **model) -> dict:
+    """``evaluate`` of the transformers agent on two toy ALFWorld episodes played side by side; ``model``:
+    the rest of its :class:`TransformersConfig`."""
+    transformers = TransformersConfig(model_path=str(tiny_qwen), device="cpu", **model)
+    toy = {"env_id": "agents-test/ToyALFWorld-v0", "episodes": 2, "num_envs": 2, "max_steps": max_steps}
+    config = EvalConfig(agent="transformers", mode=mode, out_dir=str(out), transformers=transformers, **toy)
+    return evaluate(config, progress=False)
+
+
 def test_evaluate_with_the_transformers_agent(tiny_qwen, tmp_path):
-    config = EvalConfig(
-        env_id="agents-test/ToyALFWorld-v0",
-        agent="transformers",
-        out_dir=str(tmp_path),
-        episodes=2,
-        num_envs=2,
-        max_steps=2,
-        transformers=TransformersConfig(model_path=str(tiny_qwen), max_new_tokens=4, device="cpu"),
-    )
-    summary = evaluate(config, progress=False)
+    summary = _toy_evaluation(tiny_qwen, tmp_path, max_steps=2, max_new_tokens=4)
     records = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     steps = [s for r in records for s in r["trajectory"]]
     assert summary["episodes"] == 2 and len(steps) == 4 and summary["mean_steps"] == 2
@@ -168,17 +168,7 @@ def test_the_agent_computes_on_its_thread_setting(tiny_qwen):
 
 
 def test_guided_evaluation_records_its_mode(tiny_qwen, tmp_path):
-    config = EvalConfig(
-        env_id="agents-test/ToyALFWorld-v0",
-        agent="transformers",
-        mode="guided",
-        out_dir=str(tmp_path),
-        episodes=2,
-        num_envs=2,
-        max_steps=3,
-        transformers=TransformersConfig(model_path=str(tiny_qwen), device="cpu"),
-    )
-    summary = evaluate(config, progress=False)
+    summary = _toy_evaluation(tiny_qwen, tmp_path, max_steps=3, mode="guided")
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert summary["mode"] == saved["mode"] == "guided"
     assert summary["invalid_action_rate"] == summary["inadmissible_action_rate"] == 0.0
@@ -219,5 +209,6 @@ def test_guided_sampling_draws_from_the_answers_probabilities_at_the_temperature
 
 
 def test_a_scripted_agents_summary_names_no_answer_mode(tmp_path):
-    config = EvalConfig(env_id="agents-test/ToyALFWorld-v0", agent="random", out_dir=str(tmp_path), episodes=1)
+    toy = {"env_id": "agents-test/ToyALFWorld-v0", "episodes": 1}
+    config = EvalConfig(agent="random", out_dir=str(tmp_path), **toy)
     assert evaluate(config, progress=False)["mode"] is None
