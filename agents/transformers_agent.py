@@ -21,7 +21,7 @@ answers, ``batch_size`` rows at a time, continue from its key/value cache repeat
 seeded per (task, episode seed, step), so it does not depend on batching.
 
 The model computes on ``threads`` CPU threads (``torch.set_num_threads``): on a small or busy machine one
-thread decodes several times faster than two (issue 39 measured 10.7 tokens/s against 2.4).
+thread decodes several times faster than two (``benchmarks/results/real_model.json``, ``threads``).
 """
 
 from __future__ import annotations
