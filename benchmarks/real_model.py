@@ -159,6 +159,7 @@ def evaluate_env(settings: Settings, env: str, console: Console) -> dict[str, An
         for seed in range(settings.random_seeds)
     ]
     per_seed = [r["success_rate"] for r in randoms]
+    mean_score = sum(r["mean_score"] for r in randoms) / len(randoms)  # WebShop's partial credit
     return {
         "free": {
             "success": free["success_rate"],
@@ -166,8 +167,12 @@ def evaluate_env(settings: Settings, env: str, console: Console) -> dict[str, An
             "max_new_tokens": settings.max_tokens,
             "completion_tokens_per_action": free["completion_tokens"] / max(free["actions"], 1),
         },
-        "guided": {"success": guided["success_rate"], "most_chosen": most_chosen(work / "guided")},
-        "random": {"success": sum(per_seed) / len(per_seed), "per_seed": per_seed},
+        "guided": {
+            "success": guided["success_rate"],
+            "mean_score": guided["mean_score"],
+            "most_chosen": most_chosen(work / "guided"),
+        },
+        "random": {"success": sum(per_seed) / len(per_seed), "per_seed": per_seed, "mean_score": mean_score},
         "episodes": settings.episodes,
         "split": ENVS[env]["split"],
     }
