@@ -32,9 +32,9 @@ from rich.progress import track
 from benchmarks.common import ROOT, git_commit, mean_spread, paired_differences, run_measured
 from benchmarks.harness import Benchmark, Part, option, result_path, run_suite, script_path
 from benchmarks.lib.markdown import fmt, markdown_table
-from benchmarks.lib.runs import read_metrics, train_command
 from training.advantages import ESTIMATORS, check_parameter_names, compute_advantages
-from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND
+from training.cli import train_command
+from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND, read_metrics
 
 console = Console(width=160)
 

@@ -3,7 +3,7 @@ episode as ``progpo eval`` plays them (issue 41).
 
 For each env it plays the same tasks three ways, with the same deterministic agent behind all three, a
 scripted OpenAI-compatible stand-in that answers with the expert's next command
-(:mod:`benchmarks.lib.expert_stand_in`; the clients' prompts differ from ours, so a model's answers would
+(:mod:`agents.expert_stand_in`; the clients' prompts differ from ours, so a model's answers would
 differ with them):
 
 * ``progpo eval --agent openai`` (the ``react`` template with the whole history, so the stand-in sees every
@@ -12,7 +12,7 @@ differ with them):
   verifiers' OpenEnv taskset, verifiers' ``null`` harness in a local ``subprocess`` runtime) against
   ``progpo serve --protocol openenv``;
 * **skyrl-gym** (``agents.skyrl``'s env classes from ``.venv-skyrl``, driven as SkyRL's generator drives them:
-  :mod:`benchmarks.lib.skyrl_rollouts`) against the native ``progpo serve``.
+  :mod:`agents.skyrl_rollouts`) against the native ``progpo serve``.
 
 Both servers run with the expert on (``expert: true``), as ``progpo eval --agent expert`` needs: the clients'
 policies must still never see it. The tasks are ``--episodes`` spread over the split (``progpo eval
@@ -49,9 +49,9 @@ from rich.progress import Progress
 
 import progpo_envs  # noqa: F401  (registers the ids)
 from agents.envs import spread_tasks
+from agents.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
 from benchmarks.common import ROOT, ServerProcess, free_port, run_measured
 from benchmarks.harness import Benchmark, Part, option, run_single, script_path
-from benchmarks.lib.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
 from benchmarks.lib.hosting import serve_command
 from benchmarks.lib.markdown import markdown_table
 
@@ -222,7 +222,7 @@ def play_skyrl(
     """``agents.skyrl``'s env class driven as SkyRL's generator drives it: ``{task_index: (won, steps,
     seed)}``."""
     out = work / "skyrl.json"
-    command = [_python(SKYRL_VENV), "-m", "benchmarks.lib.skyrl_rollouts", "--env-class", env_class]
+    command = [_python(SKYRL_VENV), "-m", "agents.skyrl_rollouts", "--env-class", env_class]
     command += [
         "--server",
         server,

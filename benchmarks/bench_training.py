@@ -57,8 +57,9 @@ from benchmarks.harness import (
 from benchmarks.lib.markdown import fmt, markdown_table
 from benchmarks.lib.plots import bars, figure, lines
 from benchmarks.lib.processes import Sampler, tree_rss
-from benchmarks.lib.runs import train_command, train_records
-from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
+from training.cli import train_command
+from training.gpu_check import QWEN25_1_5B_SHAPE
+from training.metrics import read_metrics
 
 console = Console(width=160)
 SCRIPT = script_path(__file__)
@@ -648,7 +649,7 @@ def iteration_wall_time(policy: Path, iterations: int, folder: Path) -> dict:
         )
         try:
             trainer.run()
-            records = train_records(folder / name)[1:]
+            records = [r for r in read_metrics(folder / name) if r.get("kind") == "train"][1:]
         finally:
             trainer.close()
         mean = lambda key, rows=records: statistics.mean(r.get(key, 0.0) for r in rows)  # noqa: E731
