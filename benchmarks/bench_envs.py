@@ -39,11 +39,10 @@ from benchmarks.lib.processes import cpu_seconds
 from progpo_base.usage import UsageError
 
 console = Console()
+SCRIPT = script_path(__file__)
 MS = 1000.0
 
-# ------------------------------------------------------------------------------------------------------------
-# alfworld: our engine against the unpatched one, on the same games and actions
-# ------------------------------------------------------------------------------------------------------------
+# --- alfworld: our engine against the unpatched one, on the same games and actions ---
 
 #: The phases of a first reset (docs/alfworld.md §3).
 PHASES = ("grammar_parse", "translation", "engine_state", "first_derivations")
@@ -159,9 +158,10 @@ def first_resets(settings, indices: list[int], translations: Path, warm_with: in
     return MS * statistics.mean(times), phases
 
 
-def play(env, index: int, plan: list[str]) -> float:
-    """Seconds per step of ``plan`` after a reset to task ``index``."""
-    env.reset(options={"task_index": index})
+def play(env, index: int, plan: list[str], reset: bool = True) -> float:
+    """Seconds per step of ``plan`` after a reset to task ``index`` (or where ``env`` is now)."""
+    if reset:
+        env.reset(options={"task_index": index})
     start = time.perf_counter()
     for action in plan:
         env.step(action)
@@ -211,10 +211,7 @@ def bench_single(settings, games: int, steps: int) -> dict:
         start = time.perf_counter()
         stock.reset(tasks[index].game_file())
         times["stock_reset"].append(time.perf_counter() - start)
-        start = time.perf_counter()
-        for action in plan:
-            stock.step(action)
-        times["stock"].append((time.perf_counter() - start) / len(plan))
+        times["stock"].append(play(stock, index, plan, reset=False))
         del stock
         gc.collect()
     m = {key: statistics.mean(values) for key, values in times.items()}
@@ -369,9 +366,7 @@ def run_alfworld(s: AlfworldSettings) -> dict:
     }
 
 
-# ------------------------------------------------------------------------------------------------------------
-# webshop: the in-process env, the HTTP servers, memory per worker and over sessions
-# ------------------------------------------------------------------------------------------------------------
+# --- webshop: the in-process env, the HTTP servers, memory per worker and over sessions ---
 
 TARGET_P99_SEARCH_MS = 20.0
 TARGET_WORKER_BYTES = 1 << 30
@@ -554,19 +549,16 @@ def run_webshop(s: WebShopSettings) -> dict:
         port, t0 = free_port(), time.perf_counter()
         command = [sys.executable, "-m", "webshop_server.cli", "serve", "--port", str(port), "--num-products"]
         command += [str(products), "--server", server, "--workers", str(workers), "--max-sessions", "20000"]
-        with ServerProcess(
-            command, port, "/api/health", timeout_s=600, env={"OMP_NUM_THREADS": "1"}
-        ) as process:
-            servers[server] = {"workers": workers, "start_s": time.perf_counter() - t0}
-            servers[server]["memory_idle"] = server_memory(process.pid)
-            servers[server]["http"] = [bench_http(process.url, episodes, c, s.seconds) for c in (1, 8, 32)]
-            servers[server]["memory_after_load"] = server_memory(process.pid)
-            sessions = bench_session_memory(process.url, process.pid, episodes, s.sessions)
-            servers[server]["session_memory"] = sessions
-    worker_rss = {
-        n: max(v["memory_idle"]["max_worker_rss"], v["memory_after_load"]["max_worker_rss"])
-        for n, v in servers.items()
-    }
+        one_thread = {"OMP_NUM_THREADS": "1"}
+        with ServerProcess(command, port, "/api/health", timeout_s=600, env=one_thread) as process:
+            record = servers[server] = {"workers": workers, "start_s": time.perf_counter() - t0}
+            record["memory_idle"] = server_memory(process.pid)
+            record["http"] = [bench_http(process.url, episodes, c, s.seconds) for c in (1, 8, 32)]
+            record["memory_after_load"] = server_memory(process.pid)
+            record["session_memory"] = bench_session_memory(process.url, process.pid, episodes, s.sessions)
+    most_rss = lambda v: max(v[when]["max_worker_rss"] for when in ("memory_idle", "memory_after_load"))  # noqa: E731
+    worker_rss = {n: most_rss(v) for n, v in servers.items()}
+    growth = {n: v["session_memory"]["pss_growth_after_first_1000_pct"] for n, v in servers.items()}
     return {
         "num_products": products,
         "num_goals": engine.num_goals,
@@ -580,9 +572,7 @@ def run_webshop(s: WebShopSettings) -> dict:
                 "http_1_client_waitress": servers["waitress"]["http"][0]["search_step"]["p99_ms"],
             },
             "worker_rss_bytes": {"target": TARGET_WORKER_BYTES, **worker_rss},
-            "pss_growth_pct_over_sessions": {
-                n: v["session_memory"]["pss_growth_after_first_1000_pct"] for n, v in servers.items()
-            },
+            "pss_growth_pct_over_sessions": growth,
         },
     }
 
@@ -592,25 +582,16 @@ def plot_webshop(result: dict, path: Path) -> None:
 
     servers = result["servers"]
     with figure(path, panels=2) as (latency, memory):
-        curves = {}
+        curves, pss = {}, {}
         for name, srv in servers.items():
             clients = [h["clients"] for h in srv["http"]]
-            curves.update(
-                {
-                    f"{name}: {p}": (clients, [h["all"][f"{p}_ms"] for h in srv["http"]])
-                    for p in ("p50", "p99")
-                }
-            )
+            for p in ("p50", "p99"):
+                curves[f"{name}: {p}"] = (clients, [h["all"][f"{p}_ms"] for h in srv["http"]])
+            samples = srv["session_memory"]["pss_samples"]
+            pss[name] = ([k for k, _ in samples], [b / 2**20 for _, b in samples])
         lines(latency, curves, xlabel="concurrent clients", ylabel="latency (ms)")
         latency.axhline(TARGET_P99_SEARCH_MS, color="grey", linestyle=":")
         latency.set_xscale("log", base=2)
-        pss = {
-            n: (
-                [k for k, _ in v["session_memory"]["pss_samples"]],
-                [b / 2**20 for _, b in v["session_memory"]["pss_samples"]],
-            )
-            for n, v in servers.items()
-        }
         lines(memory, pss, xlabel="sessions created and closed", ylabel="server PSS, all processes (MiB)")
 
 
@@ -622,7 +603,7 @@ PARTS = {
 SPECS = (
     Benchmark(
         "alfworld",
-        script_path(__file__),
+        SCRIPT,
         "`progpo/ALFWorld-v0` against ALFWorld's own stack (`AlfredDemangler` over a stock TextWorld "
         "`PddlEnv`) on the same real games and random admissible actions: step latency with the game played "
         "again (as a group's copies play it) and played first (every in-process cache cleared); reset "
@@ -635,7 +616,7 @@ SPECS = (
     ),
     Benchmark(
         "webshop",
-        script_path(__file__),
+        SCRIPT,
         "The self-hosted WebShop: the in-process env replaying expert episodes (steps/s; search steps "
         "against the bare tantivy query on the same queries), its servers (`progpo webshop serve`: "
         "waitress, 8 threads; gunicorn, 2 forked processes with sessions in SQLite) at 1/8/32 clients over "
