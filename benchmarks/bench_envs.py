@@ -33,13 +33,12 @@ from rich.console import Console
 from rich.progress import track
 
 from benchmarks.common import ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_suite, script_path
+from benchmarks.harness import Benchmark, Part, option, run_suite
 from benchmarks.lib.hosting import percentiles
 from benchmarks.lib.processes import cpu_seconds
 from progpo_base.usage import UsageError
 
 console = Console()
-SCRIPT = script_path(__file__)
 MS = 1000.0
 
 # --- alfworld: our engine against the unpatched one, on the same games and actions ---
@@ -603,7 +602,6 @@ PARTS = {
 SPECS = (
     Benchmark(
         "alfworld",
-        SCRIPT,
         "`progpo/ALFWorld-v0` against ALFWorld's own stack (`AlfredDemangler` over a stock TextWorld "
         "`PddlEnv`) on the same real games and random admissible actions: step latency with the game played "
         "again (as a group's copies play it) and played first (every in-process cache cleared); reset "
@@ -616,7 +614,6 @@ SPECS = (
     ),
     Benchmark(
         "webshop",
-        SCRIPT,
         "The self-hosted WebShop: the in-process env replaying expert episodes (steps/s; search steps "
         "against the bare tantivy query on the same queries), its servers (`progpo webshop serve`: "
         "waitress, 8 threads; gunicorn, 2 forked processes with sessions in SQLite) at 1/8/32 clients over "

@@ -545,7 +545,6 @@ PARTS = {
 SPECS = (
     Benchmark(
         "compare_estimators_quickstart_ablation",
-        SCRIPT,
         "ProGPO's reconstruction choices in RL on the quickstart itself (its embedded defaults, held-out "
         "`valid_seen` tasks and RL's own 8 tasks), 3 seeds from one warm start, GRPO and each ProGPO variant "
         "(estimator specs: every ablated parameter spelled out).",
@@ -555,7 +554,6 @@ SPECS = (
     ),
     Benchmark(
         "compare_estimators",
-        SCRIPT,
         "The papers' comparison at small scale (issue 8), on generated ALFWorld tasks (evaluated in the "
         "unseen bedroom) and WebShop goals: the same small policy, warm start, iterations, groups, group "
         "size and seeds, trained with each estimator (GRPO, RLOO, GiGPO, G2PO, GraphGPO, ProGPO, "
@@ -571,7 +569,6 @@ SPECS = (
     ),
     Benchmark(
         "compare_estimators_quickstart_rl",
-        SCRIPT,
         "The comparison's ALFWorld half with the quickstart's own RL (30 iterations at learning rate 3e-4, "
         "where RL raised held-out success in the README's runs, instead of the cpu setting's 10 at 1e-3), "
         "for the estimators the claim is about: trajectory-level GRPO, anchor-state GiGPO and ProGPO.",
@@ -581,7 +578,6 @@ SPECS = (
     ),
     Benchmark(
         "advantages",
-        SCRIPT,
         "Speed of every advantage estimator (issue 3): CPU seconds on one core (best of repeats) at three "
         "batch sizes and on the largest in random order, on "
         "`tests/training/advantages/advantages_batches.py`'s batches (groups of 8 trajectories over small "

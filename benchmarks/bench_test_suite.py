@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import ROOT, child_env
-from benchmarks.harness import Benchmark, Part, option, run_single, script_path, settings_record
+from benchmarks.harness import Benchmark, Part, option, run_single, settings_record
 from benchmarks.lib.processes import Sampler
 
 #: The README's test command, as run from the repository root (``.venv/bin/python`` is this Python).
@@ -94,7 +94,6 @@ def run(settings: Settings) -> dict:
 SPECS = (
     Benchmark(
         "test_suite",
-        script_path(__file__),
         "Wall time of the README's test command (`python -m pytest`, the fast default set) on this machine, "
         "with the tests passed, failed and skipped and the machine's load average over the run: the time the "
         "README and docs/quickstart.md quote, and the 20-minute ceiling the developers' guide sets for it.",

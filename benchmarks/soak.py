@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import progpo_envs  # noqa: F401  (registers the envs)
 from benchmarks.common import ROOT, ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_single, script_path, settings_record
+from benchmarks.harness import Benchmark, Part, option, run_single, settings_record
 from benchmarks.lib.hosting import choose, serve_command
 from benchmarks.lib.markdown import markdown_table
 from benchmarks.lib.processes import Sampler, tree
@@ -341,7 +341,6 @@ def render_soak(data: dict) -> str:
 SPECS = (
     Benchmark(
         "soak",
-        script_path(__file__),
         "A training run's env traffic (each GPU preset's groups, steps and iterations, a random policy) "
         "over a fleet of `progpo serve` servers on the stream door, with a kill -9, a SIGSTOP, a restart "
         "and a drain on the way; claims: no episode lost, and the bounds the result file names (`bounds`: "
