@@ -19,10 +19,34 @@ def _fill_pattern(action: str, task: Task) -> str:
     return get_style(task.env_kind).fill(action, task.task_text or "item")
 
 
-class RandomAgent:
+class ScriptedAgent:
+    """Base of the agents without a model: each active slot's action is decided on its own
+    (:meth:`choose`), ``None`` for the inactive ones."""
+
+    def reset(self, tasks: Sequence[Task]) -> None:
+        self.tasks = list(tasks)
+
+    def act(
+        self,
+        observations: Sequence[str],
+        infos: Sequence[dict[str, Any]],
+        active: Sequence[bool] | None = None,
+    ) -> list[AgentAction | None]:
+        mask = active_mask(active, len(observations))
+        slots = enumerate(zip(observations, infos, mask, strict=True))
+        return [self.choose(i, observation, info) if on else None for i, (observation, info, on) in slots]
+
+    def choose(self, slot: int, observation: str, info: dict[str, Any]) -> AgentAction:
+        """The action of active slot ``slot``, which plays ``self.tasks[slot]``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class RandomAgent(ScriptedAgent):
     """Uniform over the admissible actions; each slot draws from its own generator seeded by
-    (seed, task index),
-    so an episode's actions do not depend on how episodes are batched.
+    (seed, task index, episode seed), so an episode's actions do not depend on how episodes are batched.
 
     Args:
         seed: Base seed.
@@ -34,64 +58,32 @@ class RandomAgent:
         self._rngs: list[np.random.Generator] = []
 
     def reset(self, tasks: Sequence[Task]) -> None:
-        self.tasks = list(tasks)
+        super().reset(tasks)
         self._rngs = [np.random.default_rng([self.seed, t.task_index, t.seed]) for t in self.tasks]
 
-    def act(
-        self,
-        observations: Sequence[str],
-        infos: Sequence[dict[str, Any]],
-        active: Sequence[bool] | None = None,
-    ) -> list[AgentAction | None]:
-        out: list[AgentAction | None] = []
-        for i, (info, on) in enumerate(zip(infos, active_mask(active, len(observations)), strict=True)):
-            if not on:
-                out.append(None)
-                continue
-            pool = admissible_actions_from_info(self.tasks[i].env_kind, info)
-            if not pool:
-                out.append(AgentAction("look", admissible=False, raw_output="look"))
-                continue
-            action = _fill_pattern(pool[int(self._rngs[i].integers(len(pool)))], self.tasks[i])
-            out.append(AgentAction(action, admissible=True, raw_output=action))
-        return out
-
-    def close(self) -> None:
-        """Nothing to release."""
+    def choose(self, slot: int, observation: str, info: dict[str, Any]) -> AgentAction:
+        pool = admissible_actions_from_info(self.tasks[slot].env_kind, info)
+        if not pool:
+            return AgentAction("look", admissible=False, raw_output="look")
+        action = _fill_pattern(pool[int(self._rngs[slot].integers(len(pool)))], self.tasks[slot])
+        return AgentAction(action, admissible=True, raw_output=action)
 
 
-class ExpertAgent:
+class ExpertAgent(ScriptedAgent):
     """Plays ``info["expert_action"]`` (the env must be made with ``expert=True``)."""
 
-    def reset(self, tasks: Sequence[Task]) -> None:
-        self.tasks = list(tasks)
-
-    def act(
-        self,
-        observations: Sequence[str],
-        infos: Sequence[dict[str, Any]],
-        active: Sequence[bool] | None = None,
-    ) -> list[AgentAction | None]:
-        out: list[AgentAction | None] = []
-        for i, (info, on) in enumerate(zip(infos, active_mask(active, len(observations)), strict=True)):
-            if not on:
-                out.append(None)
-                continue
-            action = info.get("expert_action")
-            if not isinstance(action, str) or not action:
-                raise RuntimeError(
-                    "info has no 'expert_action': make the env with expert=True (the expert agent reads it)"
-                )
-            pool = admissible_actions_from_info(self.tasks[i].env_kind, info)
-            admissible = match_admissible(action, pool) is not None if pool else None
-            out.append(AgentAction(action, admissible=admissible, raw_output=action))
-        return out
-
-    def close(self) -> None:
-        """Nothing to release."""
+    def choose(self, slot: int, observation: str, info: dict[str, Any]) -> AgentAction:
+        action = info.get("expert_action")
+        if not isinstance(action, str) or not action:
+            raise RuntimeError(
+                "info has no 'expert_action': make the env with expert=True (the expert agent reads it)"
+            )
+        pool = admissible_actions_from_info(self.tasks[slot].env_kind, info)
+        admissible = match_admissible(action, pool) is not None if pool else None
+        return AgentAction(action, admissible=admissible, raw_output=action)
 
 
-class HumanAgent:
+class HumanAgent(ScriptedAgent):
     """Asks a person for each action: a number picks a listed admissible action, other text is sent as is.
 
     Args:
@@ -104,9 +96,6 @@ class HumanAgent:
         self.output_stream = output_stream or sys.stdout
         self.tasks: list[Task] = []
 
-    def reset(self, tasks: Sequence[Task]) -> None:
-        self.tasks = list(tasks)
-
     def _ask(self, prompt: str) -> str:
         self.output_stream.write(prompt)
         self.output_stream.flush()
@@ -115,38 +104,21 @@ class HumanAgent:
             raise EOFError("no more input for the human agent")
         return line.strip()
 
-    def act(
-        self,
-        observations: Sequence[str],
-        infos: Sequence[dict[str, Any]],
-        active: Sequence[bool] | None = None,
-    ) -> list[AgentAction | None]:
-        out: list[AgentAction | None] = []
-        for i, (observation, info, on) in enumerate(
-            zip(observations, infos, active_mask(active, len(observations)), strict=True)
-        ):
-            if not on:
-                out.append(None)
-                continue
-            pool = admissible_actions_from_info(self.tasks[i].env_kind, info)
-            write = self.output_stream.write
-            write(
-                f"\n=== env {i} · task {self.tasks[i].task_index}: {self.tasks[i].task_text}\n{observation}\n"
-            )
-            for n, action in enumerate(pool, 1):
-                write(f"  {n:>3}. {action}\n")
-            answer = ""
-            while not answer:
-                answer = self._ask("action (number or text)> ")
-            if answer.isdigit() and 1 <= int(answer) <= len(pool):
-                choice = pool[int(answer) - 1]
-                style = get_style(self.tasks[i].env_kind)
-                if style.is_pattern(choice):  # e.g. WebShop's search[<your query>]: ask for the query
-                    choice = style.fill(choice, self._ask("search query> "))
-                answer = choice
-            admissible = match_admissible(answer, pool) is not None if pool else None
-            out.append(AgentAction(answer, admissible=admissible, raw_output=answer))
-        return out
-
-    def close(self) -> None:
-        """Nothing to release."""
+    def choose(self, slot: int, observation: str, info: dict[str, Any]) -> AgentAction:
+        task = self.tasks[slot]
+        pool = admissible_actions_from_info(task.env_kind, info)
+        write = self.output_stream.write
+        write(f"\n=== env {slot} · task {task.task_index}: {task.task_text}\n{observation}\n")
+        for n, action in enumerate(pool, 1):
+            write(f"  {n:>3}. {action}\n")
+        answer = ""
+        while not answer:
+            answer = self._ask("action (number or text)> ")
+        if answer.isdigit() and 1 <= int(answer) <= len(pool):
+            choice = pool[int(answer) - 1]
+            style = get_style(task.env_kind)
+            if style.is_pattern(choice):  # e.g. WebShop's search[<your query>]: ask for the query
+                choice = style.fill(choice, self._ask("search query> "))
+            answer = choice
+        admissible = match_admissible(answer, pool) is not None if pool else None
+        return AgentAction(answer, admissible=admissible, raw_output=answer)

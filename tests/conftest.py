@@ -111,14 +111,13 @@ class TricklingServer:
     def _serve(self, conn) -> None:
         import time
 
+        from tests.net import recv_until
+
         try:
             while not self._stop.is_set():
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    head += chunk
+                head = recv_until(conn, b"\r\n\r\n")
+                if b"\r\n\r\n" not in head:  # the client closed
+                    return
                 lines = head.split(b"\r\n")
                 path = lines[0].split()[1].decode()
                 self.requests.append(path)

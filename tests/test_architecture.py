@@ -25,6 +25,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 from tests.paths import REPO_ROOT as ROOT
 
 #: Import layers, lowest first (docs/architecture.md "Layers").
@@ -383,28 +385,30 @@ def test_layers_are_those_of_the_docs():
     assert stated == LAYERS
 
 
-def test_no_import_cycles():
+def import_cycles(edges: list[Import], modules: dict[str, Module]) -> list[str]:
+    """The import cycles (:func:`find_cycles`); one report line each (:func:`describe_cycle`)."""
+    return [describe_cycle(cycle, edges, modules) for cycle in find_cycles(edges)]
+
+
+#: The import rules by name: what a breach of each is, and the check that lists its breaches.
+IMPORT_RULES = {
+    "cycles": ("import cycle(s) between modules", import_cycles),
+    "upward": ("import(s) against the layers of docs/architecture.md", upward_imports),
+    "verl": (
+        "import(s) of verl outside the modules that run inside it",
+        lambda edges, modules: restricted_imports(modules),
+    ),
+    "private-names": ("use(s) of another module's private names", private_uses),
+    "benchmarks": ("import(s) of a benchmark outside the results page and progpo bench", benchmark_imports),
+}
+
+
+@pytest.mark.parametrize("rule", IMPORT_RULES)
+def test_the_import_rules_hold(rule):
+    title, check = IMPORT_RULES[rule]
     modules, edges = analyse(ROOT)
-    cycles = [describe_cycle(cycle, edges, modules) for cycle in find_cycles(edges)]
-    assert not cycles, _report("import cycle(s) between modules", cycles)
-
-
-def test_no_upward_imports():
-    modules, edges = analyse(ROOT)
-    found = upward_imports(edges, modules)
-    assert not found, _report("import(s) against the layers of docs/architecture.md", found)
-
-
-def test_verl_is_imported_only_where_it_runs():
-    modules, _ = analyse(ROOT)
-    found = restricted_imports(modules)
-    assert not found, _report("import(s) of verl outside the modules that run inside it", found)
-
-
-def test_no_private_names_across_modules():
-    modules, edges = analyse(ROOT)
-    found = private_uses(edges, modules)
-    assert not found, _report("use(s) of another module's private names", found)
+    found = check(edges, modules)
+    assert not found, _report(title, found)
 
 
 def test_the_base_is_imported_by_every_layer_and_imports_nothing():
@@ -432,12 +436,6 @@ def test_nothing_imports_the_dispatcher_and_it_names_each_command_by_its_module(
     for name in named:
         functions = {n.name for n in modules[name].tree.body if isinstance(n, ast.FunctionDef)}
         assert "main" in functions, f"{name} has no main(argv)"
-
-
-def test_no_benchmark_imports_another():
-    modules, edges = analyse(ROOT)
-    found = benchmark_imports(edges, modules)
-    assert not found, _report("import(s) of a benchmark outside the results page and progpo bench", found)
 
 
 def test_the_tests_mirror_the_source_tree():

@@ -41,6 +41,18 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _start(argv: list[str]) -> subprocess.Popen:
+    """The command in the background, its stderr kept (:func:`_wait_for` shows it when it ends first)."""
+    return subprocess.Popen(
+        argv,
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _assert_one_line_refusal(done: subprocess.CompletedProcess, prog: str, *phrases: str) -> None:
     """Exit status 2, one line on stderr that starts with ``prog: error:`` and says ``phrases``; no output."""
     assert done.returncode == 2, done.stderr[-3000:]
@@ -95,14 +107,7 @@ def test_a_train_on_a_folder_an_eval_is_writing_is_refused(tmp_path):
     evaluation then overwrote its ``summary.json``."""
     out = tmp_path / "run"
     # 8 episodes of 2 steps of 30 s: minutes, time enough for the training to start and be refused
-    evaluation = subprocess.Popen(
-        _eval(out, "--episodes", "8", "--env-arg", "step_delay=30"),
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    evaluation = _start(_eval(out, "--episodes", "8", "--env-arg", "step_delay=30"))
     try:
         _wait_for(out / "run.json", evaluation, "progpo eval")  # written once it holds the folder
         train = _run(_train(out, "iterations=0", "warm_start.enabled=false", "eval.num_tasks=0"))
@@ -120,14 +125,7 @@ def test_an_eval_on_a_run_dir_a_train_is_writing_is_refused(tmp_path):
     """F8 the other way round. Before (main at 0fde1db): the evaluation ran, writing ``run.json``,
     ``trajectories.jsonl`` and a ``summary.json`` into the live run dir."""
     run_dir = tmp_path / "run"
-    train = subprocess.Popen(
-        _train(run_dir, *SLOW_TRAIN),
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    train = _start(_train(run_dir, *SLOW_TRAIN))
     try:
         _wait_for(run_dir / "config.yaml", train, "progpo train")  # written once it holds the run dir
         evaluation = _run(_eval(run_dir, "--episodes", "1"))

@@ -43,12 +43,12 @@ from concurrent.futures import Future
 
 import torch
 
-from training.decoding import collect_results, requests_for
-from training.engines import GenerationEngine
+from training.decoding import collect_results
+from training.engines import GenerationEngine, OneRequestPerPrompt
 from training.sampling import SampleOutput, SampleRequest, SampleResult
 
 
-class EngineLoop:
+class EngineLoop(OneRequestPerPrompt):
     """A :class:`~training.engines.GenerationEngine` stepped by a thread of its own (module docstring).
 
     Thread-safe: any thread may :meth:`submit`, :meth:`generate`, :meth:`sync_weights` and :meth:`close`.
@@ -104,23 +104,8 @@ class EngineLoop:
             self._cond.notify_all()
         return future
 
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        *,
-        temperature: float,
-        max_new_tokens: int,
-        seeds: Sequence[int],
-        candidates: Sequence[Sequence[Sequence[int]]] | None = None,
-    ) -> SampleOutput:
-        """See :class:`~training.engines.GenerationEngine` (the prompts join whatever the engine decodes)."""
-        requests = requests_for(
-            prompts,
-            seeds=seeds,
-            temperature=temperature,
-            max_new_tokens=max_new_tokens,
-            candidates=candidates,
-        )
+    def answer(self, requests: Sequence[SampleRequest]) -> SampleOutput:
+        """The responses to ``requests`` (:meth:`generate`'s), which join whatever the engine decodes."""
         results = [future.result() for future in [self.submit(r) for r in requests]]
         renumbered = [
             SampleResult(k, r.token_ids, r.logprobs, r.finished, r.policy_version)
@@ -145,19 +130,19 @@ class EngineLoop:
                 self._pauses -= 1
                 self._cond.notify_all()
 
-    def sync_weights(self, model: torch.nn.Module, version: int | None = None) -> None:
-        """Load ``model``'s weights into the drained engine (:meth:`paused`) and, when given, make ``version``
-        the policy version of the requests admitted from now on."""
+    def sync_weights(self, model: torch.nn.Module | None, version: int | None = None) -> None:
+        """Load ``model``'s weights into the drained engine (:meth:`paused`; ``None``: nothing to load, the
+        engine samples from the trained model itself) and, when given, make ``version`` the policy version of
+        the requests admitted from now on."""
         with self.paused():
-            self.engine.sync_weights(model)
+            if model is not None:
+                self.engine.sync_weights(model)
             if version is not None:
                 self.policy_version = version
 
     def set_version(self, version: int) -> None:
-        """Move to policy ``version`` without loading weights (the engine samples from the trained model
-        itself); drains first, like :meth:`sync_weights`."""
-        with self.paused():
-            self.policy_version = version
+        """Move to policy ``version`` without loading weights: :meth:`sync_weights` with ``None``."""
+        self.sync_weights(None, version)
 
     def stop(self) -> None:
         """Stop the thread (requests still waiting or in flight get an error); the engine stays open."""
@@ -236,3 +221,8 @@ class EngineLoop:
         for future in futures:
             if not future.done():
                 future.set_exception(RuntimeError(f"engine loop stopped: {error}"))
+
+
+def loop_counters(engine: GenerationEngine | EngineLoop) -> tuple[float, int, int]:
+    """An engine loop's :attr:`EngineLoop.counters`; zeros for a bare engine (lock-step rollouts)."""
+    return engine.counters if isinstance(engine, EngineLoop) else (0.0, 0, 0)

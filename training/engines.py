@@ -79,10 +79,10 @@ def run_requests(engine: GenerationEngine, requests: Sequence[SampleRequest]) ->
     return collect_results(results, ids)
 
 
-class SteppedEngine:
-    """The lock-step :meth:`GenerationEngine.generate` of an engine that queues and steps its own requests
-    (:class:`TransformersEngine`, :class:`training.vllm_engine.VLLMEngine`): one request per prompt, added to
-    the idle engine and stepped until they all ended (:func:`run_requests`)."""
+class OneRequestPerPrompt:
+    """:meth:`GenerationEngine.generate` as one request per prompt (:func:`training.decoding.requests_for`),
+    answered in order by :meth:`answer`: an engine stepped until they all ended (:class:`SteppedEngine`), or
+    the engine loop they join (:class:`training.engine_loop.EngineLoop`)."""
 
     def generate(self, prompts, *, temperature, max_new_tokens, seeds, candidates=None):
         """See :class:`GenerationEngine`."""
@@ -93,6 +93,19 @@ class SteppedEngine:
             max_new_tokens=max_new_tokens,
             candidates=candidates,
         )
+        return self.answer(requests)
+
+    def answer(self, requests: Sequence[SampleRequest]) -> SampleOutput:
+        """The responses to ``requests``, in their order."""
+        raise NotImplementedError
+
+
+class SteppedEngine(OneRequestPerPrompt):
+    """The lock-step :meth:`GenerationEngine.generate` of an engine that queues and steps its own requests
+    (:class:`TransformersEngine`, :class:`training.vllm_engine.VLLMEngine`): the requests are added to the
+    idle engine and stepped until they all ended (:func:`run_requests`)."""
+
+    def answer(self, requests: Sequence[SampleRequest]) -> SampleOutput:
         return run_requests(self, requests)
 
 

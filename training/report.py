@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -108,54 +107,53 @@ def print_result(summary: dict[str, Any], config: TrainConfig, seconds: float) -
         print(f"{PREFIX} {line}" if not line.startswith("  ") else line, flush=True)
 
 
-def progress_display(enabled: bool, main: bool = True):
-    """What the RL phase shows on ``main`` (the rank that prints): rich's progress bar at a terminal with
-    ``progress`` on; otherwise (a log file, ``progress=false``) one plain line per iteration, since rich draws
-    nothing but its last state where stdout is not a terminal; nothing on the other ranks."""
-    if not main:
-        return _NoProgress()
-    if not (enabled and sys.stdout.isatty()):
-        return _LineProgress()
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+class RLProgress:
+    """What the RL phase shows on ``main`` (the rank that prints), iteration by iteration: rich's progress bar
+    at a terminal with ``progress`` on; otherwise (a log file, ``progress=false``) one plain line per
+    iteration, ``[progpo train] RL iteration 3/30: success 0.50, 2 min 14 s``, since rich draws nothing but
+    its last state where stdout is not a terminal; nothing on the other ranks.
 
-    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-    return Progress(TextColumn("{task.description}"), *columns)
+    Args:
+        enabled: The run's ``progress`` setting.
+        total: The run's RL iterations.
+        completed: Those done before (a resumed run).
+        main: Whether this rank prints.
+    """
 
+    def __init__(self, enabled: bool, total: int, completed: int = 0, main: bool = True):
+        self.total, self.main, self.started, self.bar = total, main, time.monotonic(), None
+        if main and enabled and sys.stdout.isatty():
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-class _NoProgress(contextlib.nullcontext):
-    """The progress display's interface, showing nothing."""
+            columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+            self.bar = Progress(TextColumn("{task.description}"), *columns)
+            self.task = self.bar.add_task("RL iterations", total=total, completed=completed)
 
-    def __enter__(self) -> _NoProgress:
+    def __enter__(self) -> RLProgress:
+        if self.bar is not None:
+            self.bar.start()
         return self
 
-    def add_task(self, *args, **kwargs) -> int:
-        return 0
+    def __exit__(self, *exc_info) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
-    def update(self, *args, **kwargs) -> None:
-        pass
-
-
-class _LineProgress(_NoProgress):
-    """The progress display's interface as one plain line per RL iteration (for a log file):
-    ``[progpo train] RL iteration 3/30: success 0.50, 2 min 14 s``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.total = 0
-        self.started = time.monotonic()
-
-    def add_task(self, description: str, total: int = 0, **kwargs) -> int:
-        self.total = int(total)
-        return 0
-
-    def update(self, task: int, *, completed: int, success: float = 0.0, **kwargs) -> None:
-        minutes, seconds = divmod(int(time.monotonic() - self.started), 60)
-        elapsed = f"{minutes} min {seconds} s"
-        print(f"{PREFIX} RL iteration {completed}/{self.total}: success {success:.2f}, {elapsed}", flush=True)
+    def iteration_done(self, iteration: int, success: float) -> None:
+        """RL iteration ``iteration`` (counted from 1) ended with ``success`` on its training episodes."""
+        if self.bar is not None:
+            description = f"RL it {iteration} success {success:.2f}"
+            self.bar.update(self.task, completed=iteration, description=description)
+        elif self.main:
+            minutes, seconds = divmod(int(time.monotonic() - self.started), 60)
+            elapsed = f"{minutes} min {seconds} s"
+            print(
+                f"{PREFIX} RL iteration {iteration}/{self.total}: success {success:.2f}, {elapsed}",
+                flush=True,
+            )

@@ -51,7 +51,7 @@ from training.checkpoint import restore_training_state, save_training_state
 from training.config import TrainConfig, config_to_dict
 from training.costs import ModelShape, measured_memory, update_flops
 from training.distributed import DistContext, shard_model
-from training.engine_loop import EngineLoop
+from training.engine_loop import loop_counters
 from training.evaluation import RunEvaluations
 from training.metrics import (
     MetricsLog,
@@ -71,10 +71,11 @@ from training.policy import (
     resolve_export_dtype,
 )
 from training.provenance import environment, weights_digest
-from training.report import WEIGHTS_FOLDERS, progress_display
+from training.report import WEIGHTS_FOLDERS, RLProgress
 from training.rollout import RolloutWorker, StepRows, collect_groups
 from training.sampler import make_sampler, samples_from_a_copy
 from training.update import Numerics, make_optimizer, rows_to_train, step_advantages, update_policy
+from training.warm_start import warm_start
 
 transformers_logging.disable_progress_bar()  # checkpoint writes are not worth a progress bar each
 
@@ -142,11 +143,10 @@ class Trainer:
         """Freeze the RL starting point (after the warm start) as the KL reference."""
         if self.config.loss.kl_coef <= 0:
             return
-        folder = self.run_dir / "reference"
-        if self.state.get("warm_started") and not (folder / "config.json").is_file():
+        warm_started = self.state.get("warm_started", False)
+        folder = self.run_dir / "reference" if warm_started else self.policy_path
+        if warm_started and not (folder / "config.json").is_file():
             self.export(folder, resolve_dtype(self.config.model.dtype, self.device))
-        elif not self.state.get("warm_started"):
-            folder = self.policy_path
         self.dist.barrier()
         self.reference = load_kl_reference(folder, self.device, self.config.model, sharded=self.dist.enabled)
 
@@ -181,7 +181,7 @@ class Trainer:
         rest (``staleness/k``, ``rollout_update_overlap``, ``engine_busy_frac``, ``engine_tokens_per_step``).
         """
         cfg, asynchronous = self.config, self.config.rollout.mode == "async"
-        marks, counters = {"start": time.perf_counter()}, {"start": self._engine_counters()}
+        marks, counters = {"start": time.perf_counter()}, {"start": loop_counters(self.engine)}
         if asynchronous:
             result = self.async_rollout(iteration).collect(iteration)
         else:
@@ -191,18 +191,15 @@ class Trainer:
         marks["advantages"] = time.perf_counter()
         kept = rows_to_train(result, cfg.loss.exclude_uniform_groups)
         staleness = iteration - np.asarray(result.rows.policy_version, dtype=np.int64)
-        counters["update"] = self._engine_counters()
+        counters["update"] = loop_counters(self.engine)
         stats = self.update(result.rows, advantages, iteration, kept, staleness > 0)
-        marks["update"], counters["updated"] = time.perf_counter(), self._engine_counters()
-        if asynchronous:  # the new weights, then the batches they admit
-            if self.sampler_is_copy:
-                self.engine.sync_weights(self.model, version=iteration + 1)
-            else:
-                self.engine.set_version(iteration + 1)
+        marks["update"], counters["updated"] = time.perf_counter(), loop_counters(self.engine)
+        if asynchronous:  # the new weights (a copy's only), then the batches they admit
+            self.engine.sync_weights(self.model if self.sampler_is_copy else None, version=iteration + 1)
             self.async_rollout(iteration).advance(iteration + 1)
         else:
             self.sync_sampler()
-        marks["sync"], counters["end"] = time.perf_counter(), self._engine_counters()
+        marks["sync"], counters["end"] = time.perf_counter(), loop_counters(self.engine)
         metrics = train_metrics(
             iteration, result, advantages, stats, staleness, marks, self.dist, cfg.rollout
         )
@@ -212,9 +209,6 @@ class Trainer:
         envs = self.async_rollout(iteration).envs if asynchronous else self.rollout_worker.envs
         metrics.update(server_metrics(server_status(envs), self.dist))  # several env servers: each's share
         return metrics
-
-    def _engine_counters(self) -> tuple[float, int, int]:
-        return self.engine.counters if isinstance(self.engine, EngineLoop) else (0.0, 0, 0)
 
     def update(
         self,
@@ -251,8 +245,7 @@ class Trainer:
             self._start_fresh()
         if self.reference is None:
             self._setup_reference()
-        with progress_display(cfg.progress, main=self.dist.is_main) as progress:
-            bar = progress.add_task("RL iterations", total=cfg.iterations, completed=self.iteration)
+        with RLProgress(cfg.progress, cfg.iterations, self.iteration, main=self.dist.is_main) as progress:
             while self.iteration < cfg.iterations:
                 metrics = self.train_iteration(self.iteration)
                 self.iteration += 1
@@ -261,13 +254,7 @@ class Trainer:
                     sampler = getattr(self.engine, "model", None) if self.sampler_is_copy else None
                     held = measured_memory(self.model, self.optimizer, self.reference, sampler, self.device)
                     self.metrics.write({"kind": "memory", "iteration": 1, **held})
-                success = metrics.get("success", 0)
-                progress.update(
-                    bar,
-                    completed=self.iteration,
-                    description=f"RL it {self.iteration} success {success:.2f}",
-                    success=success,
-                )
+                progress.iteration_done(self.iteration, metrics.get("success", 0))
                 self.evaluations.periodic(self.engine, self.iteration)
                 every = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
                 if every or self.iteration == cfg.iterations:
@@ -284,8 +271,6 @@ class Trainer:
                 shutil.rmtree(self.run_dir / stale, ignore_errors=True)
         self.dist.barrier()
         if cfg.warm_start.enabled:
-            from training.warm_start import warm_start
-
             record = warm_start(cfg, self.model, self.tokenizer, self.device, self.dist)
             self.metrics.write({"kind": "warm_start", "iteration": 0, **record})
             self.state["warm_started"] = True

@@ -158,17 +158,12 @@ def create_app(engine: WebShopEngine, config: ServerConfig | None = None) -> Fla
             return jsonify(error=message), exc.code
         return _html_error(exc.code or 400, message)
 
-    @app.errorhandler(SessionLimitReached)
-    def full(exc: SessionLimitReached):
-        response = jsonify(error=str(exc)) if is_api() else _html_error(503, str(exc))
-        response.status_code = 503
-        response.headers["Retry-After"] = "30"
-        return response
-
-    @app.errorhandler(ClientShareReached)
-    def over_share(exc: ClientShareReached):
-        response = jsonify(error=str(exc)) if is_api() else _html_error(429, str(exc))
-        response.status_code = 429
+    @app.errorhandler(SessionLimitReached)  # 503: the server is full
+    @app.errorhandler(ClientShareReached)  # 429: this client holds its share
+    def try_again_later(exc: SessionLimitReached | ClientShareReached):
+        status = 429 if isinstance(exc, ClientShareReached) else 503
+        response = jsonify(error=str(exc)) if is_api() else _html_error(status, str(exc))
+        response.status_code = status
         response.headers["Retry-After"] = "30"
         return response
 

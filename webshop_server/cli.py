@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from progpo_base.usage import CommandParser, UsageError, existing_dir, failure_line, report
-from webshop_server.clients import ClientTokens
+from webshop_server.clients import add_client_tokens_option, tokens_of_option
 
 
 def build_parser() -> CommandParser:
@@ -80,13 +80,7 @@ def build_parser() -> CommandParser:
         "--max-sessions; behind a reverse proxy every client has the proxy's address: give clients tokens, "
         "or set it to --max-sessions there)",
     )
-    serve.add_argument(
-        "--client-tokens",
-        metavar="FILE",
-        help="a file of client tokens, one per line: a request with 'Authorization: Bearer <token>' counts "
-        "as that token's client (its own share), an unknown token is refused (401), a request without one "
-        "counts as its host",
-    )
+    add_client_tokens_option(serve)
     serve.add_argument(
         "--max-query-chars",
         type=int,
@@ -123,12 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_query_chars < 1:
             raise UsageError("--max-query-chars must be >= 1")
         existing_dir("--data-dir", args.data_dir)
-        tokens = None
-        if args.client_tokens is not None:
-            try:
-                tokens = ClientTokens.from_file(args.client_tokens)
-            except (OSError, ValueError) as exc:
-                raise UsageError(f"--client-tokens {args.client_tokens}: {exc}") from None
+        tokens = tokens_of_option(args.client_tokens)
     except UsageError as error:
         return report("progpo webshop serve", error)
     from webshop_server.app import ServerConfig, create_app

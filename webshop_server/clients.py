@@ -33,11 +33,14 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hmac
 import ipaddress
 from collections.abc import Iterable
 from pathlib import Path
+
+from progpo_base.usage import UsageError
 
 #: The identity of every loopback address.
 LOOPBACK = "loopback"
@@ -104,6 +107,28 @@ class ClientTokens:
         if not any(matches):
             raise UnknownClientToken("unknown client token: ask the server's operator for yours")
         return f"token #{matches.index(True) + 1}"
+
+
+def add_client_tokens_option(parser: argparse.ArgumentParser) -> None:
+    """Both servers' ``--client-tokens FILE`` (read with :func:`tokens_of_option`)."""
+    parser.add_argument(
+        "--client-tokens",
+        metavar="FILE",
+        help="a file of client tokens, one per line: a request with 'Authorization: Bearer <token>' counts "
+        "as that token's client (its own share), an unknown token is refused (401), a request without one "
+        "counts as its host",
+    )
+
+
+def tokens_of_option(path: str | None) -> ClientTokens | None:
+    """The tokens of ``--client-tokens`` (``None`` when it is not given); a file that cannot be read or holds
+    no valid token is a :class:`~progpo_base.usage.UsageError`."""
+    if path is None:
+        return None
+    try:
+        return ClientTokens.from_file(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--client-tokens {path}: {exc}") from None
 
 
 def identify_client(tokens: ClientTokens | None, authorization: str | None, address: str | None) -> str:

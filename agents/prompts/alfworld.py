@@ -53,7 +53,6 @@ STYLE = register_style(
     EnvPromptStyle(
         name="alfworld",
         role="You are an expert agent operating in the ALFRED Embodied Environment.",
-        task_prefix="Your task is to: ",
         format_admissible=format_admissible,
         format_observation=format_observation,
         task_text=task_text,

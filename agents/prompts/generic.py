@@ -48,7 +48,6 @@ STYLE = register_style(
     EnvPromptStyle(
         name=DEFAULT_STYLE,
         role="You are an expert agent operating in a text environment.",
-        task_prefix="Your task is to: ",
         format_admissible=format_admissible,
         format_observation=format_observation,
         task_text=task_text,

@@ -22,11 +22,11 @@ class EnvPromptStyle:
     Attributes:
         name: The style's name (``"alfworld"``, ``"webshop"``, ``"text"``).
         role: The first line: who the agent is.
-        task_prefix: Put before the task sentence.
         format_admissible: Renders the admissible list inside the prompt.
         format_observation: Cleans an observation for display (``(obs)`` or ``(obs, task)``).
         task_text: ``(first observation, reset info) -> task sentence``.
         admissible_actions: ``info -> list of action strings``.
+        task_prefix: Put before the task sentence (the RL papers' ``Your task is to: ``).
         observation_needs_task: Whether ``format_observation`` takes the task (to strip it from the page).
         shown_actions: The listed actions a prompt shows, of those it is given (ALFWorld leaves out ``help``).
         action_patterns: Listed entries that stand for a family of actions, each with the ``str.format``
@@ -35,11 +35,11 @@ class EnvPromptStyle:
 
     name: str
     role: str
-    task_prefix: str
     format_admissible: Callable[[Sequence[str]], str]
     format_observation: Callable[..., str]
     task_text: Callable[[str, dict[str, Any]], str]
     admissible_actions: Callable[[dict[str, Any]], list[str]]
+    task_prefix: str = "Your task is to: "
     observation_needs_task: bool = False
     shown_actions: Callable[[Sequence[str]], list[str]] = _keep_every_action
     action_patterns: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)

@@ -62,7 +62,6 @@ STYLE = register_style(
     EnvPromptStyle(
         name="webshop",
         role="You are an expert autonomous agent operating in the WebShop e-commerce environment.",
-        task_prefix="Your task is to: ",
         format_admissible=format_admissible,
         format_observation=format_observation,
         task_text=task_text,

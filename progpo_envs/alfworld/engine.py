@@ -329,20 +329,27 @@ _TRANSLATION_FORMAT = b"progpo-sas-1"
 
 
 @functools.cache
-def _translator_version() -> str:
+def _package_version(name: str) -> str:
     try:
-        return importlib.metadata.version("fast-downward-textworld")
+        return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
 
 
-def translation_path(folder: Path, domain: str, problem: str) -> Path:
-    """Where the plain translation of (``domain``, ``problem``) is kept in ``folder``."""
+def _cache_digest(file_format: bytes, package: str, *texts: str) -> str:
+    """What names a file kept on disk: its format, the version of the package whose output it holds and the
+    texts that output was made from."""
     hasher = xxhash.xxh3_128()
-    for part in (_TRANSLATION_FORMAT, _translator_version().encode(), domain.encode(), problem.encode()):
+    for part in (file_format, _package_version(package).encode(), *(text.encode() for text in texts)):
         hasher.update(part)
         hasher.update(b"\0")
-    return Path(folder) / f"{hasher.hexdigest()}.sas.z"
+    return hasher.hexdigest()
+
+
+def translation_path(folder: Path, domain: str, problem: str) -> Path:
+    """Where the plain translation of (``domain``, ``problem``) is kept in ``folder``."""
+    digest = _cache_digest(_TRANSLATION_FORMAT, "fast-downward-textworld", domain, problem)
+    return Path(folder) / f"{digest}.sas.z"
 
 
 def _parse_task(domain: str, problem: str) -> Any:
@@ -641,14 +648,6 @@ _TASK_PLACEHOLDER = "UNKNOWN GOAL"
 _LOGIC_FORMAT = b"progpo-logic-1"
 
 
-@functools.cache
-def _textworld_version() -> str:
-    try:
-        return importlib.metadata.version("textworld")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def _tree_data(value: Any) -> Any:
     """A grammar parse tree as JSON data (each symbol by its class and constructor arguments)."""
     kind = type(value)
@@ -740,11 +739,7 @@ def _render(logic: Any) -> Any:
 
 
 def _logic_path(folder: Path, domain: str, template: str) -> Path:
-    hasher = xxhash.xxh3_128()
-    for part in (_LOGIC_FORMAT, _textworld_version().encode(), domain.encode(), template.encode()):
-        hasher.update(part)
-        hasher.update(b"\0")
-    return Path(folder) / f"logic-{hasher.hexdigest()}.json.z"
+    return Path(folder) / f"logic-{_cache_digest(_LOGIC_FORMAT, 'textworld', domain, template)}.json.z"
 
 
 def _read_blob(path: Path, magic: bytes) -> bytes | None:

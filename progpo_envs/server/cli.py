@@ -35,6 +35,7 @@ import os
 import shlex
 import socket
 import sys
+from collections.abc import Callable
 
 from flask import Flask
 
@@ -50,7 +51,7 @@ from progpo_envs.server.serving import (
     make_wsgi_server,
     serve_until_stopped,
 )
-from webshop_server.clients import ClientTokens
+from webshop_server.clients import add_client_tokens_option, tokens_of_option
 
 #: Envs whose AgentGym protocol is mounted automatically.
 AGENTGYM_ENVS = ("progpo/ALFWorld-v0", "progpo/WebShop-v0")
@@ -90,6 +91,11 @@ def build_parser() -> CommandParser:
         description="Host registered progpo/* envs over HTTP: the env server's API and AgentGym's protocol, "
         "or one env as an OpenEnv environment (--protocol openenv).",
     )
+
+    def per_env_option(flag: str, parse: Callable[[str], tuple], metavar: str, help: str) -> None:
+        """A repeatable ``flag ENV_ID=VALUE``: a list of ``parse``'s ``(env_id, value)`` pairs."""
+        parser.add_argument(flag, type=parse, action="append", default=[], metavar=metavar, help=help)
+
     parser.add_argument(
         "--protocol",
         choices=PROTOCOLS,
@@ -122,13 +128,7 @@ def build_parser() -> CommandParser:
         help="live instances one client (a host, or a client token) may hold (default: half of "
         "--max-instances; then 429)",
     )
-    parser.add_argument(
-        "--client-tokens",
-        metavar="FILE",
-        help="a file of client tokens, one per line: a request with 'Authorization: Bearer <token>' counts "
-        "as that token's client (its own share), an unknown token is refused (401), a request without one "
-        "counts as its host",
-    )
+    add_client_tokens_option(parser)
     parser.add_argument(
         "--idle-timeout",
         type=float,
@@ -142,21 +142,14 @@ def build_parser() -> CommandParser:
         default=120.0,
         help="seconds an env may take for one call before its worker is restarted",
     )
-    parser.add_argument(
-        "--env-kwargs",
-        type=_env_kwargs,
-        action="append",
-        default=[],
-        metavar="ENV_ID=JSON",
-        help="constructor kwargs fixed by the operator (repeatable)",
+    per_env_option(
+        "--env-kwargs", _env_kwargs, "ENV_ID=JSON", "constructor kwargs fixed by the operator (repeatable)"
     )
-    parser.add_argument(
+    per_env_option(
         "--allow-kwargs",
-        type=_allow_kwargs,
-        action="append",
-        default=[],
-        metavar="ENV_ID=a,b",
-        help="kwargs clients may set (default: read from the env's constructor; empty: none)",
+        _allow_kwargs,
+        "ENV_ID=a,b",
+        "kwargs clients may set (default: read from the env's constructor; empty: none)",
     )
     parser.add_argument(
         "--agentgym",
@@ -245,12 +238,6 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         env_kwargs[agentgym] = _split_for_partial_data(agentgym, env_kwargs.get(agentgym, {}), games)
     for env_id in env_ids:
         _check_split(env_id, env_kwargs.get(env_id, {}))
-    tokens = None
-    if args.client_tokens is not None:
-        try:
-            tokens = ClientTokens.from_file(args.client_tokens)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"--client-tokens {args.client_tokens}: {exc}") from None
     pool = PoolConfig(
         num_workers=args.workers,
         max_instances=args.max_instances,
@@ -265,7 +252,7 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         pool=pool,
         agentgym=agentgym,
         agentgym_mappings=mappings,
-        client_tokens=tokens,
+        client_tokens=tokens_of_option(args.client_tokens),
     )
 
 

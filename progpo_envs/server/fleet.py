@@ -63,7 +63,7 @@ import dataclasses
 import enum
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -587,12 +587,16 @@ class FleetBackend:
         return (last[0], last[1], last[2], last[3], copy.deepcopy(last[4]))
 
     def _run(
-        self, by_server: dict[FleetServer, list[int]], call: Callable[[list[int]], list[Any]]
-    ) -> dict[FleetServer, list[Any] | RemoteEnvError]:
-        """``call(copies)`` for each server's copies, the servers in parallel; each one's results or error,
-        a hung server's error as soon as its probe finds it so (:meth:`ServerFleet.gather`). Such a server's
-        copies are failed by the caller and their instances given up at their group's next reset, so
-        whatever its late answer did (it is never read) is never built on: no call of theirs is sent again."""
+        self,
+        by_server: dict[FleetServer, list[int]],
+        call: Callable[[list[int]], list[Any]],
+        failed: Callable[[FleetServer, list[int], RemoteEnvError], list[Any]],
+    ) -> Iterator[tuple[FleetServer, int, Any]]:
+        """``call(copies)`` for each server's copies, the servers in parallel: ``(server, copy, result)`` for
+        each copy, server by server. A server's error (a hung server's as soon as its probe finds it so,
+        :meth:`ServerFleet.gather`) gives ``failed(server, copies, error)``'s results instead, ``None`` for a
+        copy lost: its instance is given up at its group's next reset, so whatever the server's late answer
+        did (it is never read) is never built on: no call of theirs is sent again."""
 
         def one(copies: list[int]) -> list[Any] | RemoteEnvError:
             try:
@@ -601,7 +605,11 @@ class FleetBackend:
                 return exc
 
         futures = {server: self._pool.submit(one, copies) for server, copies in by_server.items()}
-        return self.fleet.gather(futures)
+        for server, outcome in self.fleet.gather(futures).items():
+            some = by_server[server]
+            if isinstance(outcome, RemoteEnvError):
+                outcome = failed(server, some, outcome)
+            yield from ((server, i, result) for i, result in zip(some, outcome, strict=True))
 
     # ------------------------------------------------------------------ the backend
     def step(self, actions: Sequence[Any], copies: Sequence[int] | None = None) -> list[StepResult]:
@@ -626,18 +634,13 @@ class FleetBackend:
         def call(some: list[int]) -> list[StepResult]:
             return step_batch([self.copies[i] for i in some], [action_of[i] for i in some])
 
-        for server, outcome in self._run(by_server, call).items():
-            some = by_server[server]
-            if isinstance(outcome, RemoteEnvError):
-                outcome = self._failed_batch(server, some, outcome)
-            for i, result in zip(some, outcome, strict=True):
-                if result is None:
-                    continue
+        for server, i, result in self._run(by_server, call, self._failed_batch):
+            if result is not None:
                 result[4]["server"] = server.url
                 results[i] = self.last[i] = result
-            for i in some:
-                if i not in results:
-                    results[i] = self._latched(i)
+        for i in copies:  # a copy its server's failure lost: its ending
+            if i not in results:
+                results[i] = self._latched(i)
         return [results[i] for i in copies]
 
     def _failed_batch(self, server: FleetServer, some: list[int], exc: RemoteEnvError) -> list[Any]:
@@ -703,17 +706,13 @@ class FleetBackend:
                 )
 
             again: set[int] = set()
-            for server, outcome in self._run(by_server, call).items():
-                some = by_server[server]
-                if isinstance(outcome, RemoteEnvError):
-                    outcome = self._failed_reset(server, some, outcome)
-                for i, result in zip(some, outcome, strict=True):
-                    if result is None:
-                        again.add(i // self.group_size)
-                        continue
-                    result[1]["server"] = server.url
-                    results[i] = result
-                    self.last[i], self.lost[i] = (result[0], 0.0, False, False, result[1]), None
+            for server, i, result in self._run(by_server, call, self._failed_reset):
+                if result is None:
+                    again.add(i // self.group_size)
+                    continue
+                result[1]["server"] = server.url
+                results[i] = result
+                self.last[i], self.lost[i] = (result[0], 0.0, False, False, result[1]), None
             if not again:
                 return [results[i] for i in copies]
             for group in sorted(again):  # made again where a server works, and reset there

@@ -15,6 +15,7 @@ import pytest
 from agents.cli import main
 from agents.evaluate import EvalConfig, evaluate
 from agents.llm_config import OpenAIConfig, TransformersConfig
+from tests.agents.agents_toy_envs import openai_eval_argv
 from tests.agents.eval_run_checks import check_run, prompt_key, read_records
 
 TOY_TASKS = {"agents-test/ToyALFWorld-v0": 12, "agents-test/ToyWebShop-v0": 8}
@@ -76,24 +77,7 @@ def test_copies_follow_the_agent_unless_set(settings, copies):
 
 
 def _eval_argv(endpoint, out, *extra: str) -> list[str]:
-    return [
-        "--env",
-        "agents-test/ToyALFWorld-v0",
-        "--agent",
-        "openai",
-        "--model",
-        "scripted",
-        "--base-url",
-        endpoint.base_url,
-        "--episodes",
-        "8",
-        "--seed",
-        "2",
-        "--out",
-        str(out),
-        "--no-progress",
-        *extra,
-    ]
+    return openai_eval_argv(endpoint.base_url, out, "--episodes", "8", "--seed", "2", *extra)
 
 
 def test_openai_eval_is_concurrent_by_default_and_records_every_request(endpoint, tmp_path):

@@ -23,6 +23,13 @@ def _lines(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
 
 
+def _random_episodes(env_id: str, out: Path, **settings) -> list[dict]:
+    """The random agent's evaluation on ``env_id`` (``settings``: the rest of its config): its records, by
+    task."""
+    evaluate(EvalConfig(env_id=env_id, agent="random", out_dir=str(out), **settings), progress=False)
+    return sorted(_lines(out), key=lambda r: r["task_index"])
+
+
 def test_expert_solves_every_toy_alfworld_task_and_the_report_holds_the_numbers(tmp_path):
     summary = evaluate(
         EvalConfig(env_id="agents-test/ToyALFWorld-v0", agent="expert", out_dir=str(tmp_path), num_envs=4),
@@ -70,51 +77,20 @@ def test_webshop_success_and_mean_score(tmp_path):
 
 
 def test_episodes_plays_the_first_n_tasks_and_seed_fixes_the_run_whatever_the_batching(tmp_path):
-    runs = []
-    for name, num_envs in (("a", 1), ("b", 4)):
-        evaluate(
-            EvalConfig(
-                env_id="agents-test/ToyALFWorld-v0",
-                agent="random",
-                out_dir=str(tmp_path / name),
-                episodes=5,
-                num_envs=num_envs,
-                seed=11,
-            ),
-            progress=False,
-        )
-        runs.append(sorted(_lines(tmp_path / name), key=lambda r: r["task_index"]))
-    assert [r["task_index"] for r in runs[0]] == [0, 1, 2, 3, 4]
-    assert runs[0] == runs[1]
-    evaluate(
-        EvalConfig(
-            env_id="agents-test/ToyALFWorld-v0",
-            agent="random",
-            out_dir=str(tmp_path / "c"),
-            episodes=5,
-            seed=12,
-        ),
-        progress=False,
-    )
-    assert sorted(_lines(tmp_path / "c"), key=lambda r: r["task_index"]) != runs[0]
+    env_id = "agents-test/ToyALFWorld-v0"
+    one, four = (_random_episodes(env_id, tmp_path / f"{n}", episodes=5, num_envs=n, seed=11) for n in (1, 4))
+    assert [r["task_index"] for r in one] == [0, 1, 2, 3, 4]
+    assert one == four
+    assert _random_episodes(env_id, tmp_path / "other-seed", episodes=5, seed=12) != one
 
 
 def test_async_vector_mode_gives_the_same_episodes(tmp_path):
-    for name, mode in (("sync", "sync"), ("async", "async")):
-        evaluate(
-            EvalConfig(
-                env_id="agents-test/ToyWebShop-v0",
-                agent="random",
-                out_dir=str(tmp_path / name),
-                episodes=4,
-                num_envs=2,
-                vector_mode=mode,
-                seed=5,
-            ),
-            progress=False,
-        )
-    key = lambda r: r["task_index"]  # noqa: E731
-    assert sorted(_lines(tmp_path / "sync"), key=key) == sorted(_lines(tmp_path / "async"), key=key)
+    settings = {"episodes": 4, "num_envs": 2, "seed": 5}
+    sync, asynchronous = (
+        _random_episodes("agents-test/ToyWebShop-v0", tmp_path / mode, vector_mode=mode, **settings)
+        for mode in ("sync", "async")
+    )
+    assert sync == asynchronous
 
 
 def test_resume_plays_only_missing_tasks_and_drops_a_cut_line(tmp_path):

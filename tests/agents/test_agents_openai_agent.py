@@ -112,32 +112,14 @@ def _malformed_every_fourth(endpoint):
 
 
 def test_eval_cli_with_the_openai_agent_is_reproducible(endpoint, tmp_path):
+    from tests.agents.agents_toy_envs import openai_eval_argv
+
     _malformed_every_fourth(endpoint)
     runs = []
     for name, num_envs in (("a", 4), ("b", 3)):
         out = tmp_path / name
-        argv = [
-            "--env",
-            "agents-test/ToyALFWorld-v0",
-            "--agent",
-            "openai",
-            "--model",
-            "scripted",
-            "--base-url",
-            endpoint.base_url,
-            "--episodes",
-            "6",
-            "--num-envs",
-            str(num_envs),
-            "--seed",
-            "3",
-            "--out",
-            str(out),
-            "--concurrency",
-            "4",
-            "--no-progress",
-        ]
-        assert main(argv) == 0
+        flags = ["--episodes", "6", "--num-envs", str(num_envs), "--seed", "3", "--concurrency", "4"]
+        assert main(openai_eval_argv(endpoint.base_url, out, *flags)) == 0
         summary = json.loads((out / "summary.json").read_text())
         lines = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
         runs.append((summary, sorted(lines, key=lambda r: r["task_index"])))

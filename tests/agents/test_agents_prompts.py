@@ -178,46 +178,30 @@ def test_compact_template_puts_the_task_last_and_skips_the_instructions():
 def test_length_bound_drops_history_then_shortens_the_list_then_cuts_the_observation(template):
     history = _history(6)
     pool = [f"go to place {i}" for i in range(200)]
-    full = build_prompt(
-        "alfworld",
-        "t",
-        history,
-        "short obs",
-        pool,
-        history_length=6,
-        template=template,
-        max_prompt_chars=None,
-    )
-    full_size = sum(len(m["content"]) for m in full)
+
+    def bounded_to(chars: int | None) -> list[dict[str, str]]:
+        return build_prompt(
+            "alfworld",
+            "t",
+            history,
+            "short obs",
+            pool,
+            history_length=6,
+            template=template,
+            max_prompt_chars=chars,
+        )
 
     def size(messages):
         return sum(len(m["content"]) for m in messages)
 
+    full_size = size(bounded_to(None))
     # a bound a little below the full size: only history goes, the whole list stays
-    bounded = build_prompt(
-        "alfworld",
-        "t",
-        history,
-        "short obs",
-        pool,
-        history_length=6,
-        template=template,
-        max_prompt_chars=full_size - 30,
-    )
+    bounded = bounded_to(full_size - 30)
     text = "".join(m["content"] for m in bounded)
     assert size(bounded) <= full_size - 30
     assert "observation number 0" not in text and "observation number 5" in text and "go to place 199" in text
     # a tight bound: no history, a shortened list
-    tight = build_prompt(
-        "alfworld",
-        "t",
-        history,
-        "short obs",
-        pool,
-        history_length=6,
-        template=template,
-        max_prompt_chars=1500,
-    )
+    tight = bounded_to(1500)
     text = "".join(m["content"] for m in tight)
     assert size(tight) <= 1500 and "observation number" not in text and "more not shown" in text
     assert "go to place 0" in text and "short obs" in text

@@ -4,6 +4,7 @@ Skipped with a reason when an env package cannot be imported (e.g. the engine is
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,12 @@ def _require(module: str) -> None:
         pytest.skip(f"{module} is not usable here: {error!r}")
 
 
+def _expert_summary(env_id: str, split: str, out: Path, **settings) -> dict:
+    """The expert agent's evaluation on ``env_id``'s ``split`` (``settings``: the rest of its config)."""
+    config = EvalConfig(env_id=env_id, agent="expert", split=split, out_dir=str(out), **settings)
+    return evaluate(config, progress=False)
+
+
 @pytest.fixture
 def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("PROGPO_CACHE", str(tmp_path_factory.getbasetemp() / "agents-progpo-cache"))
@@ -28,15 +35,9 @@ def private_cache(tmp_path_factory, monkeypatch):
 
 def test_expert_wins_every_generated_alfworld_game(tmp_path, private_cache):
     _require("progpo_envs.alfworld.env")
-    config = EvalConfig(
-        env_id="progpo/ALFWorld-v0",
-        agent="expert",
-        split="train",
-        out_dir=str(tmp_path),
-        num_envs=3,
-        env_kwargs={"num_generated": 6},
+    summary = _expert_summary(
+        "progpo/ALFWorld-v0", "train", tmp_path, num_envs=3, env_kwargs={"num_generated": 6}
     )
-    summary = evaluate(config, progress=False)
     assert summary["episodes"] == 6 and summary["success_rate"] == 1.0
     assert set(summary["per_task_type"]) == {"pick", "look", "clean", "heat", "cool", "pick_two"}
     assert summary["inadmissible_action_rate"] == 0.0
@@ -46,16 +47,8 @@ def test_expert_wins_every_generated_alfworld_game(tmp_path, private_cache):
 
 def test_expert_buys_every_webshop_goal(tmp_path):
     _require("progpo_envs.webshop.env")
-    config = EvalConfig(
-        env_id="progpo/WebShop-v0",
-        agent="expert",
-        split="test",
-        episodes=10,
-        num_envs=2,
-        out_dir=str(tmp_path),
-        env_kwargs={"num_products": 200},
-    )
-    summary = evaluate(config, progress=False)
+    settings = {"episodes": 10, "num_envs": 2, "env_kwargs": {"num_products": 200}}
+    summary = _expert_summary("progpo/WebShop-v0", "test", tmp_path, **settings)
     assert summary["episodes"] == 10 and summary["success_rate"] == 1.0 and summary["mean_score"] == 1.0
     records = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     assert all(r["task_text"] and r["task_text"] in r["trajectory"][0]["observation"] for r in records)
@@ -67,16 +60,8 @@ def test_expert_on_real_alfworld_valid_seen(tmp_path, private_cache):
     _require("progpo_envs.alfworld.env")
     if not (SHARED_ALFWORLD / "json_2.1.1" / "valid_seen").is_dir():
         pytest.skip(f"real ALFWorld trials not found at {SHARED_ALFWORLD}")
-    config = EvalConfig(
-        env_id="progpo/ALFWorld-v0",
-        agent="expert",
-        split="valid_seen",
-        episodes=12,
-        num_envs=2,
-        data_dir=str(SHARED_ALFWORLD),
-        out_dir=str(tmp_path),
-    )
-    summary = evaluate(config, progress=False)
+    settings = {"episodes": 12, "num_envs": 2, "data_dir": str(SHARED_ALFWORLD)}
+    summary = _expert_summary("progpo/ALFWorld-v0", "valid_seen", tmp_path, **settings)
     assert summary["episodes"] == 12 and summary["success_rate"] == 1.0
 
 
@@ -100,26 +85,12 @@ def test_env_url_plays_alfworld_through_the_env_server(tmp_path, private_cache):
             env_kwargs={"progpo/ALFWorld-v0": {"num_generated": 6}},
         )
     )
-    local = EvalConfig(
-        env_id="progpo/ALFWorld-v0",
-        agent="expert",
-        split="train",
-        episodes=3,
-        out_dir=str(tmp_path / "local"),
-        env_kwargs={"num_generated": 6},
+    _expert_summary(
+        "progpo/ALFWorld-v0", "train", tmp_path / "local", episodes=3, env_kwargs={"num_generated": 6}
     )
-    evaluate(local, progress=False)
     with BackgroundServer(app) as server:
-        remote = EvalConfig(
-            env_id="progpo/ALFWorld-v0",
-            agent="expert",
-            split="train",
-            episodes=3,
-            num_envs=3,
-            env_url=server.url,
-            out_dir=str(tmp_path / "remote"),
-        )
-        summary = evaluate(remote, progress=False)
+        settings = {"episodes": 3, "num_envs": 3, "env_url": server.url}
+        summary = _expert_summary("progpo/ALFWorld-v0", "train", tmp_path / "remote", **settings)
     assert summary["success_rate"] == 1.0
 
     def episodes(name):

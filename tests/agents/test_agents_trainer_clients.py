@@ -27,36 +27,17 @@ import agents.skyrl
 from agents.projection import project_action_with_reason
 from agents.prompts import admissible_actions_from_info, build_prompt, task_text_from_observation
 from agents.trl import ALFWorldToolEnv, WebShopToolEnv, expert_command, task_rows
-from progpo_envs.server.app import ServerConfig, create_app
-from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app
-from progpo_envs.server.pool import PoolConfig
-from progpo_envs.server.serving import BackgroundServer
+from tests.agents.trainer_servers import ALFWORLD, ENV_KWARGS, SPLIT, WEBSHOP, servers_on_first_use
 from tests.paths import REPO_ROOT
 
-ALFWORLD, WEBSHOP = "progpo/ALFWorld-v0", "progpo/WebShop-v0"
-SPLIT = {ALFWORLD: "train", WEBSHOP: "test"}
-ENV_KWARGS = {ALFWORLD: {}, WEBSHOP: {"num_products": 200}}
 KEY = "expert_action"
 
 
 @pytest.fixture(scope="module")
 def expert_servers():
     """Per env and protocol, a server with the expert on (one env worker), started on first use."""
-    started: dict = {}
-
-    def get(env_id: str, protocol: str) -> str:
-        if (env_id, protocol) not in started:
-            fixed = {env_id: {**ENV_KWARGS[env_id], "expert": True}}
-            config = ServerConfig(env_ids=(env_id,), env_kwargs=fixed, pool=PoolConfig(num_workers=1))
-            if protocol == "openenv":
-                started[env_id, protocol] = OpenEnvServer(create_openenv_app(config)).start()
-            else:
-                started[env_id, protocol] = BackgroundServer(create_app(config)).__enter__()
-        return started[env_id, protocol].url
-
-    yield get
-    for server in started.values():
-        server.stop()
+    with servers_on_first_use(lambda env_id: {**ENV_KWARGS[env_id], "expert": True}) as url:
+        yield url
 
 
 def _expert_plan(env_id: str, task_index: int) -> list[str]:

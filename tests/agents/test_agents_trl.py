@@ -22,16 +22,15 @@ import gymnasium as gym
 import pytest
 
 from agents.trl import ALFWorldToolEnv, WebShopToolEnv, expert_command, task_rows
-from progpo_envs.server.app import ServerConfig, create_app
-from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app
-from progpo_envs.server.pool import PoolConfig
-from progpo_envs.server.serving import BackgroundServer
+from tests.agents.trainer_servers import (
+    ALFWORLD,
+    ENV_KWARGS,
+    SPLIT,
+    WEBSHOP,
+    servers_on_first_use,
+    start_server,
+)
 
-ALFWORLD = "progpo/ALFWorld-v0"
-WEBSHOP = "progpo/WebShop-v0"
-SPLIT = {ALFWORLD: "train", WEBSHOP: "test"}
-#: What the operator fixes on the servers, and what the in-process envs are made with.
-ENV_KWARGS = {ALFWORLD: {}, WEBSHOP: {"num_products": 200}}
 TOOL_ENVS = {ALFWORLD: ALFWorldToolEnv, WEBSHOP: WebShopToolEnv}
 
 
@@ -44,24 +43,10 @@ def _buildable(env_id: str) -> None:
 
 @pytest.fixture(scope="module")
 def servers():
-    """Per env: the OpenEnv server and the native server (one env worker each), started on first use."""
-    started: dict = {}
-
-    def get(env_id: str, protocol: str) -> str:
-        if (env_id, protocol) not in started:
-            _buildable(env_id)
-            config = ServerConfig(
-                env_ids=(env_id,), env_kwargs={env_id: ENV_KWARGS[env_id]}, pool=PoolConfig(num_workers=1)
-            )
-            if protocol == "openenv":
-                started[env_id, protocol] = OpenEnvServer(create_openenv_app(config)).start()
-            else:
-                started[env_id, protocol] = BackgroundServer(create_app(config)).__enter__()
-        return started[env_id, protocol].url
-
-    yield get
-    for server in started.values():
-        server.stop()
+    """Per env: the OpenEnv server and the native server (one env worker each), started on first use (by
+    :func:`_tool_env`, once the env is known to build here)."""
+    with servers_on_first_use(ENV_KWARGS.__getitem__) as url:
+        yield url
 
 
 def _tool_env(env_id: str, backend: str, servers):
@@ -292,13 +277,7 @@ def test_over_two_servers_a_lost_one_ends_its_episode_and_the_next_reset_moves(p
     answers that the episode is over (not an exception for TRL), and the next reset plays the row again on the
     server left, to the expert's win."""
     _buildable(WEBSHOP)
-    config = ServerConfig(
-        env_ids=(WEBSHOP,), env_kwargs={WEBSHOP: ENV_KWARGS[WEBSHOP]}, pool=PoolConfig(num_workers=1)
-    )
-    if protocol == "openenv":
-        started = [OpenEnvServer(create_openenv_app(config)).start() for _ in range(2)]
-    else:
-        started = [BackgroundServer(create_app(config)).__enter__() for _ in range(2)]
+    started = [start_server(WEBSHOP, protocol, ENV_KWARGS[WEBSHOP]) for _ in range(2)]
     try:
         urls = ",".join(server.url for server in started)
         envs = [WebShopToolEnv(server=urls, protocol=protocol, split="test", timeout_s=30) for _ in range(2)]

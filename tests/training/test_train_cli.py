@@ -52,6 +52,18 @@ def _train_cmd(run_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+def _train(run_dir: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``progpo train`` (:func:`_train_cmd`) run to its end, its output captured."""
+    return subprocess.run(
+        _train_cmd(run_dir, *extra), env=subprocess_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _start_train(run_dir: Path, *extra: str, **popen) -> subprocess.Popen:
+    """``progpo train`` (:func:`_train_cmd`) started in the background (``popen``: where its output goes)."""
+    return subprocess.Popen(_train_cmd(run_dir, *extra), env=subprocess_env(), **popen)
+
+
 def _stable_records(run_dir: Path) -> list[dict]:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if not any(word in k for word in VOLATILE)} for r in records]
@@ -64,9 +76,7 @@ RUN_ARGS = ("iterations=3", "checkpoint_every=1", "tensorboard=true")
 def straight_run(tmp_path_factory) -> Path:
     """An uninterrupted 3-iteration run (checkpoint every iteration)."""
     run_dir = tmp_path_factory.mktemp("straight") / "run"
-    done = subprocess.run(
-        _train_cmd(run_dir, *RUN_ARGS), env=subprocess_env(), capture_output=True, text=True, timeout=300
-    )
+    done = _train(run_dir, *RUN_ARGS)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir.parent / "stdout.txt").write_text(done.stdout)  # beside the run: the run dir stays a run's own
     return run_dir
@@ -111,9 +121,7 @@ def test_a_run_dir_that_holds_a_run_is_never_reused_silently(straight_run, tmp_p
     run_dir = tmp_path / "run"
     shutil.copytree(straight_run, run_dir)
     before = (run_dir / "metrics.jsonl").read_text()
-    again = subprocess.run(
-        _train_cmd(run_dir, *RUN_ARGS), env=subprocess_env(), capture_output=True, text=True
-    )
+    again = _train(run_dir, *RUN_ARGS)
     assert again.returncode == 2
     assert again.stderr.count("\n") == 1 and "--overwrite" in again.stderr and "--resume" in again.stderr
     assert (run_dir / "metrics.jsonl").read_text() == before  # nothing deleted
@@ -127,13 +135,7 @@ def test_a_second_train_on_a_live_run_dir_exits_2_in_one_line_and_the_first_is_u
     # a run still going while three more start and are refused (each a fresh interpreter importing torch: on a
     # loaded 2-core machine 0.5 s a step and 3 iterations let the first finish before the second was refused)
     slow += ("env.kwargs={step_delay: 3.0}",)
-    first = subprocess.Popen(
-        _train_cmd(run_dir, *slow),
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = _start_train(run_dir, *slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
         while not (run_dir / "checkpoints").is_dir() or not any((run_dir / "checkpoints").iterdir()):
@@ -141,46 +143,27 @@ def test_a_second_train_on_a_live_run_dir_exits_2_in_one_line_and_the_first_is_u
             time.sleep(0.2)
         config_file = (run_dir / "config.yaml").stat()
         for extra in (["--resume"], ["--overwrite"], ["--resume-or-start"]):
-            second = subprocess.run(
-                _train_cmd(run_dir, *slow, *extra),
-                env=subprocess_env(),
-                capture_output=True,
-                text=True,
-                timeout=240,
-            )
+            second = _train(run_dir, *slow, *extra, timeout=240)
             assert second.returncode == 2, second.stderr[-2000:]
             assert first.poll() is None, "the first run ended before the second was refused"
             assert second.stderr.count("\n") == 1 and second.stdout == ""
-            assert f"is being written by progpo train (pid {first.pid})" in second.stderr, (
-                second.stderr
-            )
+            assert f"is being written by progpo train (pid {first.pid})" in second.stderr, second.stderr
         assert (run_dir / "config.yaml").stat().st_mtime_ns == config_file.st_mtime_ns  # nothing written
     finally:
         out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-3000:]
     train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in train if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]  # one row each
-    resumed = subprocess.run(  # the lock went with the first process
-        _train_cmd(run_dir, *slow, "--resume"),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    resumed = _train(run_dir, *slow, "--resume")  # the lock went with the first process
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
 
 def test_resume_without_a_checkpoint_says_so_unless_asked_to_start(tmp_path):
     run_dir = tmp_path / "run"
-    refused = subprocess.run(
-        _train_cmd(run_dir, "iterations=0", "--resume"), env=subprocess_env(), capture_output=True, text=True
-    )
+    refused = _train(run_dir, "iterations=0", "--resume")
     assert refused.returncode == 2 and "no checkpoint to resume from" in refused.stderr
     assert not run_dir.exists()
-    started = subprocess.run(
-        _train_cmd(run_dir, "iterations=0", "warm_start.enabled=false", "--resume-or-start"),
-        env=subprocess_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    started = _train(run_dir, "iterations=0", "warm_start.enabled=false", "--resume-or-start")
     assert started.returncode == 0, started.stderr[-2000:]
     assert (run_dir / "summary.json").is_file()
 
@@ -252,13 +235,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, straight_run):
     extra = RUN_ARGS
 
     killed = tmp_path / "killed"
-    process = subprocess.Popen(
-        _train_cmd(killed, *extra),
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    process = _start_train(killed, *extra, start_new_session=True, **quiet)  # its group is killed below
     latest = killed / "checkpoints" / "latest"
     deadline = time.time() + 240
     while time.time() < deadline and process.poll() is None:
@@ -270,13 +248,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, straight_run):
     process.wait()
     assert not (killed / "summary.json").exists()
 
-    resumed = subprocess.run(
-        _train_cmd(killed, *extra, "--resume"),
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    resumed = _train(killed, *extra, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from iteration" in resumed.stdout
     assert _stable_records(killed) == _stable_records(straight_run)

@@ -15,15 +15,8 @@ REPO = REPO_ROOT
 #: Make the toy env (``progpo_envs.testing.DrawerEnv``) from any process (Gymnasium imports the module first).
 TOY_ENV_ID = "progpo_envs.testing:progpo-test/ToyALFWorld-v0"
 
-#: Overrides that turn any preset into a seconds-long run on the toy env with a tiny model.
-TINY_OVERRIDES = [
-    f"env.id={TOY_ENV_ID}",
-    "env.max_steps=4",
-    "env.data_dir=",
-    "env.kwargs={}",  # the quickstart's ALFWorld-only task restriction
-    "env.train_kwargs={}",  # the quickstart's ALFWorld-only generator settings
-    "env.train_split=train",
-    "env.eval_split=valid_seen",
+#: A seconds-long run with a tiny model, on whatever env the preset names (no env setting is among them).
+TINY_RUN = [
     "model.tiny.vocab_size=2048",
     "model.tiny.hidden_size=64",
     "model.tiny.intermediate_size=128",
@@ -31,8 +24,6 @@ TINY_OVERRIDES = [
     "rollout.group_size=2",
     "rollout.max_new_tokens=8",
     "rollout.max_prompt_tokens=512",
-    "rollout.constrained_actions=false",  # the papers' free-text path (tests/training/test_constrained.py)
-    "rollout.task_pool=0",  # the quickstart's RL task pool (tested in test_train_cli.py)
     "eval.rl_tasks=false",
     "warm_start.num_tasks=4",
     "warm_start.lm_epochs=1",
@@ -44,6 +35,20 @@ TINY_OVERRIDES = [
     "num_threads=1",
     "optim.micro_batch_rows=4",
     "optim.mini_batch_rows=8",
+]
+
+#: Overrides that turn any preset into a seconds-long run on the toy env with a tiny model.
+TINY_OVERRIDES = [
+    f"env.id={TOY_ENV_ID}",
+    "env.max_steps=4",
+    "env.data_dir=",
+    "env.kwargs={}",  # the quickstart's ALFWorld-only task restriction
+    "env.train_kwargs={}",  # the quickstart's ALFWorld-only generator settings
+    "env.train_split=train",
+    "env.eval_split=valid_seen",
+    "rollout.constrained_actions=false",  # the papers' free-text path (tests/training/test_constrained.py)
+    "rollout.task_pool=0",  # the quickstart's RL task pool (tested in test_train_cli.py)
+    *TINY_RUN,
 ]
 
 

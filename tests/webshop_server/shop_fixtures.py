@@ -85,57 +85,48 @@ PRODUCTS = [
     ),
 ]
 
+
+def _goal(product, instruction, attributes, options, price_upper, category="fashion"):
+    """A human goal of buying ``product`` (its asin, name, category and search query are the product's)."""
+    return {
+        "asin": product["asin"],
+        "instruction_text": instruction,
+        "attributes": attributes,
+        "goal_options": options,
+        "price_upper": price_upper,
+        "query": product["query"],
+        "category": category,
+        "name": product["Title"],
+        "product_category": product["product_category"],
+        "weight": 1,
+    }
+
+
 GOALS = [
-    {
-        "asin": "B0SOCK0001",
-        "instruction_text": "i need cotton crew socks for men, navy, large, machine wash, "
-        "and price lower than 20.00 dollars",
-        "attributes": ["machine wash"],
-        "goal_options": ["navy", "large"],
-        "price_upper": 20.0,
-        "query": "men's socks",
-        "category": "fashion",
-        "name": PRODUCTS[0]["Title"],
-        "product_category": PRODUCTS[0]["product_category"],
-        "weight": 1,
-    },
-    {
-        "asin": "B0TEA00001",
-        "instruction_text": "find organic green tea bags with mint flavor, "
-        "and price lower than 10.00 dollars",
-        "attributes": ["organic"],
-        "goal_options": ["mint"],
-        "price_upper": 10.0,
-        "query": "green tea",
-        "category": "grocery",
-        "name": PRODUCTS[3]["Title"],
-        "product_category": PRODUCTS[3]["product_category"],
-        "weight": 1,
-    },
-    {
-        "asin": "B0LAMP0001",
-        "instruction_text": "i want a dimmable desk lamp with a usb port in white",
-        "attributes": ["dimmable"],
-        "goal_options": ["white"],
-        "price_upper": 40.0,
-        "query": "desk lamp",
-        "category": "home",
-        "name": PRODUCTS[5]["Title"],
-        "product_category": PRODUCTS[5]["product_category"],
-        "weight": 1,
-    },
-    {
-        "asin": "B0SOCK0003",
-        "instruction_text": "breathable bamboo ankle socks",
-        "attributes": ["bamboo"],
-        "goal_options": [],
-        "price_upper": 15.0,
-        "query": "men's socks",
-        "category": "fashion",
-        "name": PRODUCTS[2]["Title"],
-        "product_category": PRODUCTS[2]["product_category"],
-        "weight": 1,
-    },
+    _goal(
+        PRODUCTS[0],
+        "i need cotton crew socks for men, navy, large, machine wash, and price lower than 20.00 dollars",
+        ["machine wash"],
+        ["navy", "large"],
+        20.0,
+    ),
+    _goal(
+        PRODUCTS[3],
+        "find organic green tea bags with mint flavor, and price lower than 10.00 dollars",
+        ["organic"],
+        ["mint"],
+        10.0,
+        category="grocery",
+    ),
+    _goal(
+        PRODUCTS[5],
+        "i want a dimmable desk lamp with a usb port in white",
+        ["dimmable"],
+        ["white"],
+        40.0,
+        category="home",
+    ),
+    _goal(PRODUCTS[2], "breathable bamboo ankle socks", ["bamboo"], [], 15.0),
 ]
 
 

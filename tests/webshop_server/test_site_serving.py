@@ -9,52 +9,23 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
-from tests.net import half_open, session_from
+from tests.net import ServerCli, half_open, recv_until, session_from
 from tests.paths import REPO_ROOT as REPO
 from webshop_server.clients import ClientTokens
 from webshop_server.serving import READ_TIMEOUT
 
 
-class Site:
-    """``progpo webshop serve`` on a free loopback port, in a process group of its own, ready."""
+class Site(ServerCli):
+    """``progpo webshop serve`` of a 200-product catalog with ``server`` and ``workers``, in a subprocess
+    (:class:`tests.net.ServerCli`), ready."""
 
-    def __init__(self, tmp_path: Path, server: str, workers: int, *extra: str):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = (tmp_path / f"site-{self.port}.log").open("w+")
-        command = [sys.executable, "-m", "webshop_server.cli", "serve", "--port", str(self.port)]
-        command += ["--num-products", "200", "--server", server, "--workers", str(workers), *extra]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        self.process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if requests.get(self.url + "/api/health", timeout=1).ok:
-                    return
-            except requests.ConnectionError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the site did not start:\n{self.output()}")
-            time.sleep(0.2)
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
+    def __init__(self, server: str, workers: int, *extra: str):
+        args = ("serve", "--num-products", "200", "--server", server, "--workers", str(workers), *extra)
+        super().__init__("webshop_server.cli", *args, ready_path="/api/health")
 
 
 @pytest.fixture
@@ -62,7 +33,7 @@ def site(tmp_path):
     started: list[Site] = []
 
     def start(server: str, workers: int = 2, *extra: str) -> Site:
-        started.append(Site(tmp_path, server, workers, *extra))
+        started.append(Site(server, workers, *extra))
         return started[-1]
 
     yield start
@@ -202,12 +173,7 @@ def test_gunicorn_site_drains_on_a_signal_to_the_whole_group(site, sig):
     time.sleep(1.0)
     sock.sendall(body[10:])
     sock.settimeout(20)
-    answer = b""
-    while b"session_id" not in answer:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        answer += chunk
+    answer = recv_until(sock, b"session_id")
     sock.close()
     assert answer.startswith(b"HTTP/1.1 201") and b"session_id" in answer, answer[:300]
     assert shop.process.wait(30) == 0, shop.output()[-2000:]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import random
 import sys
+from pathlib import Path
 
 import pytest
 import textworld
@@ -388,18 +390,21 @@ def test_command_cache_derives_each_static_command_once_per_game(games, monkeypa
     assert "receptacleatlocation" in static and "atlocation" not in static and "holds" not in static
 
 
+def _fresh_transcript(path: str, folder: Path) -> list[str]:
+    """The game at ``path`` played from a fresh process state (caches cleared) by an engine that keeps its
+    files on disk in ``folder``."""
+    clear_caches()
+    engine = AlfredEngine(EnginePatches(), disk_cache=folder)
+    return play_transcript(lambda: engine.reset(path), engine.step, lambda: engine.admissible_commands)
+
+
 def test_translations_kept_on_disk_replay_byte_identically(games, reference, tmp_path, monkeypatch):
     """A translation kept on disk by one engine is read (not translated again) by the next one in a fresh
     process state, and the game plays byte-identically; a damaged file is translated again, and a folder
     that cannot be written is only read."""
     path = games["generated"]
     folder = tmp_path / "translations"
-
-    def transcript() -> list[str]:
-        clear_caches()
-        engine = AlfredEngine(EnginePatches(), disk_cache=folder)
-        return play_transcript(lambda: engine.reset(path), engine.step, lambda: engine.admissible_commands)
-
+    transcript = functools.partial(_fresh_transcript, path, folder)
     assert digest(transcript()) == digest(reference("generated"))
     files = list(folder.glob("*.sas.z"))
     assert len(files) == 1 and files[0].read_bytes().startswith(b"progpo-sas-1 ")
@@ -445,12 +450,7 @@ def test_the_grammar_kept_on_disk_is_the_parse_and_plays_byte_identically(games,
 
     path = games["generated"]
     folder = tmp_path / "engine"
-
-    def transcript() -> list[str]:
-        clear_caches()
-        engine = AlfredEngine(EnginePatches(), disk_cache=folder)
-        return play_transcript(lambda: engine.reset(path), engine.step, lambda: engine.admissible_commands)
-
+    transcript = functools.partial(_fresh_transcript, path, folder)
     assert digest(transcript()) == digest(reference("generated"))
     kept = sorted(folder.glob("logic-*.json.z"))
     assert len(kept) == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -27,18 +29,14 @@ def make(vector_mode: str, num_envs: int = 6, group_size: int = 2, **kwargs) -> 
 
 
 def test_make_vec_builds_a_group_vector_env(vector_mode):
-    envs = make(vector_mode)
-    try:
+    with closing(make(vector_mode)) as envs:
         assert isinstance(envs, GroupVectorEnv) and envs.num_envs == 6 and envs.num_groups == 3
         assert envs.metadata["autoreset_mode"] is AutoresetMode.DISABLED
         assert envs.observation_space.contains(("a",) * 6)
-    finally:
-        envs.close()
 
 
 def test_groups_share_tasks_and_info_has_group_and_task_ids(vector_mode):
-    envs = make(vector_mode)
-    try:
+    with closing(make(vector_mode)) as envs:
         obs, info = envs.reset(seed=11)
         assert info["group_id"].tolist() == [0, 0, 1, 1, 2, 2]
         task_ids = info["task_id"].tolist()
@@ -51,13 +49,10 @@ def test_groups_share_tasks_and_info_has_group_and_task_ids(vector_mode):
         assert info3["task_id"].tolist() == ["count-6"] * 2 + ["count-2"] * 2 + ["count-4"] * 2
         _, info4 = envs.reset(options={"task_index": 1})
         assert set(info4["task_id"].tolist()) == {"count-3"}
-    finally:
-        envs.close()
 
 
 def test_ended_copies_latch_until_reset(vector_mode):
-    envs = make(vector_mode, num_envs=4, group_size=2, max_steps=4)
-    try:
+    with closing(make(vector_mode, num_envs=4, group_size=2, max_steps=4)) as envs:
         envs.reset(
             options={"task_indices": [0, 3]}
         )  # group 0 counts to 2, group 1 to 5 (unreachable in 4 steps)
@@ -76,28 +71,22 @@ def test_ended_copies_latch_until_reset(vector_mode):
         assert list(envs.call("engine_steps")) == [2, 4, 4, 4]
         envs.reset(options={"task_indices": [0, 0]})
         assert not envs.step(["look"] * 4)[2].any()
-    finally:
-        envs.close()
 
 
 def test_seedless_resets_draw_group_seeds_from_the_vector_generator(vector_mode):
-    envs = make(vector_mode, num_envs=4, group_size=2)
-    try:
+    with closing(make(vector_mode, num_envs=4, group_size=2)) as envs:
         envs.reset(seed=3)
         _, a = envs.reset()
         envs.reset(seed=3)
         _, b = envs.reset()
         assert a["task_id"].tolist() == b["task_id"].tolist()
         assert a["task_id"][0] == a["task_id"][1] and a["task_id"][2] == a["task_id"][3]
-    finally:
-        envs.close()
 
 
 def test_sync_and_async_give_identical_rollouts():
     results = []
     for mode in MODES:
-        envs = make(mode, num_envs=4, group_size=2, history_depths=(1,))
-        try:
+        with closing(make(mode, num_envs=4, group_size=2, history_depths=(1,))) as envs:
             obs, info = envs.reset(seed=5)
             steps = [envs.step(["inc", "look", "dec", "inc"]) for _ in range(3)]
             results.append(
@@ -107,16 +96,13 @@ def test_sync_and_async_give_identical_rollouts():
                     [(s[0], s[1].tolist(), s[4]["history_key"].tolist()) for s in steps],
                 )
             )
-        finally:
-            envs.close()
     assert results[0] == results[1]
 
 
 def test_step_some_steps_only_those_copies_as_a_full_step_would(vector_mode):
     """A per-episode rollout steps the copies whose decisions arrived and leaves the others untouched; the
     results are those of the same actions in a full step (copies sharded over 2 workers under async)."""
-    subset, whole = make(vector_mode, num_envs=6, group_size=2), make(vector_mode, num_envs=6, group_size=2)
-    try:
+    with closing(make(vector_mode)) as subset, closing(make(vector_mode)) as whole:
         subset.reset(seed=7)
         whole.reset(seed=7)
         obs, rewards, term, trunc, infos = subset.step_some([4, 1], ["inc", "dec"])
@@ -127,15 +113,14 @@ def test_step_some_steps_only_those_copies_as_a_full_step_would(vector_mode):
         assert list(subset.call("engine_steps")) == [0, 1, 0, 0, 1, 0]
         with pytest.raises(ValueError, match="distinct"):
             subset.step_some([1, 1], ["inc", "inc"])
-    finally:
-        subset.close()
-        whole.close()
 
 
 def test_reset_group_starts_one_group_while_the_others_play(vector_mode):
-    envs, control = make(vector_mode, num_envs=6, group_size=2), make(vector_mode, num_envs=6, group_size=2)
-    single = make(vector_mode, num_envs=2, group_size=2)
-    try:
+    with (
+        closing(make(vector_mode)) as envs,
+        closing(make(vector_mode)) as control,
+        closing(make(vector_mode, num_envs=2, group_size=2)) as single,
+    ):
         for e in (envs, control):
             e.reset(options={"task_indices": [0, 1, 2]})
             e.step(["inc"] * 6)
@@ -149,53 +134,38 @@ def test_reset_group_starts_one_group_while_the_others_play(vector_mode):
         moved, expected = envs.step_some(others, ["inc"] * 4), control.step_some(others, ["inc"] * 4)
         assert moved[0] == expected[0] and moved[1].tolist() == expected[1].tolist()
         assert [i["history_key"] for i in moved[4]] == [i["history_key"] for i in expected[4]]
-    finally:
-        for e in (envs, control, single):
-            e.close()
 
 
 def test_bad_arguments(vector_mode):
     with pytest.raises(ValueError, match="multiple"):
         make(vector_mode, num_envs=5, group_size=2)
-    envs = make(vector_mode, num_envs=2, group_size=1)
-    try:
+    with closing(make(vector_mode, num_envs=2, group_size=1)) as envs:
         envs.reset(seed=0)
         with pytest.raises(ValueError, match="expected 2 actions"):
             envs.step(["inc"])
         with pytest.raises(ValueError, match="task_indices"):
             envs.reset(options={"task_indices": [0]})
         assert envs.get_attr("num_tasks") == (5, 5)
-    finally:
-        envs.close()
 
 
 def test_async_worker_errors_are_reported():
-    envs = make("async", num_envs=2, group_size=1)
-    try:
+    with closing(make("async", num_envs=2, group_size=1)) as envs:
         with pytest.raises(RuntimeError, match="out of range"):
             envs.reset(options={"task_index": 99})
-    finally:
-        envs.close()
 
 
 def test_malformed_actions_in_a_vector(vector_mode):
-    envs = make(vector_mode, num_envs=2, group_size=2)
-    try:
+    with closing(make(vector_mode, num_envs=2, group_size=2)) as envs:
         envs.reset(seed=0)
         obs, rewards, term, trunc, _ = envs.step(["", "x" * 10_000])
         assert obs == ("Nothing happens.", "Nothing happens.") and not term.any() and not trunc.any()
-    finally:
-        envs.close()
 
 
 def test_info_masks_are_present():
-    envs = make("sync", num_envs=2, group_size=1)
-    try:
+    with closing(make("sync", num_envs=2, group_size=1)) as envs:
         _, info = envs.reset(seed=0)
         assert info["_group_id"].all() and info["_task_id"].all()
         assert info["history_key"].dtype == np.uint64 or info["history_key"].dtype == object
-    finally:
-        envs.close()
 
 
 def _fold_add_info(envs: GroupVectorEnv, infos: list[dict]) -> dict:
@@ -259,18 +229,14 @@ MIXED_INFOS = [
 
 
 def test_merged_infos_equal_gymnasium_add_info_on_mixed_infos():
-    envs = make("sync", num_envs=4, group_size=2)
-    try:
+    with closing(make("sync", num_envs=4, group_size=2)) as envs:
         _assert_same_batched(_merge(envs, MIXED_INFOS), _fold_add_info(envs, MIXED_INFOS))
         one = MIXED_INFOS[:1] * 4  # every copy with every key: all-True masks
         _assert_same_batched(_merge(envs, one), _fold_add_info(envs, one))
-    finally:
-        envs.close()
 
 
 def test_merged_infos_fall_back_to_gymnasium_on_irregular_keys():
-    envs = make("sync", num_envs=2, group_size=1)
-    try:
+    with closing(make("sync", num_envs=2, group_size=1)) as envs:
         for clash in (
             [{"x": 1, "_x": 5}, {"x": 2}],  # a key named like another key's mask
             [{1: 5, "1": 6}, {1: 7}],  # two keys with one mask name
@@ -286,25 +252,19 @@ def test_merged_infos_fall_back_to_gymnasium_on_irregular_keys():
         with pytest.raises(Exception) as theirs:
             _fold_add_info(envs, nested_then_flat)
         assert type(ours.value) is type(theirs.value)
-    finally:
-        envs.close()
 
 
 def test_merged_infos_equal_gymnasium_add_info_on_rollouts(vector_mode):
-    envs = make(vector_mode, num_envs=4, group_size=2, max_steps=3)
-    try:
+    with closing(make(vector_mode, num_envs=4, group_size=2, max_steps=3)) as envs:
         envs.reset(seed=3)
         for _ in range(4):  # past the step limit: ended copies latch
             results = envs.backend.step(["inc"] * 4)
             infos = [r[4] for r in results]
             _assert_same_batched(_merge(envs, infos), _fold_add_info(envs, infos))
-    finally:
-        envs.close()
 
 
 def test_seedless_resets_continue_the_generator_of_the_last_seeded_reset():
-    envs = make("sync", num_envs=4, group_size=2)
-    try:
+    with closing(make("sync", num_envs=4, group_size=2)) as envs:
         expected = np.random.default_rng(3)
         envs.reset(seed=3)
         for _ in range(2):
@@ -315,8 +275,6 @@ def test_seedless_resets_continue_the_generator_of_the_last_seeded_reset():
         envs.reset()
         first = [int(s) for s in np.random.default_rng(3).integers(0, 2**31 - 1, 2)]
         assert list(envs.get_attr("np_random_seed")) == [s for s in first for _ in range(2)]
-    finally:
-        envs.close()
 
 
 def test_copy_info_copies_like_deepcopy():
@@ -348,8 +306,7 @@ def test_copy_info_copies_like_deepcopy():
 
 
 def test_latched_copies_return_independent_copies_of_the_final_info():
-    envs = make("sync", num_envs=2, group_size=1, max_steps=1, history_depths=(1, 2))
-    try:
+    with closing(make("sync", num_envs=2, group_size=1, max_steps=1, history_depths=(1, 2))) as envs:
         envs.reset(seed=0)
         *_, final = envs.step(["inc", "inc"])
         for _ in range(2):  # callers that change the (nested) infos of ended copies change nothing in the env
@@ -360,5 +317,3 @@ def test_latched_copies_return_independent_copies_of_the_final_info():
         assert latched["task_id"].tolist() == final["task_id"].tolist()
         for depth in (1, 2):
             assert latched["history_keys"][depth].tolist() == final["history_keys"][depth].tolist()
-    finally:
-        envs.close()

@@ -20,34 +20,14 @@ from progpo.cli import main as progpo
 from progpo_envs.core.checker import check_text_env
 from tests.paths import repo_on_pythonpath
 from tests.progpo_envs.new_env.guess_env import GUESS_ENV_ID, GuessEnv
+from tests.training.training_helpers import TINY_RUN
 
 #: The env's module, by its name in the tests package (subprocesses get the repo root on their PYTHONPATH).
 GUESS_MODULE = GuessEnv.__module__
 #: The env by Gymnasium's ``module:id``: any process imports its module first, as gym.make does.
 PLAYED_ID = f"{GUESS_MODULE}:{GUESS_ENV_ID}"
 #: The trainer's tiny settings (the env's own settings are not among them: none are needed).
-TINY_TRAIN = [
-    "iterations=1",
-    "checkpoint_every=0",
-    "model.tiny.vocab_size=2048",
-    "model.tiny.hidden_size=64",
-    "model.tiny.intermediate_size=128",
-    "rollout.num_groups=2",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=8",
-    "rollout.max_prompt_tokens=512",
-    "warm_start.num_tasks=4",
-    "warm_start.lm_epochs=1",
-    "warm_start.epochs=1",
-    "eval.num_tasks=2",
-    "eval.seeds=1",
-    "eval.rl_tasks=false",
-    "tensorboard=false",
-    "progress=false",
-    "num_threads=1",
-    "optim.micro_batch_rows=4",
-    "optim.mini_batch_rows=8",
-]
+TINY_TRAIN = ["iterations=1", "checkpoint_every=0", *TINY_RUN]
 
 
 def _subprocess_env() -> dict[str, str]:

@@ -8,8 +8,9 @@ import math
 import os
 import socket
 import struct
-import sys
+import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from progpo_envs.server.pool import PoolConfig
 from progpo_envs.server.serving import BackgroundServer
 from progpo_envs.server.websocket import FrameParser, WebSocketClient, accept_key
 from progpo_envs.testing import KEY_DOOR_ENV_ID as TOY_ENV_ID
-from tests.paths import repo_on_pythonpath
+from tests.net import ServerCli, accept_each, recv_until
 
 
 def same(a, b) -> bool:
@@ -39,6 +40,17 @@ def same(a, b) -> bool:
     if isinstance(a, (float, np.floating)) and math.isnan(a):
         return math.isnan(b)
     return bool(a == b)
+
+
+def plain(value):
+    """Arrays as lists, recursively (vector infos compare by value)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
 def ws_url(url: str) -> str:
@@ -62,9 +74,7 @@ def raw_upgrade(port: int, source: str = "127.0.0.1", headers: str = "") -> sock
             f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{headers}\r\n"
         ).encode()
     )
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += sock.recv(4096)
+    head = recv_until(sock, b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 101") and accept_key(key).encode() in head, head
     return sock
 
@@ -94,6 +104,56 @@ def close_code(sock: socket.socket) -> int | None:
     return None
 
 
+class MisbehavingWebSocketServer:
+    """A WebSocket server on loopback that accepts the upgrade and reads the client's first message, then
+    does ``misbehave(conn)`` (a stalled, trickling or oversized answer): one thread per connection."""
+
+    def __init__(self, misbehave: Callable[[socket.socket], None]):
+        self.misbehave = misbehave
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        accept_each(self.sock, self._one)
+
+    def _one(self, conn: socket.socket) -> None:
+        try:
+            head = recv_until(conn, b"\r\n\r\n")
+            key = next(
+                line.split(b":", 1)[1].strip().decode()
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"sec-websocket-key")
+            )
+            conn.sendall(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                + f"Sec-WebSocket-Accept: {accept_key(key)}\r\n\r\n".encode()
+            )
+            conn.recv(65536)
+            self.misbehave(conn)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def concurrent_clients(play: Callable[[int], None], clients: int, timeout: float) -> list[str]:
+    """``play(index)`` for ``clients`` indices at once, a thread each (each joined within ``timeout`` s);
+    every error raised, as ``client <index>: <error>``."""
+    errors: list[str] = []
+
+    def client(index: int) -> None:
+        try:
+            play(index)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted on
+            errors.append(f"client {index}: {exc!r}")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    return errors
+
+
 def serve_toy(**pool_kwargs) -> BackgroundServer:
     """A started background server hosting the toy env (AgentGym protocol mounted for it)."""
     pool = PoolConfig(**{"num_workers": 2, "max_instances": 256, "idle_timeout": 120.0, **pool_kwargs})
@@ -101,71 +161,23 @@ def serve_toy(**pool_kwargs) -> BackgroundServer:
     return BackgroundServer(app).__enter__()
 
 
-class CliServer:
-    """``progpo serve`` (the CLI's ``main``) in a subprocess, as the containers and CI run it; in a process
-    group of its own (its id is the server's pid), as a service manager starts it. The repository root is on
-    its ``PYTHONPATH``, so ``--import tests.<package>.<module>`` finds a test module.
+class CliServer(ServerCli):
+    """``progpo serve`` (the CLI's ``main``) in a subprocess (:class:`tests.net.ServerCli`); ready once
+    ``ready_path`` answers 200 (``/health`` for ``--protocol openenv``)."""
 
-    ``ready_path`` is the route polled until it answers 200 (``/health`` for ``--protocol openenv``);
-    ``open_files``, when given, is the server's limit on open files (soft and hard, as ``ulimit -n`` sets
-    both for a service)."""
+    def __init__(self, *args: str, ready_path: str = "/ready", **kwargs):
+        super().__init__("progpo_envs.server.cli", *args, ready_path=ready_path, **kwargs)
 
-    def __init__(
-        self,
-        *args: str,
-        ready_timeout: float = 120.0,
-        ready_path: str = "/ready",
-        open_files: int | None = None,
-    ):
-        import resource
-        import socket
-        import subprocess
-        import time
 
-        import requests
+#: The toy ALFWorld whose steps sleep (``tests/progpo_envs/server/hosting_slow_env.py`` registers it).
+SLOW_ENV_ID = "progpo/SlowToy-v0"
 
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        import tempfile
 
-        self.log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty server never blocks on it
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "progpo_envs.server.cli", "--port", str(self.port), *args],
-            env=repo_on_pythonpath(),
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            preexec_fn=None
-            if open_files is None
-            else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files)),
-        )
-        deadline = time.monotonic() + ready_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError(f"server exited: {self.log.read()}")
-            try:
-                if requests.get(f"{self.url}{ready_path}", timeout=2).status_code == 200:
-                    return
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("server did not become ready")
-
-    def output(self) -> str:
-        """What the server printed so far."""
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except Exception:  # noqa: BLE001
-                self.process.kill()
-                self.process.wait(5)
+def slow_toy_cli_server(*args: str, **env_kwargs) -> CliServer:
+    """``progpo serve`` hosting :data:`SLOW_ENV_ID` alone, built with ``env_kwargs`` (``step_delay``: seconds
+    each step sleeps), without AgentGym's door; ``args``: more of the command line."""
+    kwargs = f"{SLOW_ENV_ID}={json.dumps(env_kwargs)}"
+    module = "tests.progpo_envs.server.hosting_slow_env"  # CliServer puts the repo root on PYTHONPATH
+    return CliServer(
+        "--import", module, "--env", SLOW_ENV_ID, "--env-kwargs", kwargs, "--agentgym", "none", *args
+    )

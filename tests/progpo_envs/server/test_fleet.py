@@ -11,9 +11,9 @@ import os
 import random
 import signal
 import time
+from contextlib import closing
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import requests
 
@@ -28,7 +28,7 @@ from progpo_envs.server.fleet import (
     server_urls,
 )
 from progpo_envs.server.remote import REMOTE_ENV_ID, RemoteEnv, RemoteGroupVectorEnv
-from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, same, serve_toy
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, plain, same, serve_toy
 
 #: Fast failure: a refused connection fails a call after ~0.1 s instead of the default ~1.4 s of retries.
 FAST = {"retries": 1, "backoff": 0.05, "connect_timeout": 1.0, "timeout": 20.0}
@@ -54,17 +54,6 @@ def without_server(value):
         return {k: without_server(v) for k, v in value.items() if k not in ("server", "_server")}
     if isinstance(value, (list, tuple)):
         return type(value)(without_server(v) for v in value)
-    return value
-
-
-def plain(value):
-    """Arrays as lists, recursively (vector infos compare by value)."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
     return value
 
 
@@ -164,10 +153,14 @@ def test_a_full_server_takes_no_more_groups(toy_servers):
         full.stop()
 
 
+def _two_groups_over(urls: list[str]) -> RemoteGroupVectorEnv:
+    """Two groups of two copies of the toy env on the servers at ``urls``, failing fast."""
+    return gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
+
+
 def test_an_instance_lost_on_a_live_server_fails_its_episode_and_is_made_again(toy_servers):
     urls = [s.url for s in toy_servers[:2]]
-    envs = gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
-    try:
+    with closing(_two_groups_over(urls)) as envs:
         envs.reset(seed=0)
         lost = envs.backend.copies[0]
         requests.delete(f"{urls[0]}/instances/{lost.instance_id}", timeout=10)  # expired behind its back
@@ -177,16 +170,13 @@ def test_an_instance_lost_on_a_live_server_fails_its_episode_and_is_made_again(t
         assert list(info["server"]) == [urls[0]] * 2 + [urls[1]] * 2  # the server is fine: the group stays
         assert envs.backend.copies[0] is not lost and envs.servers()[0]["lost_groups"] == 1
         assert not envs.step(["look"] * 4)[3].any()
-    finally:
-        envs.close()
 
 
 def test_per_group_resets_and_steps_move_a_lost_group(toy_servers):
     """The per-episode rollout's calls (``reset_group``, ``step_some``): a group whose server is lost fails
     its copies' episodes and its next ``reset_group`` plays on the server left, the other group playing on."""
     urls = [s.url for s in toy_servers[:2]]
-    envs = gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
-    try:
+    with closing(_two_groups_over(urls)) as envs:
         envs.reset_group(0, seed=0)
         _, infos = envs.reset_group(1, seed=1, options={"task_index": 3})
         assert [info["server"] for info in infos] == [urls[1]] * 2
@@ -198,22 +188,17 @@ def test_per_group_resets_and_steps_move_a_lost_group(toy_servers):
         assert [info["server"] for info in infos] == [urls[0]] * 2 and infos[0]["task_id"] == "toy-3"
         assert not envs.step_some([2, 3, 1], ["look"] * 3)[3].any()
         assert [s["groups"] for s in envs.servers()] == [2, 0]
-    finally:
-        envs.close()
 
 
 def test_no_server_left_is_a_clear_error_at_the_next_reset(toy_servers):
     urls = [s.url for s in toy_servers[:2]]
-    envs = gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=urls, env_id=TOY_ENV_ID, **FAST)
-    try:
+    with closing(_two_groups_over(urls)) as envs:
         envs.reset(seed=0)
         for server in toy_servers[:2]:
             server.stop()
         assert envs.step(["look"] * 4)[3].all()  # every episode failed; the step itself did not raise
         with pytest.raises(NoServerError, match="no env server is available"):
             envs.reset(seed=1)
-    finally:
-        envs.close()
 
 
 def test_async_mode_takes_one_server():

@@ -21,7 +21,12 @@ from progpo_envs.server.policy import KWARG_BOUNDS, EnvPolicy, PolicyError
 from progpo_envs.server.remote import RemoteEnv
 from progpo_envs.server.serving import BackgroundServer
 from tests.net import half_open, session_from
-from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, serve_toy
+from tests.progpo_envs.server.hosting_helpers import (
+    SLOW_ENV_ID,
+    TOY_ENV_ID,
+    serve_toy,
+    slow_toy_cli_server,
+)
 from webshop_server.clients import ClientTokens
 from webshop_server.serving import CONNECTION_LIMIT, connections_per_host
 
@@ -542,19 +547,10 @@ def test_seq_replay_matches_a_model(toy_url, calls):
 
 
 def test_sigterm_finishes_the_requests_in_flight_then_exits():
-    server = CliServer(
-        "--import",
-        "tests.progpo_envs.server.hosting_slow_env",  # CliServer puts the repo root on PYTHONPATH
-        "--env",
-        "progpo/SlowToy-v0",
-        "--env-kwargs",
-        'progpo/SlowToy-v0={"step_delay": 2.0}',
-        "--agentgym",
-        "none",
-    )
+    server = slow_toy_cli_server(step_delay=2.0)
     try:
         instance = requests.post(
-            f"{server.url}/instances", json={"env_id": "progpo/SlowToy-v0", "seed": 0}, timeout=60
+            f"{server.url}/instances", json={"env_id": SLOW_ENV_ID, "seed": 0}, timeout=60
         ).json()["instance_id"]
         answers: list = []
         in_flight = threading.Thread(
@@ -582,22 +578,11 @@ def test_a_signal_to_the_whole_process_group_drains_a_batch_in_flight(sig):
     """Ctrl-C, systemd's KillMode=control-group and ``kill -TERM -PGID`` signal the workers too: they keep
     serving, the batch in flight is answered in full, no worker is restarted (before: the workers died at
     once, 118 of 849 items came back ok, and the supervisor restarted workers during the drain)."""
-    server = CliServer(
-        "--import",
-        "tests.progpo_envs.server.hosting_slow_env",  # CliServer puts the repo root on PYTHONPATH
-        "--env",
-        "progpo/SlowToy-v0",
-        "--env-kwargs",
-        'progpo/SlowToy-v0={"step_delay": 0.05, "max_steps": 1000}',
-        "--workers",
-        "2",
-        "--agentgym",
-        "none",
-    )
+    server = slow_toy_cli_server("--workers", "2", step_delay=0.05, max_steps=1000)
     try:
         instances = [
             requests.post(
-                f"{server.url}/instances", json={"env_id": "progpo/SlowToy-v0", "seed": i}, timeout=60
+                f"{server.url}/instances", json={"env_id": SLOW_ENV_ID, "seed": i}, timeout=60
             ).json()["instance_id"]
             for i in range(4)
         ]

@@ -16,7 +16,7 @@ from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.pool import PoolConfig
 from progpo_envs.server.remote import RemoteEnv, step_batch
 from progpo_envs.server.serving import BackgroundServer
-from tests.progpo_envs.server.hosting_helpers import same
+from tests.progpo_envs.server.hosting_helpers import concurrent_clients, same
 
 ALFWORLD = "progpo/ALFWorld-v0"
 WEBSHOP = "progpo/WebShop-v0"
@@ -142,31 +142,20 @@ def test_webshop_agentgym_protocol(webshop_url):
 
 def _concurrent_episodes(url: str, env_id: str, clients: int, steps: int) -> list[str]:
     """``clients`` threads stepping their own remote env with admissible actions; returns the errors."""
-    import threading
 
-    errors: list[str] = []
-
-    def client(index: int) -> None:
+    def play(index: int) -> None:
         rng = random.Random(index)
-        try:
-            env = RemoteEnv(url, env_id)
-            info = env.reset(seed=index)[1]
-            for _ in range(steps):
-                action = rng.choice(info["admissible_actions"])
-                action = "search[cotton shirt]" if action.startswith("search[") else action
-                _, _, terminated, truncated, info = env.step(action)
-                if terminated or truncated:
-                    info = env.reset()[1]
-            env.close()
-        except Exception as exc:  # noqa: BLE001 - collected and asserted on
-            errors.append(f"client {index}: {exc!r}")
+        env = RemoteEnv(url, env_id)
+        info = env.reset(seed=index)[1]
+        for _ in range(steps):
+            action = rng.choice(info["admissible_actions"])
+            action = "search[cotton shirt]" if action.startswith("search[") else action
+            _, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                info = env.reset()[1]
+        env.close()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(1800)
-    return errors
+    return concurrent_clients(play, clients, timeout=1800)
 
 
 @pytest.mark.slow

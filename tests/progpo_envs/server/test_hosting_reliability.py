@@ -16,34 +16,25 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from progpo_envs.server.remote import InstanceLostError, RemoteEnv, RemoteEnvError
-from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, serve_toy
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, concurrent_clients, serve_toy
 
 
 def run_clients(url: str, clients: int, steps: int) -> list[str]:
     """``clients`` threads, each with its own remote env, ``steps`` steps each; returns every error seen."""
-    errors: list[str] = []
     barrier = threading.Barrier(clients)
 
-    def client(index: int) -> None:
+    def play(index: int) -> None:
         rng = random.Random(index)
-        try:
-            env = RemoteEnv(url, TOY_ENV_ID, max_steps=25)
-            barrier.wait(60)
-            env.reset(seed=index)
-            for _ in range(steps):
-                _, _, terminated, truncated, info = env.step(rng.choice(info_actions(env)))
-                if terminated or truncated:
-                    env.reset()
-            env.close()
-        except Exception as exc:  # noqa: BLE001 - collected and asserted on
-            errors.append(f"client {index}: {exc!r}")
+        env = RemoteEnv(url, TOY_ENV_ID, max_steps=25)
+        barrier.wait(60)
+        env.reset(seed=index)
+        for _ in range(steps):
+            _, _, terminated, truncated, info = env.step(rng.choice(info_actions(env)))
+            if terminated or truncated:
+                env.reset()
+        env.close()
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(600)
-    return errors
+    return concurrent_clients(play, clients, timeout=600)
 
 
 def info_actions(env: RemoteEnv) -> list[str]:

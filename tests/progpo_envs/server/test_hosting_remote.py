@@ -18,7 +18,7 @@ from progpo_envs.server.remote import (
     ServerUnavailableError,
     step_batch,
 )
-from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, same
+from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, plain, same
 
 ACTIONS = [
     "go left",
@@ -66,19 +66,6 @@ def _rollout(envs, seed: int, steps: int) -> list:
     return trace
 
 
-def _same_vector_traces(a: list, b: list) -> bool:
-    def normal(x):
-        if isinstance(x, np.ndarray):
-            return x.tolist()
-        if isinstance(x, dict):
-            return {k: normal(v) for k, v in x.items()}
-        if isinstance(x, (tuple, list)):
-            return [normal(v) for v in x]
-        return x
-
-    return normal(a) == normal(b)
-
-
 def test_group_vector_env_over_remote_batches_requests(toy_url):
     local = gym.make_vec(TOY_ENV_ID, num_envs=4, group_size=2)
     remote = gym.make_vec(REMOTE_ENV_ID, num_envs=4, group_size=2, url=toy_url, env_id=TOY_ENV_ID)
@@ -88,7 +75,7 @@ def test_group_vector_env_over_remote_batches_requests(toy_url):
     requests_made = requests.get(f"{toy_url}/metrics", timeout=10).json()["http"]["requests"] - before - 1
     assert requests_made == 11  # one batch request per vector reset/step, not one per copy
     local_trace = _rollout(local, seed=3, steps=10)
-    assert _same_vector_traces(remote_trace, local_trace)
+    assert plain(remote_trace) == plain(local_trace)
     obs, info = remote_trace[0]
     assert info["group_id"].tolist() == [0, 0, 1, 1] and obs[0] == obs[1] and info["task_id"][2] == "toy-4"
     assert remote.call("num_tasks") == (16, 16, 16, 16)
@@ -107,7 +94,7 @@ def test_group_vector_env_over_remote_async(toy_url):
         num_workers=2,
     )
     local = gym.make_vec(TOY_ENV_ID, num_envs=4, group_size=2)
-    assert _same_vector_traces(_rollout(remote, seed=8, steps=6), _rollout(local, seed=8, steps=6))
+    assert plain(_rollout(remote, seed=8, steps=6)) == plain(_rollout(local, seed=8, steps=6))
     remote.close()
     local.close()
 

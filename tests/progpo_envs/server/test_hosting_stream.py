@@ -29,19 +29,20 @@ from progpo_envs.server.websocket import (
     ClientPool,
     ConnectionClosed,
     WebSocketClient,
-    accept_key,
     encode_frame,
 )
 from tests.net import half_open
 from tests.progpo_envs.server.hosting_helpers import (
+    SLOW_ENV_ID,
     TOY_ENV_ID,
-    CliServer,
+    MisbehavingWebSocketServer,
     call,
     close_code,
     raw_upgrade,
     read_message,
     same,
     serve_toy,
+    slow_toy_cli_server,
     ws_url,
 )
 from webshop_server.serving import CONNECTION_LIMIT, connections_per_host
@@ -352,18 +353,9 @@ def test_half_sent_frames_hold_connections_not_threads():
 
 
 def test_sigterm_finishes_a_stream_call_in_flight_then_exits():
-    server = CliServer(
-        "--import",
-        "tests.progpo_envs.server.hosting_slow_env",
-        "--env",
-        "progpo/SlowToy-v0",
-        "--env-kwargs",
-        'progpo/SlowToy-v0={"step_delay": 2.0}',
-        "--agentgym",
-        "none",
-    )
+    server = slow_toy_cli_server(step_delay=2.0)
     try:
-        env = RemoteEnv(server.url, "progpo/SlowToy-v0", transport="stream", retries=0)
+        env = RemoteEnv(server.url, SLOW_ENV_ID, transport="stream", retries=0)
         env.reset(seed=0)
         answers: list = []
         in_flight = threading.Thread(target=lambda: answers.append(env.step("look")))
@@ -406,50 +398,16 @@ def test_auto_takes_the_http_routes_of_a_server_without_the_door():
         app.extensions["progpo_pool"].shutdown()
 
 
-class _TricklingWebSocketServer:
-    """Accepts the upgrade, then answers every message a byte every 0.2 s, for ever."""
-
-    def __init__(self):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn):
-        try:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                head += conn.recv(4096)
-            key = next(
-                line.split(b":", 1)[1].strip().decode()
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"sec-websocket-key")
-            )
-            conn.sendall(
-                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                + f"Sec-WebSocket-Accept: {accept_key(key)}\r\n\r\n".encode()
-            )
-            conn.recv(65536)
-            answer = encode_frame(OP_TEXT, b'{"status": 201, "body": {"instance_id": "i"}}' * 50, mask=False)
-            for byte in answer:
-                conn.sendall(bytes([byte]))
-                time.sleep(0.2)
-        except OSError:
-            pass
-
-    def close(self):
-        self.sock.close()
+def _trickle(conn: socket.socket) -> None:
+    """Answers a byte every 0.2 s, for ever."""
+    answer = encode_frame(OP_TEXT, b'{"status": 201, "body": {"instance_id": "i"}}' * 50, mask=False)
+    for byte in answer:
+        conn.sendall(bytes([byte]))
+        time.sleep(0.2)
 
 
 def test_the_deadline_holds_against_a_trickling_stream():
-    server = _TricklingWebSocketServer()
+    server = MisbehavingWebSocketServer(_trickle)
     started = time.monotonic()
     try:
         with pytest.raises(ServerUnavailableError, match=r"timeout=1\.5 s|may or may not"):

@@ -22,6 +22,7 @@ from progpo_envs.server.remote import (
     _connections,
 )
 from progpo_envs.server.websocket import ClientPool, DeadlineExceeded
+from tests.net import accept_each
 from tests.progpo_envs.server.hosting_helpers import TOY_ENV_ID, CliServer, serve_toy
 
 # --- F6: 400 envs of one host -------------------------------------------------------------------------------
@@ -95,19 +96,11 @@ class _AnswerDroppingProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.connections = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        accept_each(self.listener, self._relay)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            passed = self.passed if self.connections == 1 else None
-            threading.Thread(target=self._relay, args=(client, passed), daemon=True).start()
-
-    def _relay(self, client: socket.socket, passed: int | None) -> None:
+    def _relay(self, client: socket.socket) -> None:
+        self.connections += 1  # the next connection comes after this one failed
+        passed = self.passed if self.connections == 1 else None
         upstream = socket.create_connection(("127.0.0.1", self.port))
 
         def forward() -> None:
