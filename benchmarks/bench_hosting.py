@@ -527,7 +527,7 @@ class HostingSettings:
     workers: int = option(2, "env worker processes of each server")
     instances: int = option(100, "live instances for the memory measurement")
     batch_rounds: int = option(8, "rounds of batch stepping")
-    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append", nargs=None)
+    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append")
     only: str | None = option(
         None, "measure only this section and keep the others of the result file", choices=SECTIONS
     )
@@ -628,7 +628,7 @@ class OpenEnvSettings:
     steps: int | None = option(None, "steps per round, all clients (default: per env)")
     rounds: int = option(3, "counted rounds per protocol (after a warm-up)")
     workers: int = option(2, "env worker processes of each server")
-    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append", nargs=None)
+    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append")
     quick: bool = option(False, "a smoke run: 8 clients, 64 steps, one round")
     out: Path | None = option(None, "result file (default: benchmarks/results/openenv.json)")
 

@@ -235,7 +235,7 @@ class QuickstartSettings:
     run_dir: Path = option(SEED0_RUN_DIR, "seed 0's run folder (the README's); seed k's is <run-dir>_seed<k>")
     cpu_capability: str | None = option(None, "torch's CPU kernel path for the runs (ATEN_CPU_CAPABILITY)")
     overrides: list[str] = option(
-        [], "a config override for every seed's run; repeatable", flag="--set", action="append", nargs=None
+        [], "a config override for every seed's run; repeatable", flag="--set", action="append"
     )
     warm_start_from: Path | None = option(None, "start every seed's RL (seed 0's too) from this warm start")
     baseline: Path | None = option(None, "another quickstart result to compare success after RL with")
@@ -436,11 +436,7 @@ class TRLSettings:
     )
     run_dir: Path = option(Path("runs/trl_alfworld"), "the runs' parent folder (seed k: <run-dir>/seed<k>)")
     example_args: list[str] = option(
-        [],
-        "an argument for every run of the example; repeatable",
-        "--example-arg",
-        action="append",
-        nargs=None,
+        [], "an argument for every run of the example (repeatable)", "--example-arg", action="append"
     )
     quick: bool = option(False, "one seed of the example's shortened run (a few SFT and GRPO steps)")
     out: Path | None = option(None, "result file (default: benchmarks/results/trl_alfworld.json)")
@@ -531,11 +527,8 @@ def workloads(policy: Path, engine: str) -> dict[str, tuple[Path, list[str]]]:
     webshop = ["model.path=", "model.compute_dtype=float32", "model.export_dtype=float32"]
     webshop += ["model.gradient_checkpointing=false", "rollout.num_groups=4", "rollout.group_size=4"]
     webshop += ["rollout.max_new_tokens=64", "rollout.max_prompt_tokens=2048", "env.vector_mode=sync"]
-    webshop += [
-        "env.kwargs={num_products: 200}",
-        "algo.recompute_old_logprobs=false",
-        f"rollout.engine={engine}",
-    ]
+    webshop += ["env.kwargs={num_products: 200}", "algo.recompute_old_logprobs=false"]
+    webshop += [f"rollout.engine={engine}"]
     return {"alfworld_quickstart": (QUICKSTART, quickstart), "webshop_preset": (WEBSHOP_PRESET, webshop)}
 
 
@@ -578,13 +571,9 @@ def rollout_throughput(config_file: Path, overrides: list[str], batches: int, fo
         finally:
             trainer.close()
         wall = sum(seconds)
-        modes[mode] = {
-            "batch_seconds": seconds,
-            "seconds": wall,
-            "env_steps": steps,
-            "generated_tokens": tokens,
-        }
-        modes[mode].update(episodes=len(episodes), env_steps_per_s=steps / wall, tokens_per_s=tokens / wall)
+        modes[mode] = {"batch_seconds": seconds, "seconds": wall, "env_steps": steps}
+        modes[mode].update(generated_tokens=tokens, episodes=len(episodes))
+        modes[mode].update(env_steps_per_s=steps / wall, tokens_per_s=tokens / wall)
         modes[mode]["won"] = sum(e[1] for e in episodes)
         outcomes[mode] = episodes
     lock, per = modes["lockstep"], modes["async"]
@@ -742,10 +731,8 @@ def run_async_rollouts(s: AsyncSettings) -> dict:
                 part["iteration"] = iteration_wall_time(s.policy, s.iterations, Path(folder) / "iterations")
                 turns = real_rollout_turns(s.alfworld_data, s.replay_episodes, 50, seed=0)
                 runs = {name: replay(turns, t, s.response_median) for name, t in TOKEN_LATENCIES_S.items()}
-                lengths = {
-                    "distribution": "log-normal, sigma 0.8, capped at 512",
-                    "median": s.response_median,
-                }
+                lengths = {"distribution": "log-normal, sigma 0.8, capped at 512"}
+                lengths["median"] = s.response_median
                 part["replay"] = {
                     "note": "a model, not a measurement: see the module docstring",
                     "preset": REPLAYED_PRESET,
@@ -1065,25 +1052,14 @@ def run_weight_sync(s: WeightSyncSettings) -> dict:
             for path, label in SYNC_PATHS.items():
                 if layers not in (s.baseline_layers if path == "bytes_rpc" else s.layers):
                     continue
-                args = [
-                    SCRIPT,
-                    "weight_sync",
-                    "--measure",
-                    path,
-                    "--model",
-                    str(model),
-                    "--repeats",
-                    str(s.repeats),
-                ]
-                try:  # a killed engine core leaves its client waiting forever: the timeout ends it
-                    rows.append(
-                        {**run_child(args, timeout_s=1200, **threads)["measurement"], "layers": layers}
-                    )
+                args = [SCRIPT, "weight_sync", "--measure", path, "--model", str(model)]
+                args += ["--repeats", str(s.repeats)]
+                # a killed engine core leaves its client waiting forever: the timeout ends it
+                try:
+                    measured = run_child(args, timeout_s=1200, **threads)["measurement"]
+                    rows.append({**measured, "layers": layers})
                     console.print(f"{layers} layers, {label}: {rows[-1]['sync_s']:.2f} s", markup=False)
-                except (
-                    RuntimeError,
-                    subprocess.TimeoutExpired,
-                ) as exc:  # e.g. the OOM killer stopped its engine
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:  # e.g. the OOM killer stopped it
                     failed.append({"path": path, "layers": layers, "failure": str(exc)})
                     console.print(f"{layers} layers, {label}: {exc}", markup=False)
     baseline = [r for r in rows if r["path"] == "bytes_rpc"]

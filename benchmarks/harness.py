@@ -97,7 +97,7 @@ class Part:
 def option(default: Any, doc: str, flag: str | None = None, **argparse_kwargs: Any) -> Any:
     """A settings field that is also a command-line option: its default, what it means (the option's help),
     its flag when it is not ``--field-name`` (``--env`` for a field ``envs``), and any ``argparse`` keyword
-    that its type does not imply (``choices``, ``nargs="*"``, ``action="append"``, ``required``)."""
+    that its type does not imply (``choices``, ``nargs="*"``, ``action="append"``: one value a flag)."""
     metadata = {"doc": doc, "flag": flag, "argparse": argparse_kwargs}
     if isinstance(default, list | dict):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=metadata)
@@ -131,6 +131,8 @@ def add_options(parser: CommandParser, cls: type) -> CommandParser:
     for f in dataclasses.fields(cls):
         default = base[f.name]
         kwargs = {**_argument(hints[f.name], default), **f.metadata.get("argparse", {})}
+        if kwargs.get("action") == "append":  # a list given one value a flag
+            kwargs.pop("nargs", None)
         flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
         parser.add_argument(flag, dest=f.name, default=default, help=f.metadata.get("doc"), **kwargs)
     return parser
