@@ -234,13 +234,8 @@ def bench_batch(url: str, env_id: str, size: int, rounds: int) -> dict:
     for env in envs:
         env.close()
     single, batch = float(np.median(times[False])), float(np.median(times[True]))
-    return {
-        "instances": size,
-        "single_requests_s": single,
-        "one_batch_request_s": batch,
-        "speedup": single / batch,
-        "batch_steps_per_s": size / batch,
-    }
+    measured = {"instances": size, "single_requests_s": single, "one_batch_request_s": batch}
+    return {**measured, "speedup": single / batch, "batch_steps_per_s": size / batch}
 
 
 def bench_memory(url: str, env_id: str, count: int) -> dict:

@@ -204,13 +204,8 @@ def mean_spread(values: list[float]) -> dict[str, Any]:
     if arr.size == 0:
         return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-    return {
-        "mean": float(arr.mean()),
-        "std": std,
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-        "n": arr.size,
-    }
+    mean, low, high = float(arr.mean()), float(arr.min()), float(arr.max())
+    return {"mean": mean, "std": std, "min": low, "max": high, "n": arr.size}
 
 
 def paired_differences(
