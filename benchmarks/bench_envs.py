@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import track
 
 from benchmarks.common import ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_suite
+from benchmarks.harness import Benchmark, Part, option, script_main
 from benchmarks.lib.hosting import percentiles
 from benchmarks.lib.processes import cpu_seconds
 from progpo_base.usage import UsageError
@@ -625,8 +625,4 @@ SPECS = (
 )
 
 
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

@@ -13,7 +13,6 @@ import json
 import re
 import shlex
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -30,7 +29,7 @@ from rich.console import Console
 from rich.progress import track
 
 from benchmarks.common import ROOT, git_commit, mean_spread, paired_differences, run_measured
-from benchmarks.harness import Benchmark, Part, option, result_path, run_suite, script_path
+from benchmarks.harness import Benchmark, Part, option, result_path, script_main, script_path
 from benchmarks.lib.markdown import fmt, markdown_table
 from training.advantages import ESTIMATORS, check_parameter_names, compute_advantages
 from training.cli import train_command
@@ -591,8 +590,4 @@ SPECS = (
 )
 
 
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

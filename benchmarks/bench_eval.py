@@ -7,10 +7,8 @@ end (the results page shows it).
 
 from __future__ import annotations
 
-import functools
 import json
 import multiprocessing as mp
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from agents.base import PromptConfig
 from agents.evaluate import EvalConfig, evaluate
 from agents.llm_config import OpenAIConfig
 from benchmarks.common import ROOT, ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_suite
+from benchmarks.harness import Benchmark, Part, option, script_main
 from benchmarks.lib.plots import bars, figure
 
 console = Console()
@@ -366,8 +364,4 @@ SPECS = (
 )
 
 
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

@@ -10,11 +10,9 @@ reset); the machine is shared, so the claims are ratios of one run.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -38,7 +36,7 @@ from benchmarks.harness import (
     Part,
     option,
     recorded_command,
-    run_suite,
+    script_main,
     script_path,
     settings_argv,
 )
@@ -711,8 +709,4 @@ SPECS = (
 )
 
 
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

@@ -37,7 +37,7 @@ import progpo_envs  # noqa: F401  (registers the ids)
 from agents.envs import spread_tasks
 from agents.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
 from benchmarks.common import ROOT, ServerProcess, free_port, run_measured
-from benchmarks.harness import Benchmark, Part, option, run_single
+from benchmarks.harness import Benchmark, Part, option, script_main
 from benchmarks.lib.hosting import serve_command
 from benchmarks.lib.markdown import markdown_table
 
@@ -350,9 +350,4 @@ SPECS = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_single(__file__, Part(Settings, run_integrations, name="integrations"), SPECS, __doc__, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, Part(Settings, run_integrations, name="integrations"), SPECS, __doc__)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import ROOT, child_env
-from benchmarks.harness import Benchmark, Part, option, run_single, settings_record
+from benchmarks.harness import Benchmark, Part, option, script_main, settings_record
 from benchmarks.lib.processes import Sampler
 
 #: The README's test command, as run from the repository root (``.venv/bin/python`` is this Python).
@@ -103,9 +103,4 @@ SPECS = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_single(__file__, Part(Settings, run, name="test_suite"), SPECS, __doc__, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, Part(Settings, run, name="test_suite"), SPECS, __doc__)

@@ -12,7 +12,6 @@ user runs it).
 
 from __future__ import annotations
 
-import functools
 import heapq
 import importlib.util
 import json
@@ -48,7 +47,7 @@ from benchmarks.harness import (
     Benchmark,
     Part,
     option,
-    run_suite,
+    script_main,
     script_path,
     settings_argv,
     settings_record,
@@ -1261,8 +1260,4 @@ SPECS = (
 )
 
 
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

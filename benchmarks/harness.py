@@ -239,6 +239,21 @@ def run_single(module_file: str, part: Part, specs: Sequence[Benchmark], doc: st
     return run_part(script_path(module_file), part, settings, argv, specs, specs[0].name)
 
 
+def script_main(module: str, module_file: str, parts: Mapping[str, Part] | Part, specs, doc: str) -> Callable:
+    """A benchmark module's ``main(argv=None)``: :func:`run_suite` over ``parts``, or :func:`run_single` for
+    one :class:`Part`; run at once (its exit status the process's) when ``module`` is ``"__main__"``, the
+    module being the script run: ``main = script_main(__name__, __file__, PARTS, SPECS, __doc__)``."""
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        if isinstance(parts, Part):
+            return run_single(module_file, parts, specs, doc, argv)
+        return run_suite(module_file, parts, specs, doc, argv)
+
+    if module == "__main__":
+        sys.exit(main())
+    return main
+
+
 def run_part(
     script: str, part: Part, settings: Any, argv: list[str], specs: Sequence[Benchmark], key: str
 ) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 import signal
 import statistics
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import progpo_envs  # noqa: F401  (registers the envs)
 from benchmarks.common import ROOT, ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_single, settings_record
+from benchmarks.harness import Benchmark, Part, option, script_main, settings_record
 from benchmarks.lib.hosting import choose, serve_command
 from benchmarks.lib.markdown import markdown_table
 from benchmarks.lib.processes import Sampler, tree
@@ -351,9 +350,4 @@ SPECS = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_single(__file__, Part(Settings, run, plot, "soak"), SPECS, __doc__, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, Part(Settings, run, plot, "soak"), SPECS, __doc__)
