@@ -34,7 +34,6 @@ from rich.console import Console
 
 from benchmarks.common import (
     ROOT,
-    child_env,
     git_commit,
     mean_spread,
     run_child,
@@ -125,12 +124,11 @@ def over_seeds(seeds: list[dict[str, float]]) -> dict[str, Any]:
     return stats
 
 
-def run_training(arguments: list[str], timeout_s: float, cpu_capability: str | None = None) -> dict[str, Any]:
-    """``python -m training.cli arguments``, recorded (:func:`run_recorded`); ``cpu_capability`` sets
-    ``ATEN_CPU_CAPABILITY`` for it."""
-    env = child_env(**({"ATEN_CPU_CAPABILITY": cpu_capability} if cpu_capability else {}))
+def run_training(arguments: list[str], timeout_s: float) -> dict[str, Any]:
+    """``python -m training.cli arguments``, recorded (:func:`run_recorded`), in this process's environment
+    (``ATEN_CPU_CAPABILITY=avx2`` before the command: torch's AVX2 kernels, as the README's runs)."""
     run_dir = ROOT / arguments[arguments.index("--run-dir") + 1]
-    return run_recorded(train_command(arguments), run_dir, "train.log", timeout_s, env)
+    return run_recorded(train_command(arguments), run_dir, "train.log", timeout_s)
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -232,7 +230,6 @@ class QuickstartSettings:
         None, "train nothing: read these finished runs (seed 0 first)", metavar="DIR"
     )
     run_dir: Path = option(SEED0_RUN_DIR, "seed 0's run folder (the README's); seed k's is <run-dir>_seed<k>")
-    cpu_capability: str | None = option(None, "torch's CPU kernel path for the runs (ATEN_CPU_CAPABILITY)")
     overrides: list[str] = option(
         [], "a config override for every seed's run; repeatable", flag="--set", action="append"
     )
@@ -257,7 +254,7 @@ def run_quickstart(s: QuickstartSettings) -> dict:
             return "ok"
         arguments = train_arguments(seed, s.run_dir, s.overrides, s.warm_start_from)
         console.print(f"seed {seed}: python -m training.cli {shlex.join(arguments)}")
-        record = run_training(arguments, s.timeout, s.cpu_capability)
+        record = run_training(arguments, s.timeout)
         console.print(f"seed {seed}: {record['status']} in {record['resources']['wall_s']:.0f} s")
         return record["status"]
 
