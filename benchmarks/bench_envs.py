@@ -2,8 +2,8 @@
 the self-hosted WebShop in process and behind its servers.
 
 ``python benchmarks/bench_envs.py PART [--quick]``, PART ``alfworld`` (real trials: ``$ALFWORLD_DATA`` or
-``--data-dir``, the folder holding ``json_2.1.1/``) or ``webshop``; what each measures is its result's
-``SPECS`` entry at the end (the results page shows it).
+``--data-dir``, the folder holding ``json_2.1.1/``) or ``webshop``; what each measures is its result's section
+of ``benchmarks/measures.md`` (the results page shows it).
 """
 
 from __future__ import annotations
@@ -600,28 +600,8 @@ PARTS = {
 }
 
 SPECS = (
-    Benchmark(
-        "alfworld",
-        "`progpo/ALFWorld-v0` against ALFWorld's own stack (`AlfredDemangler` over a stock TextWorld "
-        "`PddlEnv`) on the same real games and random admissible actions: step latency with the game played "
-        "again (as a group's copies play it) and played first (every in-process cache cleared); reset "
-        "latency (stock; our first reset cold with the translation on disk, with nothing on disk, in a "
-        "process that played another game; repeated), the first resets' phases timed; steps/s of a group "
-        "vector env (4 copies) in process against 2 worker processes, with the CPU each got; memory per "
-        "env; the wrapper's share of a step. The targets of issues 2 and 34 are the result's own "
-        "(`targets_met`).",
-        ["alfworld"],
-    ),
-    Benchmark(
-        "webshop",
-        "The self-hosted WebShop: the in-process env replaying expert episodes (steps/s; search steps "
-        "against the bare tantivy query on the same queries), its servers (`progpo webshop serve`: "
-        "waitress, 8 threads; gunicorn, 2 forked processes with sessions in SQLite) at 1/8/32 clients over "
-        "the JSON API, memory per worker (RSS, USS), and each server's PSS over 10,000 sessions created and "
-        "closed. The targets of issue 4 (search p99, a worker's memory, no growth over the sessions) are "
-        "the result's own (`targets`).",
-        ["webshop"],
-    ),
+    Benchmark("alfworld", ["alfworld"]),
+    Benchmark("webshop", ["webshop"]),
 )
 
 

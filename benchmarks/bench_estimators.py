@@ -1,8 +1,8 @@
 """The advantage estimators: their speed against per-row Python references (``speed``), and RL with each at
 equal compute (``rl``, its settings in ``benchmarks/settings/compare_estimators.yaml``).
 
-``python benchmarks/bench_estimators.py PART``; what each measures is its result's ``SPECS`` entry at the end
-(the results page shows it).
+``python benchmarks/bench_estimators.py PART``; what each measures is its result's section of
+``benchmarks/measures.md`` (the results page shows it).
 """
 
 from __future__ import annotations
@@ -544,49 +544,23 @@ PARTS = {
 SPECS = (
     Benchmark(
         "compare_estimators_quickstart_ablation",
-        "ProGPO's reconstruction choices in RL on the quickstart itself (its embedded defaults, held-out "
-        "`valid_seen` tasks and RL's own 8 tasks), 3 seeds from one warm start, GRPO and each ProGPO variant "
-        "(estimator specs: every ablated parameter spelled out).",
         ["rl", "--setting", "quickstart_ablation"],
         quick=False,
         render=render_rl,
     ),
     Benchmark(
         "compare_estimators",
-        "The papers' comparison at small scale (issue 8), on generated ALFWorld tasks (evaluated in the "
-        "unseen bedroom) and WebShop goals: the same small policy, warm start, iterations, groups, group "
-        "size and seeds, trained with each estimator (GRPO, RLOO, GiGPO, G2PO, GraphGPO, ProGPO, "
-        "ProGPO-coverage). Per env the warm start runs once (`progpo train iterations=0`) and every "
-        "(estimator, seed) run starts RL from its export, so runs differ only in estimator and RL seed; "
-        "each is a `progpo train` subprocess whose `metrics.jsonl` gives the learning curves and the "
-        "held-out evaluation after RL (success overall and per task type, success on RL's own task pool, "
-        "WebShop score, invalid actions, steps). Mean ± sample std over seeds and each estimator minus GRPO "
-        "paired by seed; every started run is listed.",
         ["rl", "--setting", "cpu"],
         render=render_rl,
         command=f"python {SCRIPT} rl --setting cpu  (GPU: --setting gpu)",
     ),
     Benchmark(
         "compare_estimators_quickstart_rl",
-        "The comparison's ALFWorld half with the quickstart's own RL (30 iterations at learning rate 3e-4, "
-        "where RL raised held-out success in the README's runs, instead of the cpu setting's 10 at 1e-3), "
-        "for the estimators the claim is about: trajectory-level GRPO, anchor-state GiGPO and ProGPO.",
         ["rl", "--setting", "cpu_quickstart_rl"],
         quick=False,
         render=render_rl,
     ),
-    Benchmark(
-        "advantages",
-        "Speed of every advantage estimator (issue 3): CPU seconds on one core (best of repeats) at three "
-        "batch sizes and on the largest in random order, on "
-        "`tests/training/advantages/advantages_batches.py`'s batches (groups of 8 trajectories over small "
-        "worlds: shared start state, revisits, loops, invalid actions), against the per-row Python "
-        "references of `advantages_reference.py` timed on fewer rows and scaled linearly, their outputs "
-        "compared; the claim checked (time at the largest size, speed-up, linear growth) is the result's "
-        "own.",
-        ["speed"],
-        render=render_speed,
-    ),
+    Benchmark("advantages", ["speed"], render=render_speed),
 )
 
 

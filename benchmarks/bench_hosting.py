@@ -2,9 +2,9 @@
 fleet and fair sharing (the hour-long soak of a fleet under faults is ``benchmarks/soak.py``).
 
 ``python benchmarks/bench_hosting.py PART [--quick]``, PART ``hosting`` or ``openenv``; what each measures is
-its result's ``SPECS`` entry at the end (the results page shows it). Servers run in their own processes on
-loopback, clients in this one, playing random admissible actions from fixed seeds (an episode that ends is
-reset); the machine is shared, so the claims are ratios of one run.
+its result's section of ``benchmarks/measures.md`` (the results page shows it). Servers run in their own
+processes on loopback, clients in this one, playing random admissible actions from fixed seeds (an episode
+that ends is reset); the machine is shared, so the claims are ratios of one run.
 """
 
 from __future__ import annotations
@@ -682,30 +682,8 @@ PARTS = {
 }
 
 SPECS = (
-    Benchmark(
-        "hosting",
-        "`progpo serve` (its own process, `--workers` env workers) against the same envs in process (as many "
-        "copies stepped round-robin), on ALFWorld's generated games and a generated WebShop catalog: "
-        "steps/s and p50/p99 step latency at 1, 8 and 32 clients (`progpo/Remote-v0`, a thread each, on the "
-        "stream door); at 1 client the HTTP routes too, each door's overhead and the CPU per step of the "
-        "client, the server and its env workers; 32 native against 32 OpenEnv sessions on the same env "
-        "workers (`openenv_32`); one `/batch/step` for 32 instances against 32 single steps; worker memory "
-        "per live instance; `multi_server`: one group vector env over one server and over three, then three "
-        "with the third killed mid-rollout (episodes finished and failed, groups made again on the two "
-        "left); `fair_share`: a polite client's p99 alone and beside a greedy one holding every instance it "
-        "may, stepped in 4,096-step batches (`--only fair_share|multi_server` measures that section again).",
-        ["hosting"],
-    ),
-    Benchmark(
-        "openenv",
-        "The OpenEnv protocol (`progpo serve --protocol openenv`: OpenEnv's own server, `GenericEnvClient` "
-        "sessions on one asyncio loop) against our native protocol on the same env workers, on ALFWorld and "
-        "WebShop: a warm-up round each, then rounds in alternating order, pooled; steps/s and p99 step "
-        "latency with many concurrent sessions; claim: OpenEnv keeps the share of the native throughput "
-        "that the result names as its goal (`target_throughput_ratio`).",
-        ["openenv"],
-        render=render_openenv,
-    ),
+    Benchmark("hosting", ["hosting"]),
+    Benchmark("openenv", ["openenv"], render=render_openenv),
 )
 
 

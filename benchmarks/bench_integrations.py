@@ -338,15 +338,7 @@ def render_integrations(data: dict) -> str:
 
 
 SPECS = (
-    Benchmark(
-        "integrations",
-        "The trainers' own clients (verifiers' vf-eval on our verifiers package, SkyRL-Gym through "
-        "agents.skyrl) play ALFWorld and WebShop on our servers with a scripted expert stand-in; claim: "
-        "every episode's outcome and step count equal progpo eval's on the same tasks and seeds.",
-        ["--policy-run", "runs/quickstart"],
-        quick=False,
-        render=render_integrations,
-    ),
+    Benchmark("integrations", ["--policy-run", "runs/quickstart"], quick=False, render=render_integrations),
 )
 
 

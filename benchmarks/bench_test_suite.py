@@ -91,16 +91,7 @@ def run(settings: Settings) -> dict:
     }
 
 
-SPECS = (
-    Benchmark(
-        "test_suite",
-        "Wall time of the README's test command (`python -m pytest`, the fast default set) on this machine, "
-        "with the tests passed, failed and skipped and the machine's load average over the run: the time the "
-        "README and docs/quickstart.md quote, and the 20-minute ceiling the developers' guide sets for it.",
-        quick=False,
-        command="nice -n 10 python benchmarks/bench_test_suite.py",
-    ),
-)
+SPECS = (Benchmark("test_suite", quick=False, command="nice -n 10 python benchmarks/bench_test_suite.py"),)
 
 
 main = script_main(__name__, __file__, Part(Settings, run, name="test_suite"), SPECS, __doc__)

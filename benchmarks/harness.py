@@ -12,8 +12,9 @@ command) and a function from settings to result. :func:`run_suite` (a suite's ``
 replaces a committed result; a result with a non-empty ``failed`` list exits with status 1.
 
 **Specs.** A suite module ends with ``SPECS``: one :class:`Benchmark` per result file it writes, with the
-renderer of its section beside it. :mod:`benchmarks.report` finds every module that declares ``SPECS`` and
-builds the page from them; a renderer reads only its own result file.
+renderer of its section beside it; what each measures is its section of ``benchmarks/measures.md``.
+:mod:`benchmarks.report` finds every module that declares ``SPECS`` and builds the page from them; a renderer
+reads only its own result file.
 
 Example:
     >>> @dataclass
@@ -24,7 +25,7 @@ Example:
     Settings(sizes=[10, 20], quick=True)
     >>> recorded_command("benchmarks/demo.py", ["speed", "--sizes", "10"])
     'python benchmarks/demo.py speed --sizes 10'
-    >>> Benchmark("demo", "What it measures.", ["speed"], script="benchmarks/demo.py").command
+    >>> Benchmark("demo", ["speed"], script="benchmarks/demo.py").command
     'python benchmarks/demo.py speed'
 """
 
@@ -54,7 +55,6 @@ class Benchmark:
 
     Attributes:
         name: result file stem (``results/<name>.json``) and section title.
-        measures: one paragraph: what it measures and the claim checked.
         args: the suite's arguments of the full run (its part first), for ``progpo bench --full``.
         quick: whether ``args + ["--quick"]`` is a quick version (for ``progpo bench``).
         render: curated renderer (JSON dict -> Markdown), or None for
@@ -63,15 +63,17 @@ class Benchmark:
             Python, a run it needs first).
         script: the suite's path relative to the repository root (:func:`benchmarks.report.discover` sets it
             from the module that declares the spec).
+        measures: one paragraph: what it measures and the claim checked (``discover`` reads it from
+            ``benchmarks/measures.md``: prose lives with prose, the page's Markdown as Markdown).
     """
 
     name: str
-    measures: str
     args: list[str] = field(default_factory=list)
     quick: bool = True
     render: Callable[[dict], str] | None = None
     command: str = ""
     script: str = ""
+    measures: str = ""
 
     def __post_init__(self):
         if self.script and not self.command:

@@ -337,17 +337,7 @@ def render_soak(data: dict) -> str:
     return markdown_table(header, rows)
 
 
-SPECS = (
-    Benchmark(
-        "soak",
-        "A training run's env traffic (each GPU preset's groups, steps and iterations, a random policy) "
-        "over a fleet of `progpo serve` servers on the stream door, with a kill -9, a SIGSTOP, a restart "
-        "and a drain on the way; claims: no episode lost, and the bounds the result file names (`bounds`: "
-        "the most one connection carries, the longest stall a fault causes, the growth of any process's "
-        "RSS).",
-        render=render_soak,
-    ),
-)
+SPECS = (Benchmark("soak", render=render_soak),)
 
 
 main = script_main(__name__, __file__, Part(Settings, run, plot, "soak"), SPECS, __doc__)

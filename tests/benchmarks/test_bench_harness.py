@@ -91,7 +91,7 @@ def run_demo(settings: Settings) -> dict:
 
 
 def test_a_part_writes_its_result_with_the_command_that_reruns_it(tmp_path, capsys):
-    specs = [Benchmark("demo", "A demo.", ["speed"])]
+    specs = [Benchmark("demo", ["speed"])]
     parts = {"speed": Part(Settings, run_demo, name="demo")}
     out = tmp_path / "demo.json"
     assert (

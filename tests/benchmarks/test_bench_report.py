@@ -141,6 +141,12 @@ def test_a_result_no_benchmark_declares_is_shown_with_its_own_command(tmp_path):
     )
 
 
+def test_every_result_file_has_a_measures_paragraph_and_every_paragraph_a_result_file():
+    measures = report.read_measures(report.MEASURES.read_text())
+    assert sorted(measures) == sorted(b.name for b in report.BENCHMARKS)
+    assert all(len(b.measures) > 40 for b in report.BENCHMARKS)
+
+
 def test_empty_results_dir_renders_every_benchmark_as_not_run(tmp_path):
     page = report.render_page(tmp_path)
     assert page.count("**Results: not run yet.**") == len(report.BENCHMARKS)
