@@ -74,6 +74,25 @@ class StockALFWorld:
             self.env.step(command)
 
 
+def timed(fn, totals: dict[str, float], key: str, nested: list[float]):
+    """``fn``, adding the seconds of each call to ``totals[key]`` without those of the timed calls nested in
+    it (``nested``: the time spent in them, per open timed call, shared by the functions timed together)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        nested.append(0.0)
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - start
+            totals[key] += elapsed - nested.pop()
+            if nested:
+                nested[-1] += elapsed
+
+    return wrapper
+
+
 @contextlib.contextmanager
 def reset_phases():
     """Time the phases of the resets run inside (seconds per phase, summed, in the dict it yields), each
@@ -85,22 +104,7 @@ def reset_phases():
     from progpo_envs.alfworld import engine
 
     totals: dict[str, float] = collections.defaultdict(float)
-    inner: list[float] = []  # time spent in nested timed calls, per open timed call
-
-    def timed(phase: str, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            inner.append(0.0)
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                elapsed = time.perf_counter() - start
-                totals[phase] += elapsed - inner.pop()
-                if inner:
-                    inner[-1] += elapsed
-
-        return wrapper
+    nested: list[float] = []  # shared by the phases: a phase's time leaves out the phases it calls
 
     engine.install_patches()  # time the patched functions, as the engine calls them
     targets = [
@@ -114,7 +118,7 @@ def reset_phases():
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in targets]
     try:
         for owner, name, phase in targets:
-            setattr(owner, name, timed(phase, getattr(owner, name)))
+            setattr(owner, name, timed(getattr(owner, name), totals, phase, nested))
         yield totals
     finally:
         for owner, name, original in saved:
@@ -193,18 +197,10 @@ def bench_single(settings, games: int, steps: int) -> dict:
         clear_caches()  # ours, first play: nothing of this game (or any other) known in the process
         env = our_env(settings)
         times["first_play"].append(play(env, index, plan))
-        engine_time, engine_step = [0.0], env.engine.step  # ours, played again: the engine's share timed
-
-        def timed_engine_step(command, _inner=engine_step, _total=engine_time):
-            t0 = time.perf_counter()
-            try:
-                return _inner(command)
-            finally:
-                _total[0] += time.perf_counter() - t0
-
-        env.engine.step = timed_engine_step
+        engine = collections.defaultdict(float)  # ours, played again: the engine's share timed
+        env.engine.step = timed(env.engine.step, engine, "step", [])
         times["ours"].append(play(env, index, plan))
-        times["engine_share"].append(engine_time[0] / (times["ours"][-1] * len(plan)))
+        times["engine_share"].append(engine["step"] / (times["ours"][-1] * len(plan)))
         env.close()
         stock = StockALFWorld()
         start = time.perf_counter()
