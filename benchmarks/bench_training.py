@@ -847,12 +847,7 @@ def run_variant(s: UpdateMemorySettings) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from training.sampling import (
-        pack_sequences,
-        policy_logprobs_and_entropy,
-        response_logits,
-        token_logprobs_and_entropy,
-    )
+    from training import sampling
 
     torch.set_num_threads(s.threads)
     torch.manual_seed(0)
@@ -860,16 +855,16 @@ def run_variant(s: UpdateMemorySettings) -> dict:
     generator = torch.Generator().manual_seed(1)
     prompts = torch.randint(0, 151_643, (s.rows, s.prompt_tokens), generator=generator).tolist()
     responses = torch.randint(0, 151_643, (s.rows, s.response_tokens), generator=generator).tolist()
-    packed = pack_sequences(prompts, responses, pad_token_id=151_643)
+    packed = sampling.pack_sequences(prompts, responses, pad_token_id=151_643)
     mask, chunk = packed.response_mask.float(), s.chunk_tokens[0] if s.child == "chunked" else None
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current resident set
     before_kib, started = status_kib("VmRSS"), time.perf_counter()
     if chunk is None:  # the free-text path before issue 15
-        logits = response_logits(model, packed, s.temperature)
-        logprobs, entropy = token_logprobs_and_entropy(logits, packed.response_ids)
+        logits = sampling.response_logits(model, packed, s.temperature)
+        logprobs, entropy = sampling.token_logprobs_and_entropy(logits, packed.response_ids)
         del logits
     else:
-        logprobs, entropy = policy_logprobs_and_entropy(
+        logprobs, entropy = sampling.policy_logprobs_and_entropy(
             model, packed, responses, [[]] * s.rows, s.temperature, chunk_tokens=chunk
         )
     objective = -(logprobs * mask).sum() - 0.001 * (entropy * mask).sum()
@@ -918,6 +913,8 @@ def run_update_memory(s: UpdateMemorySettings) -> dict:
 
 
 def plot_update_memory(result: dict, path: Path) -> None:
+    if "results" not in result:  # a child's one variant (run_update_memory): nothing to compare
+        return
     rows = result["results"]
     names = ["full logits" if r["variant"] == "full" else f"chunked {r['chunk_tokens']}" for r in rows]
     with figure(path, width=5, height=3) as (ax,):
@@ -1090,6 +1087,8 @@ def run_weight_sync(s: WeightSyncSettings) -> dict:
 
 
 def plot_weight_sync(result: dict, path: Path) -> None:
+    if "paths" not in result:  # a child's one measurement (run_weight_sync): nothing to compare
+        return
     depths = sorted({r["layers"] for r in result["paths"]})
     xlabel = f"parameters (billions; Qwen2.5-1.5B width, {depths[0]}..{depths[-1]} layers)"
     title = (
