@@ -400,8 +400,8 @@ def _page_text_nodes(path: Path, functions: set[str] | None = None) -> list[ast.
 
 def test_results_page_generator_types_no_figure():
     """The results page is generated (its figures are read from the result files, and ``report.py --check``
-    keeps it current); a figure typed into one of the generator's strings, a benchmark's spec or its
-    renderer would bypass that."""
+    keeps it current); a figure typed into one of the generator's strings, a benchmark's spec, its renderer
+    or its paragraph of ``benchmarks/measures.md`` would bypass that."""
     from benchmarks import report
 
     renderers: dict[str, set[str]] = {}
@@ -416,6 +416,8 @@ def test_results_page_generator_types_no_figure():
         for node in _page_text_nodes(ROOT / rel, functions)
         for figure in figures_in(node.value, rel)
     ]
+    measures = "benchmarks/measures.md"
+    typed += [f"{measures}:{f.line}: {f.text}" for f in figures_in((ROOT / measures).read_text(), measures)]
     assert not typed, "figures typed into the results page's generator:\n" + "\n".join(typed)
 
 
