@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import track
 
 from benchmarks.common import ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, script_main
+from benchmarks.harness import Benchmark, Part, PartSettings, option, script_main
 from benchmarks.lib.hosting import percentiles
 from benchmarks.lib.processes import cpu_seconds
 from progpo_base.usage import UsageError
@@ -290,11 +290,10 @@ def bench_env_memory(settings, num_envs: int) -> dict:
 
 
 @dataclass
-class AlfworldSettings:
+class AlfworldSettings(PartSettings):
     data_dir: Path | None = option(None, "folder containing json_2.1.1/ (default: $ALFWORLD_DATA)")
     split: str = option("valid_seen", "the ALFWorld split whose games are played")
     quick: bool = option(False, "2 games of 8 steps, 10 vector rounds; generated games without real ones")
-    out: Path | None = option(None, "result file (default: benchmarks/results/alfworld.json)")
 
     def __post_init__(self):
         self.data_dir = self.data_dir or (
@@ -510,7 +509,7 @@ def bench_session_memory(url: str, pid: int, episodes, total: int, clients: int 
 
 
 @dataclass
-class WebShopSettings:
+class WebShopSettings(PartSettings):
     num_products: int = option(100_000, "catalog size (--quick: 10,000)")
     episodes: int = option(300, "expert episodes replayed")
     seconds: float = option(4.0, "duration of each HTTP concurrency level")
@@ -518,7 +517,6 @@ class WebShopSettings:
     threads: int = option(8, "waitress worker threads")
     processes: int = option(2, "gunicorn worker processes")
     quick: bool = option(False, "10,000 products")
-    out: Path | None = option(None, "result file (default: benchmarks/results/webshop.json)")
 
 
 def run_webshop(s: WebShopSettings) -> dict:

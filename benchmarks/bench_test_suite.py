@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import ROOT, child_env
-from benchmarks.harness import Benchmark, Part, option, script_main, settings_record
+from benchmarks.harness import Benchmark, Part, PartSettings, option, script_main, settings_record
 from benchmarks.lib.processes import Sampler
 
 #: The README's test command, as run from the repository root (``.venv/bin/python`` is this Python).
@@ -33,9 +33,8 @@ JUNIT_COUNTS = ("tests", "failures", "errors", "skipped")
 
 
 @dataclass
-class Settings:
+class Settings(PartSettings):
     timeout: float = option(3600.0, "seconds the test command may take before it is stopped")
-    out: Path | None = option(None, "result file (default: benchmarks/results/test_suite.json)")
 
 
 def counts(junit_xml: Path) -> dict[str, int]:

@@ -45,6 +45,7 @@ from benchmarks.common import (
 from benchmarks.harness import (
     Benchmark,
     Part,
+    PartSettings,
     option,
     script_main,
     script_path,
@@ -221,7 +222,7 @@ def compare_to_baseline(result: dict[str, Any], baseline: dict[str, Any]) -> dic
 
 
 @dataclass
-class QuickstartSettings:
+class QuickstartSettings(PartSettings):
     seeds: int = option(3, "RL seeds 0..N-1 (seed 0: the README's job)")
     jobs: int = option(1, "seeds 1.. trained this many at a time")
     timeout: float = option(7200.0, "seconds allowed per training run")
@@ -235,7 +236,6 @@ class QuickstartSettings:
     )
     warm_start_from: Path | None = option(None, "start every seed's RL (seed 0's too) from this warm start")
     baseline: Path | None = option(None, "another quickstart result to compare success after RL with")
-    out: Path | None = option(None, "result file (default: benchmarks/results/quickstart.json)")
 
     def __post_init__(self):
         if self.seeds < 1 or self.jobs < 1:
@@ -422,7 +422,7 @@ def build_trl_result(run_dirs: list[Path]) -> dict[str, Any]:
 
 
 @dataclass
-class TRLSettings:
+class TRLSettings(PartSettings):
     seeds: int = option(3, "seeds 0..N-1 (seed 0 runs the whole example, SFT included)")
     own_warm_start: bool = option(False, "every seed runs its own SFT (default: seeds 1.. reuse seed 0's)")
     timeout: float = option(5400.0, "seconds allowed per run of the example")
@@ -435,7 +435,6 @@ class TRLSettings:
         [], "an argument for every run of the example (repeatable)", "--example-arg", action="append"
     )
     quick: bool = option(False, "one seed of the example's shortened run (a few SFT and GRPO steps)")
-    out: Path | None = option(None, "result file (default: benchmarks/results/trl_alfworld.json)")
 
     def __post_init__(self):
         if self.seeds < 1:
@@ -685,7 +684,7 @@ def replay(turns: dict, latency_s: float, response_median: float, workers: int =
 
 
 @dataclass
-class AsyncSettings:
+class AsyncSettings(PartSettings):
     policy: Path = option(ROOT / "runs" / "quickstart" / "reference", "the quickstart's warm-started policy")
     batches: int = option(3, "timed batches per mode and workload")
     iterations: int = option(4, "timed training iterations per setting")
@@ -696,7 +695,6 @@ class AsyncSettings:
     replay_episodes: int = option(64, "random-agent episodes measured for the replay model")
     response_median: float = option(110.0, "the replay model's assumed median response length (tokens)")
     vllm_python: Path = option(VLLM_PYTHON, "the vLLM venv's Python")
-    out: Path | None = option(None, "result file (default: benchmarks/results/async_rollouts.json)")
 
     def __post_init__(self):
         if not (self.policy / "config.json").is_file():
@@ -830,7 +828,7 @@ def status_kib(field: str) -> int:
 
 
 @dataclass
-class UpdateMemorySettings:
+class UpdateMemorySettings(PartSettings):
     rows: int = option(8, "rows of the micro-batch (presets: 8)")
     prompt_tokens: int = option(256, "prompt positions")
     response_tokens: int = option(512, "response positions (presets: 512)")
@@ -839,7 +837,6 @@ class UpdateMemorySettings:
     temperature: float = option(1.0, "sampling temperature of the objective")
     threads: int = option(1, "torch threads")
     child: str | None = option(None, "measure one variant in this process", choices=["full", "chunked"])
-    out: Path | None = option(None, "result file (default: benchmarks/results/update_memory.json)")
 
 
 def run_variant(s: UpdateMemorySettings) -> dict:
@@ -1017,7 +1014,7 @@ def measure_sync(path: str, model_dir: Path, repeats: int) -> dict:
 
 
 @dataclass
-class WeightSyncSettings:
+class WeightSyncSettings(PartSettings):
     repeats: int = option(2, "syncs per path (the median is reported)")
     layers: list[int] = option([2, 4, 28], "depths the stream runs at")
     baseline_layers: list[int] = option(
@@ -1025,7 +1022,6 @@ class WeightSyncSettings:
     )
     measure: str | None = option(None, "measure one path in this process", choices=list(SYNC_PATHS))
     model: Path | None = option(None, "with --measure: the model folder")
-    out: Path | None = option(None, "result file (default: benchmarks/results/weight_sync.json)")
 
 
 def run_weight_sync(s: WeightSyncSettings) -> dict:
@@ -1115,9 +1111,8 @@ GPU_MEMORY_BYTES = 80e9  # an 80 GB H100 / A100
 
 
 @dataclass
-class BudgetSettings:
+class BudgetSettings(PartSettings):
     quick: bool = option(False, "the same (it takes a second)")
-    out: Path | None = option(None, "result file (default: benchmarks/results/memory_budget.json)")
 
 
 def run_memory_budget(s: BudgetSettings) -> dict:

@@ -106,6 +106,13 @@ def option(default: Any, doc: str, flag: str | None = None, **argparse_kwargs: A
     return dataclasses.field(default=default, metadata=metadata)
 
 
+@dataclass
+class PartSettings:
+    """What the settings of every part share (their dataclasses derive from it): where the result goes."""
+
+    out: Path | None = option(None, "result file (default: results/<name>.json; --quick: runs/bench_quick/)")
+
+
 def _argument(annotation: Any, default: Any) -> dict[str, Any]:
     """The ``argparse`` keywords a field's type implies."""
     if isinstance(annotation, types.UnionType):  # ``X | None``: the option may be left out
