@@ -147,11 +147,6 @@ def add_options(parser: CommandParser, cls: type) -> CommandParser:
     return parser
 
 
-def build_parser(cls: type, description: str, prog: str | None = None) -> CommandParser:
-    """The command line of the settings dataclass ``cls``."""
-    return add_options(CommandParser(prog=prog, description=description), cls)
-
-
 def _settings(parser: CommandParser, cls: type, values: Mapping[str, Any]) -> Any:
     fields = {f.name for f in dataclasses.fields(cls)}
     try:
@@ -162,7 +157,7 @@ def _settings(parser: CommandParser, cls: type, values: Mapping[str, Any]) -> An
 
 def parse_config(cls: type, argv: Sequence[str] | None, description: str, prog: str | None = None) -> Any:
     """The settings ``cls`` from the command line ``argv`` (``None``: ``sys.argv[1:]``)."""
-    parser = build_parser(cls, description, prog)
+    parser = add_options(CommandParser(prog=prog, description=description), cls)
     return _settings(parser, cls, vars(parser.parse_args(argv)))
 
 
@@ -223,39 +218,36 @@ def result_path(name: str, settings: Any) -> Path:
 
 def run_suite(
     module_file: str,
-    parts: Mapping[str, Part],
+    parts: Mapping[str, Part] | Part,
     specs: Sequence[Benchmark],
     doc: str,
     argv: Sequence[str] | None = None,
 ) -> int:
-    """A suite's ``main``: run the part the command line names and write its result (module docstring)."""
+    """A suite's ``main``: run the part the command line names (nothing to name when the module has one
+    :class:`Part`) and write its result (module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     script = script_path(module_file)
     parser = CommandParser(prog=f"python {script}", description=doc.split("\n\n")[0])
-    choices = parser.add_subparsers(dest="part", required=True, metavar="PART")
-    for key, part in parts.items():
-        summary = (part.run.__doc__ or "").split("\n\n")[0]
-        add_options(choices.add_parser(key, help=summary, description=summary), part.settings)
-    values = vars(parser.parse_args(argv))
-    part = parts[values["part"]]
-    return run_part(script, part, _settings(parser, part.settings, values), argv, specs, values["part"])
-
-
-def run_single(module_file: str, part: Part, specs: Sequence[Benchmark], doc: str, argv=None) -> int:
-    """The ``main`` of a benchmark with one part and no part name on its command line."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    settings = parse_config(part.settings, argv, doc.split("\n\n")[0])
-    return run_part(script_path(module_file), part, settings, argv, specs, specs[0].name)
+    if isinstance(parts, Part):
+        key, part = None, parts
+        values = vars(add_options(parser, part.settings).parse_args(argv))
+    else:
+        choices = parser.add_subparsers(dest="part", required=True, metavar="PART")
+        for name, each in parts.items():
+            summary = (each.run.__doc__ or "").split("\n\n")[0]
+            add_options(choices.add_parser(name, help=summary, description=summary), each.settings)
+        values = vars(parser.parse_args(argv))
+        key = values["part"]
+        part = parts[key]
+    return run_part(script, part, _settings(parser, part.settings, values), argv, specs, key)
 
 
 def script_main(module: str, module_file: str, parts: Mapping[str, Part] | Part, specs, doc: str) -> Callable:
-    """A benchmark module's ``main(argv=None)``: :func:`run_suite` over ``parts``, or :func:`run_single` for
-    one :class:`Part`; run at once (its exit status the process's) when ``module`` is ``"__main__"``, the
-    module being the script run: ``main = script_main(__name__, __file__, PARTS, SPECS, __doc__)``."""
+    """A benchmark module's ``main(argv=None)``: :func:`run_suite` over ``parts``; run at once (its exit
+    status the process's) when ``module`` is ``"__main__"``, the module being the script run:
+    ``main = script_main(__name__, __file__, PARTS, SPECS, __doc__)``."""
 
     def main(argv: Sequence[str] | None = None) -> int:
-        if isinstance(parts, Part):
-            return run_single(module_file, parts, specs, doc, argv)
         return run_suite(module_file, parts, specs, doc, argv)
 
     if module == "__main__":
@@ -264,7 +256,7 @@ def script_main(module: str, module_file: str, parts: Mapping[str, Part] | Part,
 
 
 def run_part(
-    script: str, part: Part, settings: Any, argv: list[str], specs: Sequence[Benchmark], key: str
+    script: str, part: Part, settings: Any, argv: list[str], specs: Sequence[Benchmark], key: str | None
 ) -> int:
     """Run ``part`` with ``settings``; write its result (the command, the machine and its load before and
     after added), its plot, and print its page section; exit status 1 when its ``failed`` list is not
