@@ -227,6 +227,9 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
             episodes["lost"] += len(live)  # an episode the env did not end within its own step limit
             status = f"it {iteration} · {carried() / MIB:.0f} MiB on one connection · {len(faults)} faults"
             progress.update(task, completed=min(vector_steps, planned_steps), status=status)
+            if not console.is_terminal:  # a log file: rich draws only its last state there
+                steps = f"{vector_steps}/{planned_steps} vector steps"
+                console.print(f"soak {env_id}: {status} · {steps} · {clock() / 60:.1f} min")
     for thread in fault_threads:
         thread.join()
     wall_s = clock()
