@@ -101,10 +101,10 @@ def train_arguments(
     return arguments + list(extra)
 
 
-def run_recorded(command: list[str], run_dir: Path, log: str, timeout_s: float, env=None) -> dict[str, Any]:
-    """``command`` with its resources (:func:`benchmarks.common.run_measured`), its output in ``run_dir/log``
-    and that record in ``run_dir/resources.json``, read back with the run."""
-    record = run_measured(command, run_dir / log, timeout_s, env)
+def run_recorded(command: list[str], run_dir: Path, log: str, timeout_s: float) -> dict[str, Any]:
+    """``command`` in this process's environment with its resources (:func:`benchmarks.common.run_measured`),
+    its output in ``run_dir/log`` and that record in ``run_dir/resources.json``, read back with the run."""
+    record = run_measured(command, run_dir / log, timeout_s)
     save_result(record, run_dir / RESOURCES_FILE)
     return record
 
@@ -123,13 +123,6 @@ def over_seeds(seeds: list[dict[str, float]]) -> dict[str, Any]:
     stats["seeds_where_it_rose"] = sum(s["change"] > 0 for s in seeds)
     stats["seeds_where_it_fell"] = sum(s["change"] < 0 for s in seeds)
     return stats
-
-
-def run_training(arguments: list[str], timeout_s: float) -> dict[str, Any]:
-    """``python -m training.cli arguments``, recorded (:func:`run_recorded`), in this process's environment
-    (``ATEN_CPU_CAPABILITY=avx2`` before the command: torch's AVX2 kernels, as the README's runs)."""
-    run_dir = ROOT / arguments[arguments.index("--run-dir") + 1]
-    return run_recorded(train_command(arguments), run_dir, "train.log", timeout_s)
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -254,7 +247,7 @@ def run_quickstart(s: QuickstartSettings) -> dict:
             return "ok"
         arguments = train_arguments(seed, s.run_dir, s.overrides, s.warm_start_from)
         console.print(f"seed {seed}: python -m training.cli {shlex.join(arguments)}")
-        record = run_training(arguments, s.timeout)
+        record = run_recorded(train_command(arguments), run_dirs[seed], "train.log", s.timeout)
         console.print(f"seed {seed}: {record['status']} in {record['resources']['wall_s']:.0f} s")
         return record["status"]
 
