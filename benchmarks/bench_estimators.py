@@ -168,26 +168,6 @@ def render_speed(data: dict) -> str:
 
 # --- rl: the estimators compared at equal compute ---
 
-#: ProGPO's first reading (before issue 20): terminal potential r_succ under the step-return target, every
-#: depth's precision summed, normalised-text expansion, the row's own return inside its potential.
-PROGPO_FIRST_READING = {
-    "success_potential": 10,
-    "dedup_depths": False,
-    "semantic": "normalized_text",
-    "leave_one_out": False,
-}
-
-
-def progpo_spec(**changes: Any) -> str:
-    """The estimator spec of ProGPO's first reading with ``changes`` applied (every ablated key spelled out).
-
-    Example:
-        >>> progpo_spec(success_potential=0)
-        'progpo:success_potential=0,dedup_depths=false,semantic=normalized_text,leave_one_out=false'
-    """
-    params = {**PROGPO_FIRST_READING, **changes}
-    return "progpo:" + ",".join(f"{k}={json.dumps(v).strip(chr(34))}" for k, v in params.items())
-
 
 def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """``"name"`` or ``"name:key=value,key=value"`` -> ``(name, params)``; values are JSON when they parse
