@@ -29,6 +29,7 @@ import requests
 from rich.console import Console
 
 import progpo_envs  # noqa: F401
+from agents.prompts.webshop import admissible_actions  # an OpenEnv observation's actions, WebShop's too
 from benchmarks.common import ServerProcess, free_port, shown
 from benchmarks.harness import (
     RESULTS_DIR,
@@ -111,15 +112,6 @@ def play_native(url: str, env_id: str, clients: int, steps_each: int, transport=
     return {"latencies": flat, "elapsed_s": elapsed, "errors": errors, "cpu_s": cpu_s}
 
 
-def openenv_actions(observation: dict) -> list[str]:
-    """The admissible action strings of an OpenEnv observation (WebShop's from its available actions)."""
-    if "admissible_actions" in observation:
-        return observation["admissible_actions"]
-    available = observation["available_actions"]
-    search = ["search[query]"] if available["has_search_bar"] else []
-    return search + [f"click[{c}]" for c in available["clickables"]]
-
-
 def play_openenv(url: str, clients: int, steps_each: int) -> dict:
     """``clients`` OpenEnv ``GenericEnvClient`` sessions on one event loop, session ``i`` reset with seed
     ``i`` and acting from ``random.Random(i)``: ``{latencies, elapsed_s, errors}``."""
@@ -136,7 +128,7 @@ def play_openenv(url: str, clients: int, steps_each: int) -> dict:
             try:
                 for _ in range(steps_each):
                     t0 = time.perf_counter()
-                    result = await session.step({"command": choose(openenv_actions(observation), rng)})
+                    result = await session.step({"command": choose(admissible_actions(observation), rng)})
                     observation = result.observation
                     if result.done:
                         observation = (await session.reset()).observation
