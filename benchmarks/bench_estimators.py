@@ -31,6 +31,7 @@ from rich.progress import track
 from benchmarks.common import ROOT, git_commit, mean_spread, paired_differences, run_measured
 from benchmarks.harness import Benchmark, Part, PartSettings, option, result_path, script_main, script_path
 from benchmarks.lib.markdown import fmt, markdown_table
+from progpo_base.config import parse_override
 from training.advantages import ESTIMATORS, check_parameter_names, compute_advantages
 from training.cli import train_command
 from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND, read_metrics
@@ -170,9 +171,9 @@ def render_speed(data: dict) -> str:
 
 
 def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"name"`` or ``"name:key=value,key=value"`` -> ``(name, params)``; values are JSON when they parse
-    (numbers, true/false, null), else strings. Keys are checked against the estimator's parameters here, so a
-    bad one fails before any rollout is recorded.
+    """``"name"`` or ``"name:key=value,key=value"`` -> ``(name, params)``; each ``key=value`` read as a
+    ``progpo train`` override (:func:`progpo_base.config.parse_override`: YAML values). Keys are checked
+    against the estimator's parameters here, so a bad one fails before any rollout is recorded.
 
     Example:
         >>> parse_estimator_spec("progpo:success_potential=0,norm=mean")
@@ -181,15 +182,7 @@ def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
     name, _, rest = spec.partition(":")
     if name not in ESTIMATORS:
         raise ValueError(f"unknown estimator {name!r} in {spec!r}; registered: {sorted(ESTIMATORS)}")
-    params: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise ValueError(f"estimator spec {spec!r}: expected key=value, got {item!r}")
-        try:
-            params[key] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key] = value
+    params = dict(parse_override(item) for item in filter(None, rest.split(",")))
     check_parameter_names(name, params, ESTIMATORS[name].parameters)
     return name, params
 
