@@ -1,10 +1,10 @@
 """Hosting the envs: ``progpo serve`` against the same envs in process, OpenEnv's protocol against ours, the
 fleet and fair sharing (the hour-long soak of a fleet under faults is ``benchmarks/soak.py``).
 
-``python benchmarks/bench_hosting.py PART [--quick]``, PART ``hosting`` or ``openenv``; what each measures is
-its result's section of ``benchmarks/measures.md`` (the results page shows it). Servers run in their own
-processes on loopback, clients in this one, playing random admissible actions from fixed seeds (an episode
-that ends is reset); the machine is shared, so the claims are ratios of one run.
+``python benchmarks/bench_hosting.py hosting [--quick]``; what it measures is its result's section of
+``benchmarks/measures.md`` (the results page shows it). Servers run in their own processes on loopback,
+clients in this one, playing random admissible actions from fixed seeds (an episode that ends is reset); the
+machine is shared, so the claims are ratios of one run.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from benchmarks.harness import (
     settings_argv,
 )
 from benchmarks.lib.hosting import ENVS, available_envs, choose, percentiles, serve_command, start_server
-from benchmarks.lib.markdown import markdown_table
 from benchmarks.lib.plots import bars, figure
 from benchmarks.lib.processes import cpu_seconds, tree
 from progpo_envs.core.registration import REMOTE_ENV_ID
@@ -57,13 +56,9 @@ SCRIPT = script_path(__file__)
 SECTIONS = ["fair_share", "multi_server"]
 #: Steps per (env, concurrency) measurement, all clients together.
 DEFAULT_STEPS = {"progpo/ALFWorld-v0": 960, "progpo/WebShop-v0": 960}
-#: Steps per round of native against OpenEnv in ``hosting`` (ALFWorld's: 3x the ``openenv`` part's 512: its
-#: rounds of ~1 s differed by 25% from one to the next, game loads, more than the two doors did) ...
-HOSTING_OPENENV_STEPS = {"progpo/ALFWorld-v0": 1536, "progpo/WebShop-v0": 2560}
-#: ... and in the ``openenv`` part (ALFWorld steps and game loads are ~100x slower than WebShop's).
-OPENENV_STEPS = {"progpo/ALFWorld-v0": 512, "progpo/WebShop-v0": 2560}
-#: The throughput the OpenEnv protocol should keep, as a share of the native protocol's (issue 26).
-TARGET_RATIO = 0.8
+#: Steps per round of native against OpenEnv (ALFWorld's: 3x the retired bench_openenv.py's 512: its rounds of
+#: ~1 s differed by 25% from one to the next, game loads, more than the two doors did).
+OPENENV_STEPS = {"progpo/ALFWorld-v0": 1536, "progpo/WebShop-v0": 2560}
 
 # --- clients ---
 
@@ -276,7 +271,7 @@ def measure_env(env_id: str, s: HostingSettings) -> dict:
             batch["vs_in_process_32"] = batch["batch_steps_per_s"] / in_process
         per_env["memory"] = bench_memory(server.url, env_id, s.instances)
         if s.openenv_rounds:
-            clients, steps = s.openenv_clients, s.openenv_steps or HOSTING_OPENENV_STEPS[env_id]
+            clients, steps = s.openenv_clients, s.openenv_steps or OPENENV_STEPS[env_id]
             console.print(f"  {clients} native against {clients} OpenEnv sessions")
             with start_server(env_id, s.workers, "openenv") as openenv:
                 both = native_vs_openenv(server.url, openenv.url, env_id, clients, steps, s.openenv_rounds)
@@ -560,7 +555,7 @@ def run_hosting(s: HostingSettings) -> dict:
         path = Path(s.out or RESULTS_DIR / "hosting.json")
         console.print(f"updating the {s.only} section of {shown(path)}")
         return {**json.loads(path.read_text()), **result}
-    openenv = {"clients": s.openenv_clients, "steps_per_round": s.openenv_steps or HOSTING_OPENENV_STEPS}
+    openenv = {"clients": s.openenv_clients, "steps_per_round": s.openenv_steps or OPENENV_STEPS}
     settings = {"clients": s.clients, "steps": s.steps or DEFAULT_STEPS, "workers": s.workers}
     settings.update(instances=s.instances, openenv={**openenv, "rounds": s.openenv_rounds}, env_kwargs=ENVS)
     return {"settings": settings, "notes": SECTION_NOTES["hosting"], **result}
@@ -604,78 +599,8 @@ def plot_hosting(result: dict, path: Path) -> None:
         bars(axes[1], names, throughput, log=True, ylabel="steps/s, 32 clients")
 
 
-# --- openenv: OpenEnv's protocol against ours ---
-
-
-@dataclass
-class OpenEnvSettings(PartSettings):
-    clients: int = option(32, "concurrent sessions per protocol")
-    steps: int | None = option(None, "steps per round, all clients (default: per env)")
-    rounds: int = option(3, "counted rounds per protocol (after a warm-up)")
-    workers: int = option(2, "env worker processes of each server")
-    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append")
-    quick: bool = option(False, "a smoke run: 8 clients, 64 steps, one round")
-
-
-def run_openenv(s: OpenEnvSettings) -> dict:
-    """OpenEnv sessions against native clients on the same env workers: throughput and latency ratios."""
-    clients, rounds, steps = (8, 1, 64) if s.quick else (s.clients, s.rounds, s.steps)
-    results = {}
-    for env_id in available_envs(s.envs or list(ENVS), console):
-        console.print(f"[bold]{env_id}[/]: {clients} native and {clients} OpenEnv sessions, {rounds} rounds")
-        per_round = steps or OPENENV_STEPS[env_id]
-        with start_server(env_id, s.workers) as native, start_server(env_id, s.workers, "openenv") as openenv:
-            both = native_vs_openenv(native.url, openenv.url, env_id, clients, per_round, rounds)
-        n, o = both["native"], both["openenv"]
-        results[env_id] = {"native": n, "openenv": o, "throughput_ratio": o["steps_per_s"] / n["steps_per_s"]}
-        results[env_id].update({f"{k}_ratio": o[f"{k}_ms"] / n[f"{k}_ms"] for k in ("p99", "p50")})
-    settings = {"clients": clients, "steps_per_round": steps or {e: OPENENV_STEPS[e] for e in results}}
-    settings.update(rounds=rounds, workers=s.workers, openenv_client="async")
-    return {
-        "settings": {**settings, "env_kwargs": {env_id: ENVS[env_id] for env_id in results}},
-        "target_throughput_ratio": TARGET_RATIO,
-        "notes": "Both servers `progpo serve` with the same env workers (native: waitress, a "
-        "progpo/Remote-v0 thread per session; OpenEnv: its app on uvicorn, GenericEnvClient sessions on one "
-        "asyncio loop), clients in this process; rounds alternate and are pooled. throughput_ratio = OpenEnv "
-        "steps/s / native steps/s; p99_ratio likewise (lower is better).",
-        "results": results,
-    }
-
-
-def plot_openenv(result: dict, path: Path) -> None:
-    results = result["results"]
-    names = [env_id.split("/")[-1] for env_id in results]
-    title = f"{result['settings']['clients']} concurrent sessions: OpenEnv protocol vs native (one run)"
-    with figure(path, panels=2, width=4.5, title=title) as axes:
-        panels = {"steps_per_s": "steps/s", "p99_ms": "p99 step latency (ms)"}
-        for ax, (key, label) in zip(axes, panels.items(), strict=True):
-            series = {p: [r[p][key] for r in results.values()] for p in ("native", "openenv")}
-            bars(ax, names, series, log=True, ylabel=label)
-
-
-def render_openenv(data: dict) -> str:
-    target = data["target_throughput_ratio"]
-    header = ["env", "native steps/s", "OpenEnv steps/s", "throughput ratio", "native p99 ms"]
-    header += ["OpenEnv p99 ms", "p99 ratio", f"ratio >= {target}", "errors"]
-    rows = []
-    for env_id, r in data["results"].items():
-        native, openenv = r["native"], r["openenv"]
-        ratio, errors = r["throughput_ratio"], len(native["errors"]) + len(openenv["errors"])
-        rows.append([env_id, native["steps_per_s"], openenv["steps_per_s"], ratio, native["p99_ms"]])
-        rows[-1] += [openenv["p99_ms"], r["p99_ratio"], ratio >= target, errors]
-    intro = f"{data['settings']['clients']} concurrent sessions per protocol. {data.get('notes', '')}"
-    return intro + "\n\n" + markdown_table(header, rows)
-
-
-PARTS = {
-    "hosting": Part(HostingSettings, run_hosting, plot_hosting),
-    "openenv": Part(OpenEnvSettings, run_openenv, plot_openenv),
-}
-
-SPECS = (
-    Benchmark("hosting", ["hosting"]),
-    Benchmark("openenv", ["openenv"], render=render_openenv),
-)
+PARTS = {"hosting": Part(HostingSettings, run_hosting, plot_hosting)}
+SPECS = (Benchmark("hosting", ["hosting"]),)
 
 
 main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

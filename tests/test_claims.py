@@ -34,8 +34,9 @@ itself; a duration in minutes and seconds equals a value in seconds (to the seco
 numbers of one JSON object (e.g. ``success`` and ``success_std``) or an ``a ± b`` written in a JSON string,
 which makes a stale "mean ± spread" much harder to pass by coincidence than a lone figure. The values are
 every number in the result files: numeric leaves and numbers written inside strings (the display strings
-such as ``"0.086 ± 0.019 (n=3)"``), plus the one derivation the results page and the README state: each
-estimator's difference from GRPO paired by seed in a comparison's runs.
+such as ``"0.086 ± 0.019 (n=3)"``), plus the two derivations the results page and the README state: each
+estimator's difference from GRPO paired by seed in a comparison's runs, and OpenEnv's throughput as a share of
+the native protocol's (the reciprocal of ``hosting.json``'s ``native_vs_openenv_N``).
 
 A lone figure with three decimals is a weak check: the result files hold thousands of values, so about half
 of all three-decimal fractions coincide with one of them; such a figure passing says only that nothing
@@ -183,9 +184,10 @@ class MeasuredValues:
     @classmethod
     def read(cls, folder: Path = RESULTS, extra: list[dict] = ()) -> MeasuredValues:
         """Every number in ``folder/*.json``, ``benchmarks/data/*.json`` and the ``extra`` results (retired
-        ones), plus the results' documented derivation: each estimator's difference from GRPO paired by seed
+        ones), plus the results' documented derivations: each estimator's difference from GRPO paired by seed
         (:func:`benchmarks.common.paired_differences`: mean and sample std, as the results page and the README
-        state it) of every comparison's runs."""
+        state it) of every comparison's runs, and ``1 / native_vs_openenv_N`` (OpenEnv's share of the native
+        throughput)."""
         from benchmarks.common import paired_differences
 
         values: list[float] = []
@@ -203,6 +205,8 @@ class MeasuredValues:
                 for key, value in obj.items():
                     walk(key)
                     walk(value)
+                    if str(key).startswith("native_vs_openenv_") and _is_number(value) and value:
+                        values.append(1 / abs(value))
             elif isinstance(obj, list):
                 for value in obj:
                     walk(value)
@@ -363,6 +367,14 @@ def test_figure_rule():
     cited = "measured once (`kernel_paths.json` of commit `f598421e92e1`): 1.5 s"
     assert RETIRED.findall(cited) == [("kernel_paths.json", "f598421e92e1")]
     assert [f.text for f in figures_in(cited, "t")] == ["1.5 s"]
+
+
+def test_openenv_share_is_read_as_the_reciprocal_of_native_vs_openenv(tmp_path):
+    hosting = {"results": {"webshop": {"native_vs_openenv_32": 1.25}}}
+    (tmp_path / "hosting.json").write_text(json.dumps(hosting))
+    measured = MeasuredValues.read(tmp_path)
+    holds = {f.text: measured.holds(f) for f in figures_in("0.80× and 0.79×", "t")}
+    assert holds == {"0.80×": True, "0.79×": False}
 
 
 def _page_text_nodes(path: Path, functions: set[str] | None = None) -> list[ast.Constant]:
