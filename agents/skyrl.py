@@ -225,6 +225,16 @@ def register() -> None:
             skyrl_gym.register(id=env_class, entry_point=f"{__name__}:{cls}")
 
 
+def make(env_class: str, env_config: Any = None, extras: Mapping[str, Any] | None = None) -> _ProgpoSkyRLEnv:
+    """The env of ``env_class`` for one rollout as SkyRL's generator makes it: ``skyrl_gym.make`` where
+    skyrl-gym is installed, else our class itself (the same contract)."""
+    if env_class not in ENV_CLASSES:
+        raise ValueError(f"env_class must be one of {', '.join(ENV_CLASSES)}, got {env_class!r}")
+    if skyrl_gym is None:
+        return globals()[ENV_CLASSES[env_class]](env_config, extras)
+    return skyrl_gym.make(env_class, env_config=_config(env_config), extras=dict(extras or {}))
+
+
 def task_rows(
     env_class: str,
     task_indices: Iterable[int],

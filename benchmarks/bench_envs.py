@@ -2,8 +2,8 @@
 the self-hosted WebShop in process and behind its servers.
 
 ``python benchmarks/bench_envs.py PART [--quick]``, PART ``alfworld`` (real trials: ``$ALFWORLD_DATA`` or
-``--data-dir``, the folder holding ``json_2.1.1/``) or ``webshop``; what each measures is its result's
-``SPECS`` entry at the end (the results page shows it).
+``--data-dir``, the folder holding ``json_2.1.1/``) or ``webshop``; what each measures is its result's section
+of ``benchmarks/measures.md`` (the results page shows it).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import track
 
 from benchmarks.common import ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_suite, script_path
+from benchmarks.harness import Benchmark, Part, PartSettings, option, script_main
 from benchmarks.lib.hosting import percentiles
 from benchmarks.lib.processes import cpu_seconds
 from progpo_base.usage import UsageError
@@ -41,9 +41,7 @@ from progpo_base.usage import UsageError
 console = Console()
 MS = 1000.0
 
-# ------------------------------------------------------------------------------------------------------------
-# alfworld: our engine against the unpatched one, on the same games and actions
-# ------------------------------------------------------------------------------------------------------------
+# --- alfworld: our engine against the unpatched one, on the same games and actions ---
 
 #: The phases of a first reset (docs/alfworld.md §3).
 PHASES = ("grammar_parse", "translation", "engine_state", "first_derivations")
@@ -76,6 +74,25 @@ class StockALFWorld:
             self.env.step(command)
 
 
+def timed(fn, totals: dict[str, float], key: str, nested: list[float]):
+    """``fn``, adding the seconds of each call to ``totals[key]`` without those of the timed calls nested in
+    it (``nested``: the time spent in them, per open timed call, shared by the functions timed together)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        nested.append(0.0)
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - start
+            totals[key] += elapsed - nested.pop()
+            if nested:
+                nested[-1] += elapsed
+
+    return wrapper
+
+
 @contextlib.contextmanager
 def reset_phases():
     """Time the phases of the resets run inside (seconds per phase, summed, in the dict it yields), each
@@ -87,22 +104,7 @@ def reset_phases():
     from progpo_envs.alfworld import engine
 
     totals: dict[str, float] = collections.defaultdict(float)
-    inner: list[float] = []  # time spent in nested timed calls, per open timed call
-
-    def timed(phase: str, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            inner.append(0.0)
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                elapsed = time.perf_counter() - start
-                totals[phase] += elapsed - inner.pop()
-                if inner:
-                    inner[-1] += elapsed
-
-        return wrapper
+    nested: list[float] = []  # shared by the phases: a phase's time leaves out the phases it calls
 
     engine.install_patches()  # time the patched functions, as the engine calls them
     targets = [
@@ -116,7 +118,7 @@ def reset_phases():
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in targets]
     try:
         for owner, name, phase in targets:
-            setattr(owner, name, timed(phase, getattr(owner, name)))
+            setattr(owner, name, timed(getattr(owner, name), totals, phase, nested))
         yield totals
     finally:
         for owner, name, original in saved:
@@ -159,9 +161,10 @@ def first_resets(settings, indices: list[int], translations: Path, warm_with: in
     return MS * statistics.mean(times), phases
 
 
-def play(env, index: int, plan: list[str]) -> float:
-    """Seconds per step of ``plan`` after a reset to task ``index``."""
-    env.reset(options={"task_index": index})
+def play(env, index: int, plan: list[str], reset: bool = True) -> float:
+    """Seconds per step of ``plan`` after a reset to task ``index`` (or where ``env`` is now)."""
+    if reset:
+        env.reset(options={"task_index": index})
     start = time.perf_counter()
     for action in plan:
         env.step(action)
@@ -194,27 +197,16 @@ def bench_single(settings, games: int, steps: int) -> dict:
         clear_caches()  # ours, first play: nothing of this game (or any other) known in the process
         env = our_env(settings)
         times["first_play"].append(play(env, index, plan))
-        engine_time, engine_step = [0.0], env.engine.step  # ours, played again: the engine's share timed
-
-        def timed_engine_step(command, _inner=engine_step, _total=engine_time):
-            t0 = time.perf_counter()
-            try:
-                return _inner(command)
-            finally:
-                _total[0] += time.perf_counter() - t0
-
-        env.engine.step = timed_engine_step
+        engine = collections.defaultdict(float)  # ours, played again: the engine's share timed
+        env.engine.step = timed(env.engine.step, engine, "step", [])
         times["ours"].append(play(env, index, plan))
-        times["engine_share"].append(engine_time[0] / (times["ours"][-1] * len(plan)))
+        times["engine_share"].append(engine["step"] / (times["ours"][-1] * len(plan)))
         env.close()
         stock = StockALFWorld()
         start = time.perf_counter()
         stock.reset(tasks[index].game_file())
         times["stock_reset"].append(time.perf_counter() - start)
-        start = time.perf_counter()
-        for action in plan:
-            stock.step(action)
-        times["stock"].append((time.perf_counter() - start) / len(plan))
+        times["stock"].append(play(stock, index, plan, reset=False))
         del stock
         gc.collect()
     m = {key: statistics.mean(values) for key, values in times.items()}
@@ -298,11 +290,10 @@ def bench_env_memory(settings, num_envs: int) -> dict:
 
 
 @dataclass
-class AlfworldSettings:
+class AlfworldSettings(PartSettings):
     data_dir: Path | None = option(None, "folder containing json_2.1.1/ (default: $ALFWORLD_DATA)")
     split: str = option("valid_seen", "the ALFWorld split whose games are played")
     quick: bool = option(False, "2 games of 8 steps, 10 vector rounds; generated games without real ones")
-    out: Path | None = option(None, "result file (default: benchmarks/results/alfworld.json)")
 
     def __post_init__(self):
         self.data_dir = self.data_dir or (
@@ -369,9 +360,7 @@ def run_alfworld(s: AlfworldSettings) -> dict:
     }
 
 
-# ------------------------------------------------------------------------------------------------------------
-# webshop: the in-process env, the HTTP servers, memory per worker and over sessions
-# ------------------------------------------------------------------------------------------------------------
+# --- webshop: the in-process env, the HTTP servers, memory per worker and over sessions ---
 
 TARGET_P99_SEARCH_MS = 20.0
 TARGET_WORKER_BYTES = 1 << 30
@@ -520,7 +509,7 @@ def bench_session_memory(url: str, pid: int, episodes, total: int, clients: int 
 
 
 @dataclass
-class WebShopSettings:
+class WebShopSettings(PartSettings):
     num_products: int = option(100_000, "catalog size (--quick: 10,000)")
     episodes: int = option(300, "expert episodes replayed")
     seconds: float = option(4.0, "duration of each HTTP concurrency level")
@@ -528,7 +517,6 @@ class WebShopSettings:
     threads: int = option(8, "waitress worker threads")
     processes: int = option(2, "gunicorn worker processes")
     quick: bool = option(False, "10,000 products")
-    out: Path | None = option(None, "result file (default: benchmarks/results/webshop.json)")
 
 
 def run_webshop(s: WebShopSettings) -> dict:
@@ -554,19 +542,16 @@ def run_webshop(s: WebShopSettings) -> dict:
         port, t0 = free_port(), time.perf_counter()
         command = [sys.executable, "-m", "webshop_server.cli", "serve", "--port", str(port), "--num-products"]
         command += [str(products), "--server", server, "--workers", str(workers), "--max-sessions", "20000"]
-        with ServerProcess(
-            command, port, "/api/health", timeout_s=600, env={"OMP_NUM_THREADS": "1"}
-        ) as process:
-            servers[server] = {"workers": workers, "start_s": time.perf_counter() - t0}
-            servers[server]["memory_idle"] = server_memory(process.pid)
-            servers[server]["http"] = [bench_http(process.url, episodes, c, s.seconds) for c in (1, 8, 32)]
-            servers[server]["memory_after_load"] = server_memory(process.pid)
-            sessions = bench_session_memory(process.url, process.pid, episodes, s.sessions)
-            servers[server]["session_memory"] = sessions
-    worker_rss = {
-        n: max(v["memory_idle"]["max_worker_rss"], v["memory_after_load"]["max_worker_rss"])
-        for n, v in servers.items()
-    }
+        one_thread = {"OMP_NUM_THREADS": "1"}
+        with ServerProcess(command, port, "/api/health", timeout_s=600, env=one_thread) as process:
+            record = servers[server] = {"workers": workers, "start_s": time.perf_counter() - t0}
+            record["memory_idle"] = server_memory(process.pid)
+            record["http"] = [bench_http(process.url, episodes, c, s.seconds) for c in (1, 8, 32)]
+            record["memory_after_load"] = server_memory(process.pid)
+            record["session_memory"] = bench_session_memory(process.url, process.pid, episodes, s.sessions)
+    most_rss = lambda v: max(v[when]["max_worker_rss"] for when in ("memory_idle", "memory_after_load"))  # noqa: E731
+    worker_rss = {n: most_rss(v) for n, v in servers.items()}
+    growth = {n: v["session_memory"]["pss_growth_after_first_1000_pct"] for n, v in servers.items()}
     return {
         "num_products": products,
         "num_goals": engine.num_goals,
@@ -580,9 +565,7 @@ def run_webshop(s: WebShopSettings) -> dict:
                 "http_1_client_waitress": servers["waitress"]["http"][0]["search_step"]["p99_ms"],
             },
             "worker_rss_bytes": {"target": TARGET_WORKER_BYTES, **worker_rss},
-            "pss_growth_pct_over_sessions": {
-                n: v["session_memory"]["pss_growth_after_first_1000_pct"] for n, v in servers.items()
-            },
+            "pss_growth_pct_over_sessions": growth,
         },
     }
 
@@ -592,25 +575,16 @@ def plot_webshop(result: dict, path: Path) -> None:
 
     servers = result["servers"]
     with figure(path, panels=2) as (latency, memory):
-        curves = {}
+        curves, pss = {}, {}
         for name, srv in servers.items():
             clients = [h["clients"] for h in srv["http"]]
-            curves.update(
-                {
-                    f"{name}: {p}": (clients, [h["all"][f"{p}_ms"] for h in srv["http"]])
-                    for p in ("p50", "p99")
-                }
-            )
+            for p in ("p50", "p99"):
+                curves[f"{name}: {p}"] = (clients, [h["all"][f"{p}_ms"] for h in srv["http"]])
+            samples = srv["session_memory"]["pss_samples"]
+            pss[name] = ([k for k, _ in samples], [b / 2**20 for _, b in samples])
         lines(latency, curves, xlabel="concurrent clients", ylabel="latency (ms)")
         latency.axhline(TARGET_P99_SEARCH_MS, color="grey", linestyle=":")
         latency.set_xscale("log", base=2)
-        pss = {
-            n: (
-                [k for k, _ in v["session_memory"]["pss_samples"]],
-                [b / 2**20 for _, b in v["session_memory"]["pss_samples"]],
-            )
-            for n, v in servers.items()
-        }
         lines(memory, pss, xlabel="sessions created and closed", ylabel="server PSS, all processes (MiB)")
 
 
@@ -620,35 +594,9 @@ PARTS = {
 }
 
 SPECS = (
-    Benchmark(
-        "alfworld",
-        script_path(__file__),
-        "`progpo/ALFWorld-v0` against ALFWorld's own stack (`AlfredDemangler` over a stock TextWorld "
-        "`PddlEnv`) on the same real games and random admissible actions: step latency with the game played "
-        "again (as a group's copies play it) and played first (every in-process cache cleared); reset "
-        "latency (stock; our first reset cold with the translation on disk, with nothing on disk, in a "
-        "process that played another game; repeated), the first resets' phases timed; steps/s of a group "
-        "vector env (4 copies) in process against 2 worker processes, with the CPU each got; memory per "
-        "env; the wrapper's share of a step. The targets of issues 2 and 34 are the result's own "
-        "(`targets_met`).",
-        ["alfworld"],
-    ),
-    Benchmark(
-        "webshop",
-        script_path(__file__),
-        "The self-hosted WebShop: the in-process env replaying expert episodes (steps/s; search steps "
-        "against the bare tantivy query on the same queries), its servers (`progpo webshop serve`: "
-        "waitress, 8 threads; gunicorn, 2 forked processes with sessions in SQLite) at 1/8/32 clients over "
-        "the JSON API, memory per worker (RSS, USS), and each server's PSS over 10,000 sessions created and "
-        "closed. The targets of issue 4 (search p99, a worker's memory, no growth over the sessions) are "
-        "the result's own (`targets`).",
-        ["webshop"],
-    ),
+    Benchmark("alfworld", ["alfworld"]),
+    Benchmark("webshop", ["webshop"]),
 )
 
 
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

@@ -1,8 +1,8 @@
 """The advantage estimators: their speed against per-row Python references (``speed``), and RL with each at
 equal compute (``rl``, its settings in ``benchmarks/settings/compare_estimators.yaml``).
 
-``python benchmarks/bench_estimators.py PART``; what each measures is its result's ``SPECS`` entry at the end
-(the results page shows it).
+``python benchmarks/bench_estimators.py PART``; what each measures is its result's section of
+``benchmarks/measures.md`` (the results page shows it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import re
 import shlex
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -30,17 +29,17 @@ from rich.console import Console
 from rich.progress import track
 
 from benchmarks.common import ROOT, git_commit, mean_spread, paired_differences, run_measured
-from benchmarks.harness import Benchmark, Part, option, result_path, run_suite, script_path
+from benchmarks.harness import Benchmark, Part, PartSettings, option, result_path, script_main, script_path
 from benchmarks.lib.markdown import fmt, markdown_table
-from benchmarks.lib.runs import read_metrics, train_command
+from progpo_base.config import parse_override
 from training.advantages import ESTIMATORS, check_parameter_names, compute_advantages
-from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND
+from training.cli import train_command
+from training.metrics import HELD_OUT_EVAL_KIND, RL_TASKS_EVAL_KIND, read_metrics
 
 console = Console(width=160)
+SCRIPT = script_path(__file__)
 
-# ------------------------------------------------------------------------------------------------------------
-# speed: every estimator against its per-row Python reference
-# ------------------------------------------------------------------------------------------------------------
+# --- speed: every estimator against its per-row Python reference ---
 
 TARGET_SECONDS, TARGET_SPEEDUP = 2.0, 10.0
 
@@ -67,13 +66,12 @@ def timed(fn, repeats: int) -> tuple[float, float, np.ndarray]:
 
 
 @dataclass
-class SpeedSettings:
+class SpeedSettings(PartSettings):
     sizes: list[int] = option([250_000, 500_000, 1_000_000], "step rows per batch")
     reference_rows: int = option(100_000, "rows the Python references are timed on (then scaled linearly)")
     repeats: int = option(3, "timed calls per size (the best is kept)")
     seed: int = option(0, "batch seed")
     quick: bool = option(False, "100k and 200k rows, references on 20k, one repeat")
-    out: Path | None = option(None, "result file (default: benchmarks/results/advantages.json)")
 
     def __post_init__(self):
         if self.quick:
@@ -83,19 +81,15 @@ class SpeedSettings:
 def run_speed(s: SpeedSettings) -> dict:
     """Every estimator's CPU seconds at each size, shuffled, and against its per-row Python reference."""
     names, largest = sorted(ESTIMATORS), max(s.sizes)
-    full = test_module("advantages_batches").random_walk_batch(
-        largest // 200 + 16, seed=s.seed, n_rows=largest
-    )
-    references = test_module("advantages_reference").REFERENCES
+    batches, references = test_module("advantages_batches"), test_module("advantages_reference").REFERENCES
+    full = batches.random_walk_batch(largest // 200 + 16, seed=s.seed, n_rows=largest)
     lengths = np.bincount(full["traj_id"])
-    fast = {n: {} for n in names}
-    wall = {n: {} for n in names}
+    fast, wall = {n: {} for n in names}, {n: {} for n in names}
     for size in s.sizes:
         batch = {k: v[:size] for k, v in full.items()}
         for name in track(names, description=f"estimators at {size} rows", console=console):
-            fast[name][size], wall[name][size], _ = timed(
-                lambda b=batch, n=name: compute_advantages(n, b), s.repeats
-            )
+            run = functools.partial(compute_advantages, name, batch)
+            fast[name][size], wall[name][size], _ = timed(run, s.repeats)
     shuffled_batch = {k: v[np.random.default_rng(s.seed).permutation(largest)] for k, v in full.items()}
     shuffled = {}
     for name in track(names, description=f"estimators, {largest} rows in random order", console=console):
@@ -109,9 +103,7 @@ def run_speed(s: SpeedSettings) -> dict:
         results[name] = {
             "seconds_by_rows": {str(size): fast[name][size] for size in s.sizes},
             "wall_seconds_median_by_rows": {str(size): wall[name][size] for size in s.sizes},
-            "seconds_per_million_rows_by_rows": {
-                str(size): fast[name][size] / size * 1e6 for size in s.sizes
-            },
+            "seconds_per_million_rows_by_rows": {str(n): fast[name][n] / n * 1e6 for n in s.sizes},
             "seconds_shuffled_rows": shuffled[name],
             "growth_largest_over_smallest": t_big / fast[name][min(s.sizes)],
             "reference_seconds_measured": reference,
@@ -167,48 +159,21 @@ def render_speed(data: dict) -> str:
     largest = str(data["batch"]["rows"])
     header = ["estimator", f"CPU s at {int(largest):,} rows", "speed-up vs Python reference"]
     header += ["time growth, largest / smallest size", "max abs diff vs reference", "time target met"]
+    keys = ["speedup_vs_scaled_reference", "growth_largest_over_smallest", "max_abs_diff_vs_reference"]
+    keys += ["meets_time_target", "meets_speedup_target"]
     rows = [
-        [
-            name,
-            r["seconds_by_rows"][largest],
-            r["speedup_vs_scaled_reference"],
-            r["growth_largest_over_smallest"],
-        ]
-        + [r["max_abs_diff_vs_reference"], r["meets_time_target"], r["meets_speedup_target"]]
-        for name, r in data["results"].items()
+        [name, r["seconds_by_rows"][largest], *(r[k] for k in keys)] for name, r in data["results"].items()
     ]
     return f"Claim: {data['claim']}\n\n" + markdown_table([*header, "speed-up target met"], rows)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# rl: the estimators compared at equal compute
-# ------------------------------------------------------------------------------------------------------------
-
-#: ProGPO's first reading (before issue 20): terminal potential r_succ under the step-return target, every
-#: depth's precision summed, normalised-text expansion, the row's own return inside its potential.
-PROGPO_FIRST_READING = {
-    "success_potential": 10,
-    "dedup_depths": False,
-    "semantic": "normalized_text",
-    "leave_one_out": False,
-}
-
-
-def progpo_spec(**changes: Any) -> str:
-    """The estimator spec of ProGPO's first reading with ``changes`` applied (every ablated key spelled out).
-
-    Example:
-        >>> progpo_spec(success_potential=0)
-        'progpo:success_potential=0,dedup_depths=false,semantic=normalized_text,leave_one_out=false'
-    """
-    params = {**PROGPO_FIRST_READING, **changes}
-    return "progpo:" + ",".join(f"{k}={json.dumps(v).strip(chr(34))}" for k, v in params.items())
+# --- rl: the estimators compared at equal compute ---
 
 
 def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"name"`` or ``"name:key=value,key=value"`` -> ``(name, params)``; values are JSON when they parse
-    (numbers, true/false, null), else strings. Keys are checked against the estimator's parameters here, so a
-    bad one fails before any rollout is recorded.
+    """``"name"`` or ``"name:key=value,key=value"`` -> ``(name, params)``; each ``key=value`` read as a
+    ``progpo train`` override (:func:`progpo_base.config.parse_override`: YAML values). Keys are checked
+    against the estimator's parameters here, so a bad one fails before any rollout is recorded.
 
     Example:
         >>> parse_estimator_spec("progpo:success_potential=0,norm=mean")
@@ -217,30 +182,15 @@ def parse_estimator_spec(spec: str) -> tuple[str, dict[str, Any]]:
     name, _, rest = spec.partition(":")
     if name not in ESTIMATORS:
         raise ValueError(f"unknown estimator {name!r} in {spec!r}; registered: {sorted(ESTIMATORS)}")
-    params: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise ValueError(f"estimator spec {spec!r}: expected key=value, got {item!r}")
-        try:
-            params[key] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key] = value
+    params = dict(parse_override(item) for item in filter(None, rest.split(",")))
     check_parameter_names(name, params, ESTIMATORS[name].parameters)
     return name, params
 
 
 #: Headline metrics, in table order: the held-out evaluation (``success_steps``: steps to success, won
 #: episodes only), then RL's own task pool; per-task-type success is added where present.
-METRICS = [
-    "success",
-    "rl_tasks_success",
-    "task_score",
-    "score",
-    "invalid_rate",
-    "episode_steps",
-    "success_steps",
-]
+METRICS = ["success", "rl_tasks_success", "task_score", "score", "invalid_rate", "episode_steps"]
+METRICS.append("success_steps")
 #: Learning curves a run record holds: its key, the training metric it follows, the panel's label.
 CURVES = [("curve", "success", "success"), ("score_curve", "task_score", "purchase score (0-1)")]
 
@@ -309,15 +259,11 @@ def curve(records: list[dict[str, Any]], key: str = "success") -> list[tuple[int
 def run_results(run_dir: Path, finished: bool) -> dict[str, Any]:
     """A run's numbers from its folder: ``final`` (empty unless it finished) and its learning curves."""
     records = read_metrics(run_dir)
-    return {
-        "final": final_metrics(records) if finished else {},
-        **{k: curve(records, m) for k, m, _ in CURVES},
-    }
+    curves = {key: curve(records, metric) for key, metric, _ in CURVES}
+    return {"final": final_metrics(records) if finished else {}, **curves}
 
 
-def summarise(
-    runs: list[dict[str, Any]],
-) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, Any]], list[str]]:
+def summarise(runs: list[dict[str, Any]]) -> tuple[dict[str, dict], dict[str, dict], list[str]]:
     """Per ``env / estimator`` over finished runs: display strings ``mean ± std (n)`` and raw statistics."""
     names = list(METRICS)
     for r in runs:
@@ -347,7 +293,7 @@ def train_run(overrides: list[str], run_dir: Path, timeout_s: float, reuse: bool
 
 
 @dataclass
-class RLSettings:
+class RLSettings(PartSettings):
     setting: str = option("cpu", "the comparison's setting", choices=sorted(SETTINGS))
     seeds: list[int] | None = option(None, "override the setting's seeds")
     estimators: list[str] | None = option(
@@ -359,14 +305,9 @@ class RLSettings:
     runs_dir: Path | None = option(None, "run folders (default runs/compare_estimators/<setting>)")
     timeout: float | None = option(None, "seconds per training run (default: the setting's)")
     jobs: int | None = option(None, "training runs at once (default: the setting's)")
-    reuse: bool = option(
-        False, "keep the warm start and every run whose folder holds a finished run; run only what is missing"
-    )
-    resummarise: bool = option(
-        False, "run nothing: read --out's runs again from their folders and rewrite it"
-    )
+    reuse: bool = option(False, "keep the warm start and finished runs in the folders; run what is missing")
+    resummarise: bool = option(False, "run nothing: read --out's runs again from their folders, rewrite it")
     quick: bool = option(False, "the smoke setting")
-    out: Path | None = option(None, "result file (default: benchmarks/results/compare_estimators.json)")
 
     def __post_init__(self):
         self.setting = "smoke" if self.quick else self.setting
@@ -393,12 +334,8 @@ def run_rl(s: RLSettings) -> dict:
         console.print(f"[bold]{env}: warm start (seed {seeds[0]})")
         ws_overrides = [*env_base, f"seed={seeds[0]}", "iterations=0", "warm_start.enabled=true"]
         ws = train_run(ws_overrides, ws_dir, timeout_s, s.reuse and (ws_dir / "final").is_dir())
-        ws.update(
-            env=env,
-            seed=seeds[0],
-            run_dir=str(ws_dir),
-            before_rl=final_metrics(read_metrics(ws_dir), "before_rl"),
-        )
+        ws.update(env=env, seed=seeds[0], run_dir=str(ws_dir))
+        ws["before_rl"] = final_metrics(read_metrics(ws_dir), "before_rl")
         warm_starts.append(ws)
         for seed in seeds:
             for spec in estimators:
@@ -406,9 +343,8 @@ def run_rl(s: RLSettings) -> dict:
                 record = {"env": env, "seed": seed, "estimator": spec, "run_dir": str(run_dir)}
                 record["before_rl"] = ws["before_rl"]
                 if ws["status"] != "ok" or not (ws_dir / "final").is_dir():
-                    todo.append(
-                        (record | {"status": "skipped: warm start failed", "seconds": 0.0, "final": {}}, [])
-                    )
+                    skipped = {"status": "skipped: warm start failed", "seconds": 0.0, "final": {}}
+                    todo.append((record | skipped, []))
                     continue
                 rl = [f"seed={seed}", *estimator_overrides(spec), f"model.path={ws_dir / 'final'}"]
                 todo.append((record, [*env_base, *rl, "warm_start.enabled=false", "eval.before_rl=false"]))
@@ -426,17 +362,16 @@ def run_rl(s: RLSettings) -> dict:
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # runs are subprocesses: threads suffice
         runs = list(pool.map(run_one, todo))
     display, stats, metric_names = summarise(runs)
+    config = {**asdict(setting), "seeds": seeds, "estimators": estimators, "envs": envs}
+    config.update(timeout_s=timeout_s, model_path=s.model_path, extra=s.extra)
+    import torch
+
+    machine = {"numpy": np.__version__, "torch": torch.__version__, "cuda": torch.cuda.is_available()}
+    machine.update({"gpu": torch.cuda.get_device_name(0)} if machine["cuda"] else {})
     return {
         "setting": s.setting,
-        "config": {
-            **asdict(setting),
-            "seeds": seeds,
-            "estimators": estimators,
-            "envs": envs,
-            "timeout_s": timeout_s,
-        }
-        | {"model_path": s.model_path, "extra": s.extra},
-        "machine": _torch_info(),
+        "config": config,
+        "machine": machine,
         "git": git_commit(),
         "seconds": time.perf_counter() - started,
         "metric_names": metric_names,
@@ -473,13 +408,6 @@ def resummarise(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _torch_info() -> dict[str, Any]:
-    import torch
-
-    gpu = {"gpu": torch.cuda.get_device_name(0)} if torch.cuda.is_available() else {}
-    return {"numpy": np.__version__, "torch": torch.__version__, "cuda": torch.cuda.is_available(), **gpu}
-
-
 def plot_rl(result: dict, path: Path) -> None:
     """Training success (and WebShop's purchase score) per iteration: mean over seeds, min-max band."""
     from benchmarks.lib.plots import figure
@@ -497,22 +425,14 @@ def plot_rl(result: dict, path: Path) -> None:
     with figure(path, panels=len(panels), width=6.5, height=4) as axes:
         for ax, (env, key, label) in zip(axes, panels, strict=True):
             for est in dict.fromkeys(r["estimator"] for r in runs if r["env"] == env):
-                curves = [
-                    dict(map(tuple, r[key]))
-                    for r in runs
-                    if r["env"] == env and r["estimator"] == est and r.get(key)
-                ]
-                if curves:
+                mine = [r[key] for r in runs if r["env"] == env and r["estimator"] == est and r.get(key)]
+                if curves := [dict(map(tuple, c)) for c in mine]:
                     its = sorted(set().union(*curves))
                     values = [[c[i] for c in curves if i in c] for i in its]
                     ax.plot(its, [np.mean(v) for v in values], marker="o", label=f"{est} (n={len(curves)})")
                     ax.fill_between(its, [min(v) for v in values], [max(v) for v in values], alpha=0.15)
-            ax.set(
-                title=f"{env}: training {label} per iteration",
-                xlabel="iteration",
-                ylabel=label,
-                ylim=(-0.02, 1.02),
-            )
+            ax.set(title=f"{env}: training {label} per iteration", xlabel="iteration", ylabel=label)
+            ax.set_ylim(-0.02, 1.02)
             ax.legend(fontsize=7)
 
 
@@ -531,11 +451,8 @@ def render_rl(data: dict) -> str:
     ]  # fmt: skip
     for ws in data.get("warm_starts", []):
         before = ws.get("before_rl") or {}
-        pool = (
-            f", success on RL's task pool {fmt(before['rl_tasks_success'])}"
-            if "rl_tasks_success" in before
-            else ""
-        )
+        pool = before.get("rl_tasks_success")
+        pool = f", success on RL's task pool {fmt(pool)}" if "rl_tasks_success" in before else ""
         parts.append(
             f"Warm start of `{ws.get('env')}` (shared by every run): {ws.get('status')} in "
             f"{fmt(ws.get('seconds'))} s, held-out success {fmt(before.get('success'))}{pool}."
@@ -562,8 +479,8 @@ def render_rl(data: dict) -> str:
         parts.append(
             "**Paired with GRPO** (estimator − GRPO, same env and seed: same warm start, RL task draws, "
             "evaluation tasks and sampling seeds; mean ± sample std over seeds). A difference within its "
-            "spread is no "
-            "difference.\n\n" + markdown_table(["env / estimator", *(f"Δ {m}" for m in columns)], table)
+            "spread is no difference.\n\n"
+            + markdown_table(["env / estimator", *(f"Δ {m}" for m in columns)], table)
         )
     # the folders were recorded as absolute paths of the machine that ran them: shown from the root
     shown = lambda command: f"`{_ABSOLUTE_RUNS_PREFIX.sub('runs/', command)}`"  # noqa: E731
@@ -598,58 +515,24 @@ PARTS = {
 SPECS = (
     Benchmark(
         "compare_estimators_quickstart_ablation",
-        script_path(__file__),
-        "ProGPO's reconstruction choices in RL on the quickstart itself (its embedded defaults, held-out "
-        "`valid_seen` tasks and RL's own 8 tasks), 3 seeds from one warm start, GRPO and each ProGPO variant "
-        "(estimator specs: every ablated parameter spelled out).",
         ["rl", "--setting", "quickstart_ablation"],
         quick=False,
         render=render_rl,
     ),
     Benchmark(
         "compare_estimators",
-        script_path(__file__),
-        "The papers' comparison at small scale (issue 8), on generated ALFWorld tasks (evaluated in the "
-        "unseen bedroom) and WebShop goals: the same small policy, warm start, iterations, groups, group "
-        "size and seeds, trained with each estimator (GRPO, RLOO, GiGPO, G2PO, GraphGPO, ProGPO, "
-        "ProGPO-coverage). Per env the warm start runs once (`progpo train iterations=0`) and every "
-        "(estimator, seed) run starts RL from its export, so runs differ only in estimator and RL seed; "
-        "each is a `progpo train` subprocess whose `metrics.jsonl` gives the learning curves and the "
-        "held-out evaluation after RL (success overall and per task type, success on RL's own task pool, "
-        "WebShop score, invalid actions, steps). Mean ± sample std over seeds and each estimator minus GRPO "
-        "paired by seed; every started run is listed.",
         ["rl", "--setting", "cpu"],
         render=render_rl,
-        command=f"python {script_path(__file__)} rl --setting cpu  (GPU: --setting gpu)",
+        command=f"python {SCRIPT} rl --setting cpu  (GPU: --setting gpu)",
     ),
     Benchmark(
         "compare_estimators_quickstart_rl",
-        script_path(__file__),
-        "The comparison's ALFWorld half with the quickstart's own RL (30 iterations at learning rate 3e-4, "
-        "where RL raised held-out success in the README's runs, instead of the cpu setting's 10 at 1e-3), "
-        "for the estimators the claim is about: trajectory-level GRPO, anchor-state GiGPO and ProGPO.",
         ["rl", "--setting", "cpu_quickstart_rl"],
         quick=False,
         render=render_rl,
     ),
-    Benchmark(
-        "advantages",
-        script_path(__file__),
-        "Speed of every advantage estimator (issue 3): CPU seconds on one core (best of repeats) at three "
-        "batch sizes and on the largest in random order, on "
-        "`tests/training/advantages/advantages_batches.py`'s batches (groups of 8 trajectories over small "
-        "worlds: shared start state, revisits, loops, invalid actions), against the per-row Python "
-        "references of `advantages_reference.py` timed on fewer rows and scaled linearly, their outputs "
-        "compared; the claim checked (time at the largest size, speed-up, linear growth) is the result's "
-        "own.",
-        ["speed"],
-        render=render_speed,
-    ),
+    Benchmark("advantages", ["speed"], render=render_speed),
 )
 
 
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

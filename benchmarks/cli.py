@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from benchmarks.common import child_env
 from benchmarks.harness import option, parse_config
 from benchmarks.report import BENCHMARKS, PAGE, RESULTS_DIR, ROOT, render_page
 from progpo_base.usage import one_of
@@ -31,16 +32,10 @@ from progpo_base.usage import one_of
 def run_benchmark(script: str, args: list[str], timeout_s: float) -> tuple[str, float]:
     """Run one benchmark script; returns ``(status, seconds)`` with status ``ok`` / ``failed (rc N)`` /
     ``timed out``."""
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
+    env = child_env(OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     start = time.perf_counter()
     try:
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / script), *args], cwd=ROOT, env=env, timeout=timeout_s
-        )
+        proc = subprocess.run([sys.executable, script, *args], cwd=ROOT, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return "timed out", time.perf_counter() - start
     status = "ok" if proc.returncode == 0 else f"failed (rc {proc.returncode})"
@@ -65,12 +60,8 @@ class Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings = parse_config(
-        Settings,
-        argv,
-        "Run the quick version of every benchmark and regenerate benchmarks/README.md.",
-        prog="progpo bench",
-    )
+    about = "Run the quick version of every benchmark and regenerate benchmarks/README.md."
+    settings = parse_config(Settings, argv, about, prog="progpo bench")
     chosen = settings.only or [b.name for b in BENCHMARKS]
     selected = [b for b in BENCHMARKS if b.name in chosen and b.name not in settings.skip]
     if settings.list_only:

@@ -93,20 +93,12 @@ def run_measured(
                 break
             time.sleep(1.0)
     _, wait_status, usage = done
-    process.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here: Popen must not wait again
-    return {
-        "status": "timeout" if timed_out else "ok" if process.returncode == 0 else "failed",
-        "returncode": process.returncode,
-        "command": shlex.join(["python", *command[1:]])
-        if command[0] == sys.executable
-        else shlex.join(command),
-        "resources": {
-            "wall_s": time.perf_counter() - started,
-            "user_cpu_s": usage.ru_utime,
-            "system_cpu_s": usage.ru_stime,
-            "peak_rss_gb": usage.ru_maxrss * 1024 / 1e9,  # Linux reports KiB
-        },
-    }
+    returncode = process.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped: Popen must not wait
+    resources = {"wall_s": time.perf_counter() - started, "user_cpu_s": usage.ru_utime}
+    resources.update(system_cpu_s=usage.ru_stime, peak_rss_gb=usage.ru_maxrss * 1024 / 1e9)  # Linux: KiB
+    shown = ["python", *command[1:]] if command[0] == sys.executable else command
+    status = "timeout" if timed_out else "ok" if returncode == 0 else "failed"
+    return {"status": status, "returncode": returncode, "command": shlex.join(shown), "resources": resources}
 
 
 def run_child(
@@ -147,14 +139,7 @@ class ServerProcess:
             message ends with the last of its output.
     """
 
-    def __init__(
-        self,
-        command: list[str],
-        port: int,
-        ready_path: str,
-        timeout_s: float = 300.0,
-        env: dict[str, str] | None = None,
-    ):
+    def __init__(self, command: list[str], port: int, ready_path: str, timeout_s: float = 300.0, env=None):
         self.url = f"http://127.0.0.1:{port}"
         self.log = tempfile.TemporaryFile(mode="w+")
         self.process = subprocess.Popen(
@@ -219,13 +204,8 @@ def mean_spread(values: list[float]) -> dict[str, Any]:
     if arr.size == 0:
         return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
     std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-    return {
-        "mean": float(arr.mean()),
-        "std": std,
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-        "n": arr.size,
-    }
+    mean, low, high = float(arr.mean()), float(arr.min()), float(arr.max())
+    return {"mean": mean, "std": std, "min": low, "max": high, "n": arr.size}
 
 
 def paired_differences(

@@ -12,8 +12,9 @@ command) and a function from settings to result. :func:`run_suite` (a suite's ``
 replaces a committed result; a result with a non-empty ``failed`` list exits with status 1.
 
 **Specs.** A suite module ends with ``SPECS``: one :class:`Benchmark` per result file it writes, with the
-renderer of its section beside it. :mod:`benchmarks.report` finds every module that declares ``SPECS`` and
-builds the page from them; a renderer reads only its own result file.
+renderer of its section beside it; what each measures is its section of ``benchmarks/measures.md``.
+:mod:`benchmarks.report` finds every module that declares ``SPECS`` and builds the page from them; a renderer
+reads only its own result file.
 
 Example:
     >>> @dataclass
@@ -24,8 +25,8 @@ Example:
     Settings(sizes=[10, 20], quick=True)
     >>> recorded_command("benchmarks/demo.py", ["speed", "--sizes", "10"])
     'python benchmarks/demo.py speed --sizes 10'
-    >>> Benchmark("demo", "benchmarks/demo.py", "What it measures.", ["speed"]).quick_args
-    ['speed', '--quick']
+    >>> Benchmark("demo", ["speed"], script="benchmarks/demo.py").command
+    'python benchmarks/demo.py speed'
 """
 
 from __future__ import annotations
@@ -54,27 +55,29 @@ class Benchmark:
 
     Attributes:
         name: result file stem (``results/<name>.json``) and section title.
-        script: the suite's path relative to the repository root.
-        measures: one paragraph: what it measures and the claim checked.
         args: the suite's arguments of the full run (its part first), for ``progpo bench --full``.
         quick: whether ``args + ["--quick"]`` is a quick version (for ``progpo bench``).
         render: curated renderer (JSON dict -> Markdown), or None for
             :func:`benchmarks.lib.markdown.generic_tables`.
         command: the full run as the page shows it, when it is not ``python <script> <args>`` (another
             Python, a run it needs first).
+        script: the suite's path relative to the repository root (:func:`benchmarks.report.discover` sets it
+            from the module that declares the spec).
+        measures: one paragraph: what it measures and the claim checked (``discover`` reads it from
+            ``benchmarks/measures.md``: prose lives with prose, the page's Markdown as Markdown).
     """
 
     name: str
-    script: str
-    measures: str
     args: list[str] = field(default_factory=list)
     quick: bool = True
     render: Callable[[dict], str] | None = None
     command: str = ""
+    script: str = ""
+    measures: str = ""
 
     def __post_init__(self):
-        if not self.command:
-            object.__setattr__(self, "command", f"python {self.script} {shlex.join(self.args)}".strip())
+        if self.script and not self.command:
+            object.__setattr__(self, "command", recorded_command(self.script, self.args))
 
     @property
     def quick_args(self) -> list[str] | None:
@@ -96,11 +99,18 @@ class Part:
 def option(default: Any, doc: str, flag: str | None = None, **argparse_kwargs: Any) -> Any:
     """A settings field that is also a command-line option: its default, what it means (the option's help),
     its flag when it is not ``--field-name`` (``--env`` for a field ``envs``), and any ``argparse`` keyword
-    that its type does not imply (``choices``, ``nargs="*"``, ``action="append"``, ``required``)."""
+    that its type does not imply (``choices``, ``nargs="*"``, ``action="append"``: one value a flag)."""
     metadata = {"doc": doc, "flag": flag, "argparse": argparse_kwargs}
     if isinstance(default, list | dict):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclass
+class PartSettings:
+    """What the settings of every part share (their dataclasses derive from it): where the result goes."""
+
+    out: Path | None = option(None, "result file (default: results/<name>.json; --quick: runs/bench_quick/)")
 
 
 def _argument(annotation: Any, default: Any) -> dict[str, Any]:
@@ -130,14 +140,11 @@ def add_options(parser: CommandParser, cls: type) -> CommandParser:
     for f in dataclasses.fields(cls):
         default = base[f.name]
         kwargs = {**_argument(hints[f.name], default), **f.metadata.get("argparse", {})}
+        if kwargs.get("action") == "append":  # a list given one value a flag
+            kwargs.pop("nargs", None)
         flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
         parser.add_argument(flag, dest=f.name, default=default, help=f.metadata.get("doc"), **kwargs)
     return parser
-
-
-def build_parser(cls: type, description: str, prog: str | None = None) -> CommandParser:
-    """The command line of the settings dataclass ``cls``."""
-    return add_options(CommandParser(prog=prog, description=description), cls)
 
 
 def _settings(parser: CommandParser, cls: type, values: Mapping[str, Any]) -> Any:
@@ -150,7 +157,7 @@ def _settings(parser: CommandParser, cls: type, values: Mapping[str, Any]) -> An
 
 def parse_config(cls: type, argv: Sequence[str] | None, description: str, prog: str | None = None) -> Any:
     """The settings ``cls`` from the command line ``argv`` (``None``: ``sys.argv[1:]``)."""
-    parser = build_parser(cls, description, prog)
+    parser = add_options(CommandParser(prog=prog, description=description), cls)
     return _settings(parser, cls, vars(parser.parse_args(argv)))
 
 
@@ -211,33 +218,45 @@ def result_path(name: str, settings: Any) -> Path:
 
 def run_suite(
     module_file: str,
-    parts: Mapping[str, Part],
+    parts: Mapping[str, Part] | Part,
     specs: Sequence[Benchmark],
     doc: str,
     argv: Sequence[str] | None = None,
 ) -> int:
-    """A suite's ``main``: run the part the command line names and write its result (module docstring)."""
+    """A suite's ``main``: run the part the command line names (nothing to name when the module has one
+    :class:`Part`) and write its result (module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     script = script_path(module_file)
     parser = CommandParser(prog=f"python {script}", description=doc.split("\n\n")[0])
-    choices = parser.add_subparsers(dest="part", required=True, metavar="PART")
-    for key, part in parts.items():
-        summary = (part.run.__doc__ or "").split("\n\n")[0]
-        add_options(choices.add_parser(key, help=summary, description=summary), part.settings)
-    values = vars(parser.parse_args(argv))
-    part = parts[values["part"]]
-    return run_part(script, part, _settings(parser, part.settings, values), argv, specs, values["part"])
+    if isinstance(parts, Part):
+        key, part = None, parts
+        values = vars(add_options(parser, part.settings).parse_args(argv))
+    else:
+        choices = parser.add_subparsers(dest="part", required=True, metavar="PART")
+        for name, each in parts.items():
+            summary = (each.run.__doc__ or "").split("\n\n")[0]
+            add_options(choices.add_parser(name, help=summary, description=summary), each.settings)
+        values = vars(parser.parse_args(argv))
+        key = values["part"]
+        part = parts[key]
+    return run_part(script, part, _settings(parser, part.settings, values), argv, specs, key)
 
 
-def run_single(module_file: str, part: Part, specs: Sequence[Benchmark], doc: str, argv=None) -> int:
-    """The ``main`` of a benchmark with one part and no part name on its command line."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    settings = parse_config(part.settings, argv, doc.split("\n\n")[0])
-    return run_part(script_path(module_file), part, settings, argv, specs, specs[0].name)
+def script_main(module: str, module_file: str, parts: Mapping[str, Part] | Part, specs, doc: str) -> Callable:
+    """A benchmark module's ``main(argv=None)``: :func:`run_suite` over ``parts``; run at once (its exit
+    status the process's) when ``module`` is ``"__main__"``, the module being the script run:
+    ``main = script_main(__name__, __file__, PARTS, SPECS, __doc__)``."""
+
+    def main(argv: Sequence[str] | None = None) -> int:
+        return run_suite(module_file, parts, specs, doc, argv)
+
+    if module == "__main__":
+        sys.exit(main())
+    return main
 
 
 def run_part(
-    script: str, part: Part, settings: Any, argv: list[str], specs: Sequence[Benchmark], key: str
+    script: str, part: Part, settings: Any, argv: list[str], specs: Sequence[Benchmark], key: str | None
 ) -> int:
     """Run ``part`` with ``settings``; write its result (the command, the machine and its load before and
     after added), its plot, and print its page section; exit status 1 when its ``failed`` list is not

@@ -1,12 +1,13 @@
 """Render ``benchmarks/README.md``, the results page, from the JSON files in ``benchmarks/results/``.
 
-Every suite declares its result files (:class:`benchmarks.harness.Benchmark`: what each measures, how to run
-it, its renderer) in its module's ``SPECS``; :func:`discover` finds them (:data:`BENCHMARKS`). For each one
-the page shows the latest results as Markdown tables built from the JSON (nothing is typed in by hand: a
-benchmark without a result file says "not run yet"), the command recorded in the JSON, the machine it ran on,
-and its plot. The papers' published numbers (``data/published.json``, data no command makes: copied from the
-tables ``docs/algorithms.md`` §9 cites) follow, with what differs in ours. No figure is typed into a renderer:
-prose states numbers only as read from a file (``tests/test_claims.py`` checks the page).
+Every suite declares its result files (:class:`benchmarks.harness.Benchmark`: how to run each, its renderer)
+in its module's ``SPECS``; :func:`discover` finds them (:data:`BENCHMARKS`), with what each measures from
+``benchmarks/measures.md``. For each one the page shows the latest results as Markdown tables built from the
+JSON (nothing is typed in by hand: a benchmark without a result file says "not run yet"), the command recorded
+in the JSON, the machine it ran on, and its plot. The papers' published numbers (``data/published.json``, data
+no command makes: copied from the tables ``docs/algorithms.md`` §9 cites) follow, with what differs in ours.
+No figure is typed into a renderer: prose states numbers only as read from a file (``tests/test_claims.py``
+checks the page).
 
 Run: ``python benchmarks/report.py`` (or ``progpo bench --report-only``); ``--check`` exits 1 when the page on
 disk is not what the results render to.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import importlib
 import json
 import sys
@@ -30,6 +32,7 @@ from benchmarks.harness import RESULTS_DIR, ROOT, Benchmark
 from benchmarks.lib.markdown import fmt, markdown_table, section_body
 
 PAGE = ROOT / "benchmarks" / "README.md"
+MEASURES = ROOT / "benchmarks" / "measures.md"
 DATA_DIR = ROOT / "benchmarks" / "data"
 #: The page's order of the suites (the headline claims first); a module that declares ``SPECS`` and is not
 #: listed here follows them, in name order.
@@ -43,12 +46,28 @@ def declares_specs(path: Path) -> bool:
     return any(isinstance(target, ast.Name) and target.id == "SPECS" for target in targets)
 
 
+def read_measures(text: str) -> dict[str, str]:
+    """``name -> paragraph`` of a measures file's ``text``: each ``## name`` heading's text, its lines joined.
+
+    Example:
+        >>> read_measures("# What each measures\\n\\nIntro.\\n\\n## demo\\n\\nWhat it\\nmeasures.\\n")
+        {'demo': 'What it measures.'}
+    """
+    sections = (s.partition("\n") for s in text.split("\n## ")[1:])
+    return {name.strip(): " ".join(paragraph.split()) for name, _, paragraph in sections}
+
+
 def discover(folder: Path = ROOT / "benchmarks") -> list[Benchmark]:
     """Every result file's spec: the ``SPECS`` of each module of ``folder`` that declares them, in
-    :data:`PAGE_ORDER`."""
+    :data:`PAGE_ORDER`, with its paragraph of :data:`MEASURES` (empty when it has none)."""
     names = [path.stem for path in sorted(folder.glob("*.py")) if declares_specs(path)]
     ordered = [name for name in PAGE_ORDER if name in names] + [n for n in names if n not in PAGE_ORDER]
-    return [spec for name in ordered for spec in importlib.import_module(f"benchmarks.{name}").SPECS]
+    specs = ((name, spec) for name in ordered for spec in importlib.import_module(f"benchmarks.{name}").SPECS)
+    measures = read_measures(MEASURES.read_text(encoding="utf-8"))
+    return [
+        dataclasses.replace(spec, script=f"benchmarks/{name}.py", measures=measures.get(spec.name, ""))
+        for name, spec in specs
+    ]
 
 
 BENCHMARKS: list[Benchmark] = discover()
@@ -135,7 +154,9 @@ def render_page(results_dir: Path = RESULTS_DIR, data_dir: Path = DATA_DIR) -> s
         if results_dir.is_dir()
         else []
     )
-    extra = [Benchmark(name, "", "(a result file no benchmark declares)", command="—") for name in unknown]
+    extra = [
+        Benchmark(name, command="—", measures="(a result file no benchmark declares)") for name in unknown
+    ]
     contents = "\n".join(f"- [{b.name}](#{b.name}) — `{b.script}`" for b in BENCHMARKS)
     sections = [
         "# Benchmarks and results",

@@ -1,31 +1,6 @@
 """A soak as long as a training run: a GPU preset's env traffic against a fleet of env servers, faults on a
-schedule (the hosting suite's long run).
-
-For each env, its GPU preset (``configs/webshop_progpo_qwen2.5-1.5b.yaml``,
-``configs/alfworld_progpo_qwen2.5-1.5b.yaml``) sets the traffic: ``rollout.num_groups × rollout.group_size``
-copies, reset as task groups, stepped up to ``env.max_steps`` times, for ``iterations`` iterations, a random
-admissible action each (a trainer's env traffic does not depend on its model):
-
-* ``--servers`` ``progpo serve`` servers (3), each with ``--workers`` env workers, reached as one
-  ``progpo/Remote-v0`` fleet vector env on their stream door; a vector step steps the live copies, one batch
-  request per server, as the lockstep trainer does;
-* the run lasts the preset's iterations and, past them, until one connection has carried
-  ``--min-connection-mib`` (the door's bounds are per message: this checks that none is per connection);
-* faults, each once, at 20/40/60/80% of the planned vector steps, on the first two servers (the third keeps
-  its one connection all run): ``kill`` (the process tree SIGKILLed, started again on its port after
-  ``--down-s``), ``stop`` (SIGSTOP for ``--stop-s``, then SIGCONT), ``restart`` (SIGTERM, started again once
-  it exited), ``drain`` (SIGTERM, down for ``--down-s``, started again);
-* every episode is accounted for: ``finished``, ``failed_by_fault`` (ended with ``info["env_error"]`` by a
-  lost server), ``lost`` (neither: must be 0);
-* every 2 s the RSS and open descriptors of every server and env worker; ``rss_growth`` is the largest
-  relative growth of one process's RSS from 10% of its life in the run (at least 10% into the run) to its end,
-  ``fds_growth`` likewise for descriptors; a fault's ``max_stall_s`` is the longest vector step or reset that
-  overlapped it (from the fault until 30 s after its server was back).
-
-Must hold (exit status 1 otherwise): ``lost`` 0, ``max_connection_bytes`` at least ``--min-connection-mib``,
-the four faults, every ``max_stall_s`` at most 15, ``rss_growth`` at most 0.10. ``--quick`` holds its stalls
-to 30 s (a busy CI machine is slower; a server stopped for 45 s without the fleet's hang check stalls 45 s)
-and leaves RSS out (a few minutes are mostly warm-up).
+schedule (the hosting suite's long run). What it plays, the faults, what it samples and what must hold (exit
+status 1 otherwise): docs/hosting.md, "A training run's traffic under faults: the soak".
 
 Run: ``.venv/bin/python benchmarks/soak.py`` (about an hour on 2 cores) writes
 ``benchmarks/results/soak.json`` and ``soak.png``; ``--quick`` is ``.ci/run``'s shortened soak (each fault
@@ -37,7 +12,6 @@ from __future__ import annotations
 import random
 import signal
 import statistics
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -54,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import progpo_envs  # noqa: F401  (registers the envs)
 from benchmarks.common import ROOT, ServerProcess, free_port
-from benchmarks.harness import Benchmark, Part, option, run_single, script_path, settings_record
+from benchmarks.harness import Benchmark, Part, option, script_main, settings_record
 from benchmarks.lib.hosting import choose, serve_command
 from benchmarks.lib.markdown import markdown_table
 from benchmarks.lib.processes import Sampler, tree
@@ -72,9 +46,7 @@ SERVER_KWARGS = {"progpo/WebShop-v0": {"num_products": 1000}, "progpo/ALFWorld-v
 FAULTS = ("kill", "stop", "restart", "drain")
 #: Where in the planned vector steps each fault starts.
 FAULT_AT = (0.2, 0.4, 0.6, 0.8)
-MAX_STALL_S = 15.0
-MAX_STALL_S_QUICK = 30.0
-MAX_RSS_GROWTH = 0.10
+MAX_STALL_S, MAX_STALL_S_QUICK, MAX_RSS_GROWTH = 15.0, 30.0, 0.10
 MIB = 1 << 20
 
 
@@ -84,9 +56,7 @@ class Settings:
     servers: int = option(3, "progpo serve servers in the fleet (faults fall on the first two)")
     workers: int = option(2, "env workers per server")
     iterations: int = option(0, "training iterations of traffic (0: the preset's)")
-    min_connection_mib: int = option(
-        512, "run past the iterations until one connection carried this many MiB"
-    )
+    min_connection_mib: int = option(512, "run past the iterations until one connection carried this much")
     stop_s: float = option(60.0, "seconds a stopped server stays stopped")
     down_s: float = option(15.0, "seconds a killed or drained server stays down")
     seed: int = option(0, "task and action draws")
@@ -94,8 +64,7 @@ class Settings:
     out: Path | None = option(None, "result file (default: benchmarks/results/soak.json; its plot beside it)")
 
     def __post_init__(self):
-        unknown = sorted(set(self.envs) - set(PRESETS))
-        if unknown:
+        if unknown := sorted(set(self.envs) - set(PRESETS)):
             raise ValueError(f"no preset for {unknown}; choose from {sorted(PRESETS)}")
         if self.servers < 3:
             raise ValueError("--servers must be at least 3 (two take the faults, one keeps its connection)")
@@ -123,7 +92,7 @@ class Member:
         return tree(self.server.pid) if up else []
 
     def fault(self, kind: str, settings: Settings) -> None:
-        """Apply fault ``kind`` and bring the server back (see the module docstring)."""
+        """Apply fault ``kind`` and bring the server back (docs/hosting.md, "the soak")."""
         process = self.server.process
         if kind == "stop":
             process.send_signal(signal.SIGSTOP)
@@ -168,11 +137,9 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
     config = load_config(ROOT / PRESETS[env_id])
     groups, group_size, max_steps = config.rollout.num_groups, config.rollout.group_size, config.env.max_steps
     iterations = settings.iterations or config.iterations
-    planned_steps = iterations * max_steps
+    planned_steps, copies = iterations * max_steps, groups * group_size
     env_kwargs = {**SERVER_KWARGS[env_id], "split": config.env.train_split, "max_steps": max_steps}
-    console.print(
-        f"[bold]{env_id}[/]: {groups}×{group_size} copies, {iterations} iterations of {max_steps} steps"
-    )
+    console.print(f"[bold]{env_id}[/]: {copies} copies, {iterations} iterations of {max_steps} steps")
     fleet = [Member(env_id, settings.workers, env_kwargs) for _ in range(settings.servers)]
     started = time.monotonic()
     clock = lambda: time.monotonic() - started  # noqa: E731
@@ -190,14 +157,8 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
                 samples.setdefault(process.pid, {"label": label, "points": []})["points"].append(point)
 
     sampler = Sampler(sample, 2.0).start()
-    envs = gym.make_vec(
-        REMOTE_ENV_ID,
-        num_envs=groups * group_size,
-        group_size=group_size,
-        url=[m.url for m in fleet],
-        env_id=env_id,
-        transport="stream",
-    )
+    fleet_env = {"url": [m.url for m in fleet], "env_id": env_id, "transport": "stream"}
+    envs = gym.make_vec(REMOTE_ENV_ID, num_envs=copies, group_size=group_size, **fleet_env)
     num_tasks = envs.unwrapped.call("num_tasks")[0]
     rng = random.Random(settings.seed)
     episodes = {"planned": 0, "finished": 0, "failed_by_fault": 0, "lost": 0}
@@ -224,18 +185,15 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
         fault_threads.append(threading.Thread(target=run, name=f"fault-{kind}", daemon=True))
         fault_threads[-1].start()
 
-    def carried() -> int:
-        return max(largest_stream_connections().values(), default=0)
-
+    carried = lambda: max(largest_stream_connections().values(), default=0)  # noqa: E731
     vector_steps = iteration = 0
     columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
     with Progress(TextColumn("{task.description}"), *columns, console=console) as progress:
         task = progress.add_task(f"soak {env_id}", total=planned_steps, status="")
-        while iteration < iterations or (
-            carried() < settings.min_connection_mib * MIB and iteration < 10 * iterations
-        ):
+        min_bytes = settings.min_connection_mib * MIB
+        while iteration < iterations or (carried() < min_bytes and iteration < 10 * iterations):
             iteration += 1
-            episodes["planned"] += groups * group_size
+            episodes["planned"] += copies
             options = {"task_indices": [rng.randrange(num_tasks) for _ in range(groups)]}
             while True:  # a reset fails only when no server can take a group: wait for one to come back
                 try:
@@ -245,14 +203,13 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
                 except (NoServerError, ServerUnavailableError) as exc:
                     progress.update(task, status=f"[yellow]reset waits: {str(exc)[:60]}")
                     time.sleep(2.0)
-            live = list(range(groups * group_size))
+            live = list(range(copies))
             for _ in range(max_steps):
                 if len(faults) < len(FAULTS) and vector_steps >= FAULT_AT[len(faults)] * planned_steps:
                     start_fault(len(faults))
                 actions = [choose(list(infos[i]["admissible_actions"]), rng) for i in live]
-                _, _, terminated, truncated, step_infos = timed(
-                    len(live), envs.unwrapped.step_some, live, actions
-                )
+                stepped = timed(len(live), envs.unwrapped.step_some, live, actions)
+                _, _, terminated, truncated, step_infos = stepped
                 vector_steps += 1
                 still = []
                 for k, i in enumerate(live):
@@ -270,6 +227,9 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
             episodes["lost"] += len(live)  # an episode the env did not end within its own step limit
             status = f"it {iteration} · {carried() / MIB:.0f} MiB on one connection · {len(faults)} faults"
             progress.update(task, completed=min(vector_steps, planned_steps), status=status)
+            if not console.is_terminal:  # a log file: rich draws only its last state there
+                steps = f"{vector_steps}/{planned_steps} vector steps"
+                console.print(f"soak {env_id}: {status} · {steps} · {clock() / 60:.1f} min")
     for thread in fault_threads:
         thread.join()
     wall_s = clock()
@@ -285,12 +245,11 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
         next_at = faults[index + 1]["at_s"] if index + 1 < len(faults) else wall_s
         record["episodes_failed"] = sum(record["at_s"] <= t < next_at for t in failures)
     rss_growth, rss_where, fds_growth = growth(samples, wall_s)
-    rss = {
-        s["label"]: [(round(t, 1), round(b / MIB, 1)) for t, b, _ in s["points"]] for s in samples.values()
-    }
+    mib = lambda points: [(round(t, 1), round(b / MIB, 1)) for t, b, _ in points]  # noqa: E731
+    rss = {series["label"]: mib(series["points"]) for series in samples.values()}
     return {
         "preset": PRESETS[env_id],
-        "num_envs": groups * group_size,
+        "num_envs": copies,
         "group_size": group_size,
         "max_steps": max_steps,
         "iterations": iteration,
@@ -319,22 +278,17 @@ def throughput(calls: list[tuple[float, float, int]], wall_s: float, window_s: f
 
 
 def checks(result: dict, settings: Settings) -> list[str]:
-    """What failed of the must-holds (module docstring)."""
-    failed = []
+    """What failed of the must-holds (docs/hosting.md, "the soak")."""
+    failed, max_stall = [], result["bounds"]["max_stall_s"]
     for env_id, r in result["envs"].items():
         if r["episodes"]["lost"]:
             failed.append(f"{env_id}: {r['episodes']['lost']} episodes lost")
         if r["max_connection_bytes"] < settings.min_connection_mib * MIB:
-            failed.append(
-                f"{env_id}: one connection carried {r['max_connection_bytes'] / MIB:.0f} MiB at most"
-            )
+            most = r["max_connection_bytes"] / MIB
+            failed.append(f"{env_id}: one connection carried {most:.0f} MiB at most")
         if sorted(f["kind"] for f in r["faults"]) != sorted(FAULTS):
             failed.append(f"{env_id}: faults {[f['kind'] for f in r['faults']]}")
-        stalls = [
-            f
-            for f in r["faults"]
-            if f["max_stall_s"] > (MAX_STALL_S_QUICK if settings.quick else MAX_STALL_S)
-        ]
+        stalls = [f for f in r["faults"] if f["max_stall_s"] > max_stall]
         failed += [f"{env_id}: {f['kind']} stalled a vector call {f['max_stall_s']} s" for f in stalls]
         if not settings.quick and r["rss_growth"] > MAX_RSS_GROWTH:
             failed.append(f"{env_id}: RSS of {r['rss_growth_process']} grew {r['rss_growth']:.1%}")
@@ -344,10 +298,8 @@ def checks(result: dict, settings: Settings) -> list[str]:
 def run(settings: Settings) -> dict:
     """A GPU preset's env traffic over a fleet of servers with kill, stop, restart and drain faults."""
     console = Console()
-    result = {
-        "settings": settings_record(settings),
-        "envs": {e: soak_env(e, settings, console) for e in settings.envs},
-    }
+    envs = {env_id: soak_env(env_id, settings, console) for env_id in settings.envs}
+    result = {"settings": settings_record(settings), "envs": envs}
     result["bounds"] = {
         "min_connection_bytes": settings.min_connection_mib * MIB,
         "max_stall_s": MAX_STALL_S_QUICK if settings.quick else MAX_STALL_S,
@@ -358,28 +310,21 @@ def run(settings: Settings) -> dict:
 
 def plot(result: dict, path: Path) -> None:
     """Per env: each process's RSS and the env steps/s over the run, the faults shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from benchmarks.lib.plots import figure
 
     envs = result["envs"]
-    fig, axes = plt.subplots(2, len(envs), figsize=(6.5 * len(envs), 6.5), squeeze=False, sharex="col")
-    for column, (env_id, r) in enumerate(envs.items()):
-        rss, speed = axes[0][column], axes[1][column]
-        for label, points in r["series"]["rss_mib"].items():
-            rss.plot(*zip(*points, strict=True), lw=0.8, label=None if "worker" in label else label)
-        speed.plot(*zip(*r["series"]["throughput"], strict=True), lw=0.8, color="black")
-        for fault in r["faults"]:
-            for ax in (rss, speed):
-                ax.axvspan(fault["at_s"], fault["back_s"], color="red", alpha=0.12)
-            speed.annotate(fault["kind"], (fault["at_s"], 0), fontsize=7, rotation=90, va="bottom")
-        rss.set(title=f"{env_id}: RSS per process (red: a fault)", ylabel="MiB")
-        rss.legend(fontsize=7)
-        speed.set(title="env steps/s (10 s windows)", xlabel="seconds into the run", ylabel="steps/s")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, panels=len(envs), rows=2, width=6.5, height=3.25, sharex="col") as axes:
+        for (rss, speed), (env_id, r) in zip(zip(*axes, strict=True), envs.items(), strict=True):
+            for label, points in r["series"]["rss_mib"].items():
+                rss.plot(*zip(*points, strict=True), lw=0.8, label=None if "worker" in label else label)
+            speed.plot(*zip(*r["series"]["throughput"], strict=True), lw=0.8, color="black")
+            for fault in r["faults"]:
+                for ax in (rss, speed):
+                    ax.axvspan(fault["at_s"], fault["back_s"], color="red", alpha=0.12)
+                speed.annotate(fault["kind"], (fault["at_s"], 0), fontsize=7, rotation=90, va="bottom")
+            rss.set(title=f"{env_id}: RSS per process (red: a fault)", ylabel="MiB")
+            rss.legend(fontsize=7)
+            speed.set(title="env steps/s (10 s windows)", xlabel="seconds into the run", ylabel="steps/s")
 
 
 def render_soak(data: dict) -> str:
@@ -387,33 +332,15 @@ def render_soak(data: dict) -> str:
     header += ["most on one connection", "faults (max stall / episodes failed)", "RSS growth", "fds growth"]
     rows = []
     for env_id, r in data["envs"].items():
-        e, faults = (
-            r["episodes"],
-            [f"{f['kind']} {f['max_stall_s']:.1f} s/{f['episodes_failed']}" for f in r["faults"]],
-        )
+        e = r["episodes"]
+        faults = [f"{f['kind']} {f['max_stall_s']:.1f} s/{f['episodes_failed']}" for f in r["faults"]]
         rows.append([env_id, r["vector_steps"], f"{r['wall_s'] / 60:.0f} min", e["planned"], e["finished"]])
         rows[-1] += [e["failed_by_fault"], e["lost"], f"{r['max_connection_bytes'] / MIB:.0f} MiB"]
         rows[-1] += [", ".join(faults), f"{r['rss_growth']:.1%}", r["fds_growth"]]
     return markdown_table(header, rows)
 
 
-SPECS = (
-    Benchmark(
-        "soak",
-        script_path(__file__),
-        "A training run's env traffic (each GPU preset's groups, steps and iterations, a random policy) "
-        "over a fleet of `progpo serve` servers on the stream door, with a kill -9, a SIGSTOP, a restart "
-        "and a drain on the way; claims: no episode lost, and the bounds the result file names (`bounds`: "
-        "the most one connection carries, the longest stall a fault causes, the growth of any process's "
-        "RSS).",
-        render=render_soak,
-    ),
-)
+SPECS = (Benchmark("soak", render=render_soak),)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_single(__file__, Part(Settings, run, plot, "soak"), SPECS, __doc__, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+main = script_main(__name__, __file__, Part(Settings, run, plot, "soak"), SPECS, __doc__)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU presets' training path on one GPU, with assertions (benchmarks/gpu_check.py says what it proves).
+# The GPU presets' training path on one GPU, with assertions (training/gpu_check.py says what it proves).
 #
 #   bash scripts/gpu_check.sh                          # on a CUDA machine: writes benchmarks/results/gpu.json
 #   bash scripts/gpu_check.sh --dry-run --out FILE     # the same script on the CPU with a tiny model (CI runs it)
@@ -13,4 +13,4 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 [ -x "$PYTHON" ] || PYTHON=python3
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-exec "$PYTHON" benchmarks/gpu_check.py "$@"
+exec "$PYTHON" -m training.gpu_check "$@"

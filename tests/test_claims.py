@@ -34,8 +34,9 @@ itself; a duration in minutes and seconds equals a value in seconds (to the seco
 numbers of one JSON object (e.g. ``success`` and ``success_std``) or an ``a ± b`` written in a JSON string,
 which makes a stale "mean ± spread" much harder to pass by coincidence than a lone figure. The values are
 every number in the result files: numeric leaves and numbers written inside strings (the display strings
-such as ``"0.086 ± 0.019 (n=3)"``), plus the one derivation the results page and the README state: each
-estimator's difference from GRPO paired by seed in a comparison's runs.
+such as ``"0.086 ± 0.019 (n=3)"``), plus the two derivations the results page and the README state: each
+estimator's difference from GRPO paired by seed in a comparison's runs, and OpenEnv's throughput as a share of
+the native protocol's (the reciprocal of ``hosting.json``'s ``native_vs_openenv_N``).
 
 A lone figure with three decimals is a weak check: the result files hold thousands of values, so about half
 of all three-decimal fractions coincide with one of them; such a figure passing says only that nothing
@@ -183,9 +184,10 @@ class MeasuredValues:
     @classmethod
     def read(cls, folder: Path = RESULTS, extra: list[dict] = ()) -> MeasuredValues:
         """Every number in ``folder/*.json``, ``benchmarks/data/*.json`` and the ``extra`` results (retired
-        ones), plus the results' documented derivation: each estimator's difference from GRPO paired by seed
+        ones), plus the results' documented derivations: each estimator's difference from GRPO paired by seed
         (:func:`benchmarks.common.paired_differences`: mean and sample std, as the results page and the README
-        state it) of every comparison's runs."""
+        state it) of every comparison's runs, and ``1 / native_vs_openenv_N`` (OpenEnv's share of the native
+        throughput)."""
         from benchmarks.common import paired_differences
 
         values: list[float] = []
@@ -203,6 +205,8 @@ class MeasuredValues:
                 for key, value in obj.items():
                     walk(key)
                     walk(value)
+                    if str(key).startswith("native_vs_openenv_") and _is_number(value) and value:
+                        values.append(1 / abs(value))
             elif isinstance(obj, list):
                 for value in obj:
                     walk(value)
@@ -365,6 +369,14 @@ def test_figure_rule():
     assert [f.text for f in figures_in(cited, "t")] == ["1.5 s"]
 
 
+def test_openenv_share_is_read_as_the_reciprocal_of_native_vs_openenv(tmp_path):
+    hosting = {"results": {"webshop": {"native_vs_openenv_32": 1.25}}}
+    (tmp_path / "hosting.json").write_text(json.dumps(hosting))
+    measured = MeasuredValues.read(tmp_path)
+    holds = {f.text: measured.holds(f) for f in figures_in("0.80× and 0.79×", "t")}
+    assert holds == {"0.80×": True, "0.79×": False}
+
+
 def _page_text_nodes(path: Path, functions: set[str] | None = None) -> list[ast.Constant]:
     """The string constants of ``path`` that can reach the results page, docstrings left out: every one when
     ``functions`` is None (the page's generator), else those of ``SPECS`` and of the named functions and the
@@ -400,8 +412,8 @@ def _page_text_nodes(path: Path, functions: set[str] | None = None) -> list[ast.
 
 def test_results_page_generator_types_no_figure():
     """The results page is generated (its figures are read from the result files, and ``report.py --check``
-    keeps it current); a figure typed into one of the generator's strings, a benchmark's spec or its
-    renderer would bypass that."""
+    keeps it current); a figure typed into one of the generator's strings, a benchmark's spec, its renderer
+    or its paragraph of ``benchmarks/measures.md`` would bypass that."""
     from benchmarks import report
 
     renderers: dict[str, set[str]] = {}
@@ -416,6 +428,8 @@ def test_results_page_generator_types_no_figure():
         for node in _page_text_nodes(ROOT / rel, functions)
         for figure in figures_in(node.value, rel)
     ]
+    measures = "benchmarks/measures.md"
+    typed += [f"{measures}:{f.line}: {f.text}" for f in figures_in((ROOT / measures).read_text(), measures)]
     assert not typed, "figures typed into the results page's generator:\n" + "\n".join(typed)
 
 

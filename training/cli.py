@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 from progpo_base.config import field_table
 from progpo_base.folder_lock import FolderRefused, folder_lock
@@ -62,6 +64,21 @@ def build_parser() -> CommandParser:
     parser.add_argument("--help-config", action="store_true", help="list every config key and exit")
     parser.add_argument("overrides", nargs="*", help="section.key=value overrides, e.g. rollout.group_size=8")
     return parser
+
+
+def train_command(arguments: list[str], processes: int = 1) -> list[str]:
+    """The command that runs ``progpo train arguments`` with this Python (``python -m training.cli``), under
+    ``torchrun`` for ``processes`` > 1 (the ``torchrun`` beside this Python, else ``torch.distributed.run``).
+
+    Example:
+        >>> train_command(["iterations=0"])[1:]
+        ['-m', 'training.cli', 'iterations=0']
+    """
+    if processes == 1:
+        return [sys.executable, "-m", "training.cli", *arguments]
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    launcher = [torchrun] if torchrun else [sys.executable, "-m", "torch.distributed.run"]
+    return [*launcher, "--standalone", "--nproc_per_node", str(processes), "-m", "training.cli", *arguments]
 
 
 def run_dir_lock(run_dir: str) -> contextlib.AbstractContextManager:

@@ -30,7 +30,8 @@ output layer, ``W`` ranks, bf16 compute over fp32 masters as in the presets):
 The sum is a budget, not a measurement: allocator fragmentation, CUDA/NCCL workspaces (~1–3 GB) and the
 activation estimate's constants are not exact. The static parts (``params``, ``grads``, ``optimizer``,
 ``reference``, ``sampler``) are exact, and the CPU rehearsal checks them against the tensors a run holds
-(``tests/training/test_gpu_rehearsal.py``). ``benchmarks/bench_training.py memory_budget`` writes the presets' budgets.
+(``tests/training/test_gpu_rehearsal.py``). ``benchmarks/bench_training.py memory_budget`` writes the presets'
+budgets.
 
 **FLOPs.** One forward over a sequence of ``s`` positions whose last ``r`` predict response tokens costs
 ``2·N_layers·s`` (the decoder's matmuls, ``N_layers`` = ``layers × layer_params``) + ``2·L·d·s²`` (causal

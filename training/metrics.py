@@ -218,6 +218,14 @@ def engine_loop_metrics(
     }
 
 
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl`` ([] when it has none), as :class:`MetricsLog` wrote them."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -260,11 +268,7 @@ class MetricsLog:
 
     def read(self) -> list[dict[str, Any]]:
         """All records."""
-        if not self.path.is_file():
-            return []
-        return [
-            json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()
-        ]
+        return read_metrics(self.path.parent)
 
     def truncate_after(self, iteration: int) -> None:
         """Drop records of iterations after ``iteration`` (written by a killed run past its checkpoint)."""

@@ -65,16 +65,8 @@ def serve_command(
 ) -> list[str]:
     """``progpo serve`` for one env on ``port`` with ``workers`` env workers (no AgentGym routes on the native
     protocol); ``kwargs`` as its ``--env-kwargs``; ``extra`` more flags."""
-    command = [
-        sys.executable,
-        "-m",
-        "progpo_envs.server.cli",
-        "--protocol",
-        protocol,
-        *extra,
-        "--env",
-        env_id,
-    ]
+    command = [sys.executable, "-m", "progpo_envs.server.cli", "--protocol", protocol, *extra]
+    command += ["--env", env_id]
     command += ["--port", str(port), "--workers", str(workers), "--max-instances", str(max_instances)]
     if kwargs is not None:
         command += ["--env-kwargs", f"{env_id}={json.dumps(kwargs)}"]

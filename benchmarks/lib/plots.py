@@ -19,17 +19,21 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def figure(path: Path, panels: int = 1, width: float = 5.5, height: float = 3.8, title: str = "") -> Iterator:
-    """Axes of ``panels`` side-by-side panels; on exit the figure is laid out, written to ``path`` (110 dpi)
-    and closed."""
+def figure(
+    path: Path, panels: int = 1, width=5.5, height=3.8, title="", rows: int = 1, **subplots
+) -> Iterator:
+    """Axes of ``panels`` side-by-side panels (each ``width`` × ``height``), or of ``rows`` rows of them (a
+    list per row), with ``plt.subplots``' other options; on exit the figure is laid out, written to ``path``
+    (110 dpi) and closed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), squeeze=False)
+    size = (width * panels, height * rows)
+    fig, axes = plt.subplots(rows, panels, figsize=size, squeeze=False, **subplots)
     try:
-        yield list(axes[0])
+        yield list(axes[0]) if rows == 1 else [list(row) for row in axes]
         if title:
             fig.suptitle(title, fontsize=9)
         fig.tight_layout()

@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from benchmarks.lib.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
+from agents.expert_stand_in import MODEL_NAME, EpisodeSpec, ExpertStandIn, StandInServer
 from progpo_envs.server.app import ServerConfig, create_app
 from progpo_envs.server.openenv_app import OpenEnvServer, create_openenv_app
 from progpo_envs.server.pool import PoolConfig
@@ -127,7 +127,7 @@ def test_skyrl_envs_play_over_several_servers(protocol, model_url):
     """Two servers of one protocol in one URL string (each session placed by load): every rollout wins."""
     pytest.importorskip("skyrl_gym", reason="run in .venv-skyrl (scripts/setup_integrations.sh)")
     import agents.skyrl
-    from benchmarks.lib.skyrl_rollouts import play_rows
+    from agents.skyrl_rollouts import play_rows
 
     if protocol == "openenv":
         apps = [create_openenv_app(_config(expert=False)) for _ in range(2)]

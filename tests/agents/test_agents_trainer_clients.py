@@ -114,16 +114,6 @@ def test_trl_a_group_shares_its_start(expert_servers):
 
 
 # --- SkyRL -------------------------------------------------------------------------------------------------
-def _skyrl_make(env_class: str, env_config: dict | None = None, extras: dict | None = None):
-    """The env as SkyRL's generator makes it (``skyrl_gym.make``) where skyrl-gym is installed, else the
-    class itself."""
-    try:
-        import skyrl_gym
-    except ImportError:
-        return getattr(agents.skyrl, agents.skyrl.ENV_CLASSES[env_class])(env_config, extras)
-    return skyrl_gym.make(env_class, env_config=env_config or {}, extras=extras or {})
-
-
 def test_skyrl_gym_makes_our_registered_env_classes():
     reason = "skyrl-gym is in .venv-skyrl (scripts/setup_integrations.sh)"
     skyrl_gym = pytest.importorskip("skyrl_gym", reason=reason)
@@ -131,13 +121,13 @@ def test_skyrl_gym_makes_our_registered_env_classes():
 
     for env_class, cls in agents.skyrl.ENV_CLASSES.items():
         assert skyrl_gym.registry[env_class].entry_point == f"agents.skyrl:{cls}"
-    assert isinstance(_skyrl_make("progpo_alfworld", extras={"task_index": 0}), BaseTextEnv)
+    assert isinstance(agents.skyrl.make("progpo_alfworld", extras={"task_index": 0}), BaseTextEnv)
 
 
 def _skyrl_chat(env_class: str, env_config: dict, plan: list[str], task_index: int = 1) -> list[dict]:
     env_id = ALFWORLD if env_class == "progpo_alfworld" else WEBSHOP
     extras = {"task_index": task_index, "seed": 0, "split": SPLIT[env_id], "max_turns": 100}
-    env = _skyrl_make(env_class, env_config, extras)
+    env = agents.skyrl.make(env_class, env_config, extras)
     chat, _ = env.init([{"role": "system", "content": "Play the task."}])
     for command in plan:
         out = env.step(f"<think>the plan</think><action>{command}</action>")
@@ -162,7 +152,8 @@ def test_skyrl_a_group_shares_its_start_and_shows_every_admissible_command():
     starts = {}
     for task_index in (21, 2):
         group = [
-            _skyrl_make("progpo_alfworld", extras={"task_index": task_index, "seed": 5}) for _ in range(3)
+            agents.skyrl.make("progpo_alfworld", extras={"task_index": task_index, "seed": 5})
+            for _ in range(3)
         ]
         firsts = {env.init([])[0][-1]["content"] for env in group}
         assert len(firsts) == 1
@@ -174,11 +165,11 @@ def test_skyrl_a_group_shares_its_start_and_shows_every_admissible_command():
     admissible = admissible_actions_from_info("alfworld", info)
     assert len(admissible) > 20 and all(f"'{a}'" in starts[21] for a in admissible)
     with pytest.raises(ValueError, match="task_index"):
-        _skyrl_make("progpo_alfworld", extras={"seed": 5})
+        agents.skyrl.make("progpo_alfworld", extras={"seed": 5})
 
 
 def test_skyrl_an_answer_without_an_action_is_an_invalid_action():
-    env = _skyrl_make("progpo_alfworld", extras={"task_index": 0, "seed": 0, "max_turns": 3})
+    env = agents.skyrl.make("progpo_alfworld", extras={"task_index": 0, "seed": 0, "max_turns": 3})
     env.init([])
     out = env.step("I would rather not say.")
     assert not out["done"] and out["reward"] == 0.0 and not out["metadata"]["valid"]

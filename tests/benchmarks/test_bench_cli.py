@@ -68,10 +68,10 @@ def test_missing_and_failing_scripts_are_tolerated(monkeypatch, tmp_path, capsys
     (tmp_path / "ok.py").write_text("import sys; sys.exit(0)\n")
     (tmp_path / "bad.py").write_text("import sys; sys.exit(3)\n")
     benches = [
-        Benchmark("ok", "ok.py", ""),
-        Benchmark("bad", "bad.py", ""),
-        Benchmark("missing", "missing.py", ""),
-        Benchmark("noquick", "ok.py", "", quick=False),
+        Benchmark("ok", script="ok.py"),
+        Benchmark("bad", script="bad.py"),
+        Benchmark("missing", script="missing.py"),
+        Benchmark("noquick", quick=False, script="ok.py"),
     ]
     monkeypatch.setattr(cli, "BENCHMARKS", benches)
     monkeypatch.setattr(cli, "ROOT", tmp_path)

@@ -8,8 +8,28 @@ import json
 import pytest
 
 from benchmarks import bench_estimators as ce
-from benchmarks.bench_estimators import PROGPO_FIRST_READING, progpo_spec
 from benchmarks.common import mean_spread
+
+#: ProGPO's first reading (before issue 20): terminal potential r_succ under the step-return target, every
+#: depth's precision summed, normalised-text expansion, the row's own return inside its potential.
+PROGPO_FIRST_READING = {
+    "success_potential": 10,
+    "dedup_depths": False,
+    "semantic": "normalized_text",
+    "leave_one_out": False,
+}
+
+
+def progpo_spec(**changes) -> str:
+    """The estimator spec of ProGPO's first reading with ``changes`` applied (every ablated key spelled out).
+
+    Example:
+        >>> progpo_spec(success_potential=0)
+        'progpo:success_potential=0,dedup_depths=false,semantic=normalized_text,leave_one_out=false'
+    """
+    params = {**PROGPO_FIRST_READING, **changes}
+    return "progpo:" + ",".join(f"{k}={json.dumps(v).strip(chr(34))}" for k, v in params.items())
+
 
 RECORDS = [
     {"kind": "warm_start", "iteration": 0},

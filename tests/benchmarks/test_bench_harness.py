@@ -15,13 +15,14 @@ from benchmarks.harness import (
     ROOT,
     Benchmark,
     Part,
-    build_parser,
+    add_options,
     option,
     parse_config,
     recorded_command,
     run_suite,
     settings_argv,
 )
+from progpo_base.usage import CommandParser
 
 
 @dataclass
@@ -47,7 +48,7 @@ def test_each_field_is_a_flag_parsed_by_its_type():
 
 
 def test_help_shows_each_default_and_meaning():
-    text = build_parser(Settings, "d", prog="bench").format_help()
+    text = add_options(CommandParser(prog="bench", description="d"), Settings).format_help()
     assert "--sizes SIZES [SIZES ...]" in text and "rows per batch (default: [250000, 500000])" in text
     assert "--timeout-s TIMEOUT_S" in text and "{vllm,stand-in}" in text
 
@@ -91,7 +92,7 @@ def run_demo(settings: Settings) -> dict:
 
 
 def test_a_part_writes_its_result_with_the_command_that_reruns_it(tmp_path, capsys):
-    specs = [Benchmark("demo", "benchmarks/demo.py", "A demo.", ["speed"])]
+    specs = [Benchmark("demo", ["speed"])]
     parts = {"speed": Part(Settings, run_demo, name="demo")}
     out = tmp_path / "demo.json"
     assert (

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from benchmarks import bench_training as quickstart
+from training.cli import train_command
 
 
 def make_run(
@@ -159,9 +160,10 @@ def test_seed_overrides_are_valid_config_keys():
     assert config.model.path == "runs/quickstart/reference" and config.progress is False
 
 
-def test_run_training_records_the_process_resources(tmp_path):
+def test_a_training_run_records_the_process_resources(tmp_path):
     # --help-config: the training CLI's quickest successful exit (it lists the keys, trains nothing)
-    record = quickstart.run_training(["--run-dir", str(tmp_path / "run"), "--help-config"], timeout_s=120)
+    command = train_command(["--run-dir", str(tmp_path / "run"), "--help-config"])
+    record = quickstart.run_recorded(command, tmp_path / "run", "train.log", timeout_s=120)
     assert record["status"] == "ok" and record["returncode"] == 0
     resources = record["resources"]
     assert resources["wall_s"] > 0 and resources["user_cpu_s"] > 0 and 0.01 < resources["peak_rss_gb"] < 10

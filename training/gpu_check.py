@@ -41,24 +41,37 @@ import dataclasses
 import importlib.util
 import json
 import math
+import os
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.common import RESULTS_DIR, child_env, git_commit, machine_info, save_result
-from benchmarks.harness import QUICK_DIR, option, parse_config, recorded_command
-from benchmarks.lib.runs import read_metrics, train_command
-from benchmarks.lib.shapes import QWEN25_1_5B_SHAPE
-
-ROOT = Path(__file__).resolve().parents[1]
+from progpo_base.usage import CommandParser
+from training.cli import train_command
+from training.metrics import read_metrics
+from training.provenance import ROOT, environment, git_commit
 
 #: The preset whose path is checked (WebShop: its env is pure Python, so it travels to any GPU machine).
 PRESET = ROOT / "configs" / "webshop_progpo_qwen2.5-1.5b.yaml"
+#: Where the result goes: on a GPU, beside the benchmarks' results; the dry run's, beside their quick runs'.
+OUT = ROOT / "benchmarks" / "results" / "gpu.json"
+DRY_RUN_OUT = ROOT / "runs" / "bench_quick" / "gpu_dry_run.json"
+#: Qwen2.5-1.5B-Instruct's shape (its config.json), as ``model.tiny`` fields: random weights, real sizes.
+QWEN25_1_5B_SHAPE = {
+    "vocab_size": 151643,
+    "embedding_rows": 151936,
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+}
 #: Dense bf16 peaks (NVIDIA's datasheets, without sparsity), by a name torch reports for the device.
 DATASHEET_BF16_FLOPS = {
     "H200": 989.4e12,
@@ -272,9 +285,11 @@ def run_variant(variant: Variant, dry_run: bool, threads: int, peaks: dict, time
         args = [*overrides(shape, sizes, run_dir, "cpu" if dry_run else "cuda", threads), *variant.overrides]
         started = time.perf_counter()
         command = train_command(["--config", str(PRESET), *args], variant.processes)
-        done = subprocess.run(
-            command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout_s
-        )
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.getenv("PYTHONPATH")])),
+        }
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
         seconds = time.perf_counter() - started
         records = read_metrics(run_dir)
         result = {"processes": variant.processes, "overrides": list(variant.overrides), "seconds": seconds}
@@ -311,7 +326,7 @@ def run_check(
         "preset": str(PRESET.relative_to(ROOT)),
         "status": "running",
         "stage": "start",
-        "machine": machine_info(torch=torch.__version__, device=device_name, gpus=gpus),
+        "machine": {**environment(), "torch": torch.__version__, "device": device_name, "gpus": gpus},
         "commit": git_commit(),
         "sizes": dataclasses.asdict(DRY_RUN_SIZES if dry_run else GPU_SIZES),
         "shape": DRY_RUN_SHAPE if dry_run else QWEN25_1_5B_SHAPE,
@@ -321,7 +336,7 @@ def run_check(
 
     def stage(name: str) -> None:
         result["stage"] = name
-        save_result(result, out)
+        save(result, out)
         print(f"[gpu_check] {name}", flush=True)
 
     started = time.perf_counter()
@@ -366,7 +381,7 @@ def run_check(
         result["traceback"] = traceback.format_exc()[-4000:]
     result["seconds"] = time.perf_counter() - started
     result["stage"] = "done"
-    save_result(result, out)
+    save(result, out)
     print_summary(result, out)
     return 0 if result["status"] == "passed" else 1
 
@@ -391,31 +406,28 @@ def print_summary(result: dict, out: Path) -> None:
     print(f"[gpu_check] {result['status']} in {result['seconds']:.0f} s; wrote {out}")
 
 
-@dataclass
-class Settings:
-    dry_run: bool = option(False, "the same variants on the CPU, tiny model")
-    out: str | None = option(
-        None, "result JSON (default: benchmarks/results/gpu.json; dry run: runs/bench_quick/)"
-    )
-    threads: int = option(8, "torch CPU threads per process")
-    timeout: float = option(420, "seconds one variant may take")
-    variants: list[str] = option(
-        list(VARIANT_NAMES), "the variants to run, in their order (default: all)", choices=VARIANT_NAMES
-    )
+def save(result: dict, out: Path) -> None:
+    """Write ``result`` to ``out`` (its folder made), as it stands."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    settings = parse_config(Settings, argv, __doc__.split("\n\n")[0])
-    out = (
-        Path(settings.out)
-        if settings.out
-        else QUICK_DIR / "gpu_dry_run.json"
-        if settings.dry_run
-        else RESULTS_DIR / "gpu.json"
+    parser = CommandParser(prog="scripts/gpu_check.sh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="the same variants on the CPU, tiny model")
+    default = f"default: {OUT.relative_to(ROOT)}; dry run: {DRY_RUN_OUT.relative_to(ROOT)}"
+    parser.add_argument("--out", type=Path, help=f"result JSON ({default})")
+    parser.add_argument("--threads", type=int, default=8, help="torch CPU threads per process")
+    parser.add_argument("--timeout", type=float, default=420, help="seconds one variant may take")
+    every = list(VARIANT_NAMES)
+    parser.add_argument(
+        "--variants", nargs="+", choices=every, default=every, help="the variants to run, in order"
     )
-    command = recorded_command("benchmarks/gpu_check.py", argv)
-    return run_check(settings.dry_run, out, settings.threads, settings.timeout, settings.variants, command)
+    args = parser.parse_args(argv)
+    out = args.out or (DRY_RUN_OUT if args.dry_run else OUT)
+    command = shlex.join(["bash", "scripts/gpu_check.sh", *argv])
+    return run_check(args.dry_run, out, args.threads, args.timeout, args.variants, command)
 
 
 if __name__ == "__main__":

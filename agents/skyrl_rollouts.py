@@ -1,16 +1,15 @@
-"""Rollouts of SkyRL-Gym envs against an OpenAI-compatible model, the way SkyRL's generator drives them.
+"""Rollouts of our SkyRL-Gym envs against an OpenAI-compatible model, as SkyRL's generator plays them: a check
+of :mod:`agents.skyrl`'s classes against SkyRL's contract without ``skyrl-train`` (Ray, an inference engine).
 
-``skyrl-train``'s ``SkyRLGymGenerator`` (read, not copied; it needs Ray and an inference engine) plays each
-dataset row so: ``env = skyrl_gym.make(row["env_class"], env_config=<its skyrl_gym config section>,
-extras=<the row's other columns, with max_turns>)``, ``chat = env.init(row["prompt"])``, then per turn the
-model's reply to the chat, ``env.step(reply)``, the reply and the observations it returns appended to the
-chat, until ``done``; ``env.get_metrics()`` and ``env.close()`` at the end. :func:`play_rows` does the same
-with the model behind an OpenAI-compatible server (greedy, one request per turn), which is what a SkyRL user's
-remote inference engine is.
+``skyrl-train``'s ``SkyRLGymGenerator`` (read, not copied) plays each dataset row as :mod:`agents.skyrl` says:
+the env made from the row (:func:`agents.skyrl.make`), ``init(prompt)``, then per turn the model's reply to
+the chat, ``step(reply)``, the reply and the observations it returns appended, until ``done``;
+``get_metrics()`` and ``close()`` at the end. :func:`play_rows` does the same with the model behind an
+OpenAI-compatible server (greedy, one request per turn), which is what a SkyRL user's remote inference engine
+is. From a venv with ``skyrl_gym`` (``.venv-skyrl``, ``scripts/setup_integrations.sh``) the envs are made by
+``skyrl_gym.make``, as SkyRL makes them; elsewhere by our classes, which keep the same contract::
 
-Run in a venv with ``skyrl_gym`` (``.venv-skyrl``, ``scripts/setup_integrations.sh``)::
-
-    .venv-skyrl/bin/python -m benchmarks.lib.skyrl_rollouts --env-class progpo_alfworld \\
+    .venv-skyrl/bin/python -m agents.skyrl_rollouts --env-class progpo_alfworld \\
         --server http://127.0.0.1:8000 --protocol native --model-url http://127.0.0.1:8002/v1 \\
         --model policy --tasks 0,2,4 --out rollouts.json
 
@@ -20,7 +19,6 @@ chat.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -30,17 +28,15 @@ from typing import Any
 from openai import OpenAI
 
 import agents.skyrl
+from progpo_base.usage import CommandParser
 
 
 def play_row(
     row: Mapping[str, Any], env_config: Mapping[str, Any], client: OpenAI, model: str, max_turns: int
 ) -> dict[str, Any]:
-    """One row played as SkyRL's generator plays it (see the module docstring; needs ``skyrl_gym``)."""
-    import skyrl_gym  # installed in .venv-skyrl only; importing agents.skyrl registered our env classes there
-
+    """One row played as SkyRL's generator plays it (see the module docstring)."""
     extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
-    extras["max_turns"] = max_turns
-    env = skyrl_gym.make(row["env_class"], env_config=dict(env_config), extras=extras)
+    env = agents.skyrl.make(row["env_class"], env_config, {**extras, "max_turns": max_turns})
     try:
         chat, _ = env.init(list(row["prompt"]))
         done = False
@@ -72,7 +68,7 @@ def play_rows(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="python -m agents.skyrl_rollouts", description=__doc__.split("\n\n")[0])
     parser.add_argument("--env-class", required=True, choices=sorted(agents.skyrl.ENV_CLASSES))
     parser.add_argument("--server", required=True, help="env server URL(s), comma-separated")
     parser.add_argument("--protocol", default="openenv", choices=("openenv", "native"))
@@ -84,7 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-turns", type=int, default=100)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    tasks = [int(t) for t in args.tasks.split(",")]
+    try:
+        tasks = [int(t) for t in args.tasks.split(",")]
+    except ValueError:
+        parser.error(f"--tasks: comma-separated task indices, got {args.tasks!r}")
     rows = list(agents.skyrl.task_rows(args.env_class, tasks, split=args.split, seed=args.seed))
     env_config = {"server": args.server, "protocol": args.protocol, "split": args.split}
     records = play_rows(rows, env_config, args.model_url, args.model, args.max_turns)

@@ -1,8 +1,8 @@
-"""A scripted, deterministic OpenAI-compatible model that answers with the expert's next command.
+"""A scripted OpenAI-compatible model that answers with the expert's next command: a stand-in for a model when
+testing a trainer's client (verifiers, SkyRL) or ``progpo eval --agent openai`` end to end on our envs.
 
-The trainers' clients (verifiers, SkyRL) each build their own prompts, so to play the same episodes through
-them and through ``progpo eval`` the agent behind all of them must not depend on the prompt's wording: this
-stand-in is that agent. For each chat request it
+Each client builds its own prompt, so an agent meant to play the same episodes through all of them must not
+depend on the prompt's wording: this one does not. For each chat request it
 
 1. finds the episode the conversation plays: among the run's episodes (task index, seed, split; fixed when it
    starts), the one whose task sentence and first observation (as our prompt styles clean them) both appear
@@ -16,13 +16,19 @@ stand-in is that agent. For each chat request it
 It never reads the expert from what a policy is shown (no prompt carries it); it reads it from its own env,
 the way ``progpo eval --agent expert`` does in process. Its copies are kept per episode and replayed from
 the start only when a conversation is not an extension of the last one played.
+``benchmarks/bench_integrations.py`` plays every client against it (docs/hosting.md, "Trainers").
 
-Routes: ``POST /v1/chat/completions`` (``stream`` true or false), ``GET /v1/models``, ``GET /health``.
+Routes: ``POST /v1/chat/completions`` (``stream`` true or false), ``GET /v1/models``, ``GET /health``;
+:class:`StandInServer` serves them on a free loopback port.
 
 Example:
-    >>> stand_in = ExpertStandIn("progpo/ALFWorld-v0", [EpisodeSpec(0, 0, "train")])  # doctest: +SKIP
-    >>> with StandInServer(stand_in) as server:  # doctest: +SKIP
-    ...     requests.post(f"{server.url}/v1/chat/completions", json={"model": "expert", "messages": [...]})
+    >>> stand_in = ExpertStandIn("progpo/ALFWorld-v0", [EpisodeSpec(task_index=0, seed=0, split="train")])
+    >>> env = gym.make("progpo/ALFWorld-v0", split="train")
+    >>> observation, _ = env.reset(seed=0, options={"task_index": 0})
+    >>> stand_in.answer([{"role": "user", "content": observation}])
+    "<think>The expert's next command.</think><action>go to drawer 1</action>"
+    >>> stand_in.close(), env.close()
+    (None, None)
 """
 
 from __future__ import annotations
@@ -145,7 +151,7 @@ class ExpertStandIn:
             if task in shown and first in shown
         ]
         if len(found) != 1:
-            raise LookupError(
+            raise UnknownConversation(
                 f"the conversation matches {len(found)} of the run's {len(self.replays)} episodes"
             )
         return found[0]
