@@ -20,8 +20,8 @@ model puts on short answers (docs/real_models.md). The prompt and the tokens eve
 answers, ``batch_size`` rows at a time, continue from its key/value cache repeated over the rows. A draw is
 seeded per (task, episode seed, step), so it does not depend on batching.
 
-The model computes on ``threads`` CPU threads (``torch.set_num_threads``): on a small or busy machine one
-thread decodes several times faster than two (``benchmarks/results/real_model.json``, ``threads``).
+The model computes on ``threads`` CPU threads (``torch.set_num_threads``): on 2 cores a second thread buys
+nothing (``benchmarks/results/real_model.json``, ``threads``), and on a busy machine it slows decoding down.
 """
 
 from __future__ import annotations
