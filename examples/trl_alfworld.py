@@ -33,7 +33,8 @@ wants: learning rates two to three orders of magnitude below the from-scratch on
 ``--grpo-lr`` 1e-6 by default: the quickstart's rates are for weights that start random), gradient
 checkpointing on, and SFT one conversation per forward pass (``--sft-micro-batch-size`` 1, the
 ``--sft-batch-size`` conversations of a step accumulated): the default batch of four whole conversations kept
-every layer's activations and logits over SmolLM2's 49,152-token vocabulary and was killed at 17 GB (issue 39).
+every layer's activations and logits over SmolLM2's 49,152-token vocabulary and was killed at 17 GB (issue
+39).
 
 Run (from the repository root)::
 
