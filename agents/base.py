@@ -7,6 +7,10 @@ are masked out with ``active``; the agent returns ``None`` for them and does not
 LLM agents share :class:`PromptedAgent`: per slot it keeps a :class:`~agents.memory.History`, builds the
 step's prompt with :func:`agents.prompts.build_prompt`, asks a backend for completions
 (:meth:`PromptedAgent.generate`), and projects them with :func:`agents.projection.project_action_with_reason`.
+It answers in one of two :class:`AnswerMode`\\ s: ``free`` text (the RL papers' setting: the model must write
+``<think>..</think><action>..</action>`` itself), or ``guided``: the backend picks one of the step's answers
+(:func:`guided_answers`: every admissible action in that format, the candidates of the trainer's constrained
+decoding), by the model's own log-probabilities (transformers) or the engine's guided choice (vLLM).
 
 Example:
     >>> from agents.scripted import RandomAgent
@@ -19,21 +23,43 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from agents.memory import History
-from agents.projection import InvalidReason, project_action_with_reason
+from agents.projection import InvalidReason, demonstration_text, project_action_with_reason
 from agents.prompts import (
     DEFAULT_HISTORY_LENGTH,
     DEFAULT_MAX_PROMPT_CHARS,
     PromptTemplate,
     admissible_actions_from_info,
     build_prompt,
+    get_style,
 )
 from progpo_base.config import documented_field
+
+
+class AnswerMode(str, enum.Enum):
+    """How an LLM agent answers (``progpo eval --mode``)."""
+
+    FREE = "free"  # free text, projected (the RL papers' evaluation)
+    GUIDED = "guided"  # one of the step's admissible answers, chosen by the model (:func:`guided_answers`)
+
+
+def guided_answers(env_kind: str, admissible: Sequence[str], task_text: str) -> list[str]:
+    """The answers a guided agent chooses among: each admissible action, pattern entries made concrete as the
+    trainer's constrained decoding makes them (:meth:`agents.prompts.EnvPromptStyle.enumerable_commands`:
+    WebShop's search is the instruction itself), in the answer format (:func:`demonstration_text`), each once.
+
+    Example:
+        >>> guided_answers("alfworld", ["look", "go to desk 1", "look"], "put a mug on the desk")
+        ['<think></think><action>look</action>', '<think></think><action>go to desk 1</action>']
+    """
+    actions = get_style(env_kind).enumerable_commands(admissible, task_text)
+    return [demonstration_text(a) for a in dict.fromkeys(actions)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +141,10 @@ def active_mask(active: Sequence[bool] | None, size: int) -> list[bool]:
     return [bool(a) for a in active]
 
 
+#: A chat prompt: its messages, each with a ``role`` and a ``content``.
+Chat = list[dict[str, str]]
+
+
 @dataclasses.dataclass
 class Generation:
     """A backend's completion for one prompt, or why there is none (``error``: the request failed)."""
@@ -144,10 +174,16 @@ class PromptConfig:
 
 
 class PromptedAgent:
-    """Base of LLM agents: per-slot memory, prompts, projection; subclasses implement :meth:`generate`."""
+    """Base of LLM agents: per-slot memory, prompts, projection; subclasses implement :meth:`generate`.
 
-    def __init__(self, prompt_config: PromptConfig | None = None):
+    Args:
+        prompt_config: Prompt template, history length, length bound.
+        mode: :class:`AnswerMode` (guided: :meth:`generate` is given each prompt's answers to choose from).
+    """
+
+    def __init__(self, prompt_config: PromptConfig | None = None, mode: str = AnswerMode.FREE.value):
         self.prompt_config = prompt_config or PromptConfig()
+        self.mode = AnswerMode(mode)
         self.tasks: list[Task] = []
         self.histories: list[History] = []
         self._pending: list[tuple[str, str] | None] = []
@@ -157,11 +193,14 @@ class PromptedAgent:
         self.histories = [History(task_text=t.task_text) for t in self.tasks]
         self._pending = [None] * len(self.tasks)
 
-    def generate(self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int]) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[Chat], seeds: Sequence[int], choices: Sequence[Sequence[str]] | None = None
+    ) -> list[Generation]:
         """Completions for a batch of chat prompts, in order; ``seeds[j]`` is prompt ``j``'s sampling seed.
 
-        A request that fails is a :class:`Generation` with ``error`` set (its slot's episode ends as an
-        error), so one failure does not cost the batch's other completions."""
+        With ``choices`` (guided mode) prompt ``j``'s completion is one of ``choices[j]`` (non-empty), chosen
+        by the model. A request that fails is a :class:`Generation` with ``error`` set (its slot's episode
+        ends as an error), so one failure does not cost the batch's other completions."""
         raise NotImplementedError
 
     def sampling_seed(self, slot: int) -> int:
@@ -204,7 +243,7 @@ class PromptedAgent:
             )
             slots.append(i)
             pools.append(admissible)
-        generations = self.generate(prompts, [self.sampling_seed(i) for i in slots]) if prompts else []
+        generations = self._generate(prompts, [self.sampling_seed(i) for i in slots], pools, slots)
         if len(generations) != len(prompts):
             raise RuntimeError(f"backend returned {len(generations)} completions for {len(prompts)} prompts")
         out: list[AgentAction | None] = [None] * len(observations)
@@ -226,6 +265,29 @@ class PromptedAgent:
                 generation.completion_tokens,
             )
             self._pending[i] = (observations[i], projection.action)
+        return out
+
+    def _generate(
+        self, prompts: list, seeds: list[int], pools: list[list[str]], slots: list[int]
+    ) -> list[Generation]:
+        """:meth:`generate` in the agent's mode. Guided, a step whose env lists no admissible action has
+        nothing to choose from: its slot gets an error (its episode is recorded so) and the rest go on."""
+        if not prompts:
+            return []
+        if self.mode is AnswerMode.FREE:
+            return self.generate(prompts, seeds)
+        answers = [
+            guided_answers(self.tasks[i].env_kind, pool, self.tasks[i].task_text)
+            for i, pool in zip(slots, pools, strict=True)
+        ]
+        asked = [j for j, a in enumerate(answers) if a]
+        nothing = "guided mode: the env listed no admissible action at this step"
+        out = [Generation("", error=nothing) for _ in prompts]
+        chosen = self.generate(
+            [prompts[j] for j in asked], [seeds[j] for j in asked], [answers[j] for j in asked]
+        )
+        for j, generation in zip(asked, chosen, strict=True):
+            out[j] = generation
         return out
 
     def close(self) -> None:

@@ -14,6 +14,8 @@ env it does not host, or nothing listening (``--base-url`` too) is one line, exi
 Example:
     progpo eval --env progpo/ALFWorld-v0 --agent expert --split valid_seen --episodes 20 --out runs/expert
     progpo eval --env progpo/WebShop-v0 --env-url http://127.0.0.1:8001 --agent random --out runs/ws-remote
+    progpo eval --env progpo/ALFWorld-v0 --agent transformers --model models/SmolLM2-135M-Instruct \\
+        --mode guided --threads 1 --episodes 32 --out runs/smollm2-guided
     OPENAI_API_KEY=... progpo eval --env progpo/WebShop-v0 --agent openai --model gpt-4o-mini \\
         --base-url https://api.openai.com/v1 --episodes 50 --concurrency 8 --out runs/gpt openai.max_retries=2
 """
@@ -26,7 +28,8 @@ import os
 import sys
 from pathlib import Path
 
-from agents.evaluate import TRAJECTORIES_FILE, AgentKind, EvalConfig, evaluate
+from agents.base import AnswerMode
+from agents.evaluate import LLM_AGENTS, TRAJECTORIES_FILE, AgentKind, EvalConfig, evaluate
 from agents.prompts import style_names
 from progpo_base.config import (
     ALIASED,
@@ -47,6 +50,7 @@ PROG = "progpo eval"
 ALIASES = {
     "--env": "env_id",
     "--agent": "agent",
+    "--mode": "mode",
     "--out": "out_dir",
     "--split": "split",
     "--episodes": "episodes",
@@ -73,6 +77,7 @@ ALIASES = {
     "--max-tokens": ("openai.max_tokens", "transformers.max_new_tokens"),
     "--device": "transformers.device",
     "--batch-size": "transformers.batch_size",
+    "--threads": "transformers.threads",
 }
 
 
@@ -214,6 +219,13 @@ def check_config(config: EvalConfig) -> None:
         raise UsageError(f"--max-errors must be >= 0, got {config.max_errors}")
     _check_out(config.out_dir)
     _check_model(config.agent, config.model)
+    if config.mode != AnswerMode.FREE.value and AgentKind(config.agent) not in LLM_AGENTS:
+        raise UsageError(
+            f"--mode {config.mode} is for the LLM agents (openai, transformers), not {config.agent}"
+        )
+    threads = config.transformers.threads
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {threads}")
     _check_endpoints(config)
 
 

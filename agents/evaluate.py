@@ -62,7 +62,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from agents.base import Agent, AgentAction, PromptConfig, Task
+from agents.base import Agent, AgentAction, AnswerMode, PromptConfig, Task
 from agents.envs import (
     make_group_envs,
     num_tasks,
@@ -76,7 +76,7 @@ from agents.llm_config import OpenAIConfig, TransformersConfig
 from agents.prompts import get_style
 from agents.report import write_reports
 from agents.rollout import play_episodes
-from progpo_base.config import documented_field, required_field, section
+from progpo_base.config import documented_field, enum_field, required_field, section
 from progpo_base.folder_lock import folder_lock
 from progpo_envs.server.policy import refused_kwarg
 from progpo_envs.server.remote import RemoteEnvError
@@ -103,7 +103,10 @@ RESUME_KEYS = {
     "env_kind": "env_kind",
     "max_steps": "max_steps",
     "task_order": "task_order",
+    "mode": "mode",
 }
+#: What a ``run.json`` written before a resume key existed meant by it.
+RESUME_DEFAULTS = {"mode": AnswerMode.FREE.value}
 
 
 class TaskOrder(str, enum.Enum):
@@ -142,6 +145,10 @@ class AgentKind(str, enum.Enum):
     HUMAN = "human"
 
 
+#: The agents that answer with a model: ``mode`` (free or guided) applies to them.
+LLM_AGENTS = (AgentKind.OPENAI, AgentKind.TRANSFORMERS)
+
+
 @dataclasses.dataclass
 class EvalConfig:
     """One evaluation run: the run's settings, then the sections of the agents that use them (``prompt`` for
@@ -152,6 +159,11 @@ class EvalConfig:
     env_id: str = required_field("registered env id, e.g. progpo/ALFWorld-v0 or progpo/WebShop-v0")
     agent: str = required_field("the agent to evaluate", choices=[k.value for k in AgentKind])
     out_dir: str = required_field("output folder: trajectories, summary, report (rerun with it to resume)")
+    mode: str = enum_field(
+        AnswerMode.FREE,
+        "how an LLM agent answers: free text in the papers' <think>/<action> format, or guided: its choice "
+        "among the admissible actions (transformers: by log-probability; openai: vLLM's guided choice)",
+    )
     split: str | None = documented_field(
         None,
         "env split: ALFWorld a folder of json_2.1.1 (train, valid_seen, valid_unseen, ...), WebShop test, "
@@ -160,12 +172,11 @@ class EvalConfig:
     episodes: int | None = documented_field(
         None, "play this many tasks in task_order (unset: every task of the split)"
     )
-    task_order: str = documented_field(
-        TaskOrder.STRATIFIED.value,
+    task_order: str = enum_field(
+        TaskOrder.STRATIFIED,
         "which tasks episodes plays: stratified takes each task type in turn (in-process ALFWorld; other "
         "envs keep the split's order), sequential plays tasks 0..N-1, spread N tasks evenly over the split "
         "(the tasks of progpo train's held-out evaluation with eval.num_tasks=N)",
-        choices=[o.value for o in TaskOrder],
     )
     data_dir: str | None = documented_field(
         None, "env data folder, passed as data_dir= (ALFWorld: the folder containing json_2.1.1/)"
@@ -220,6 +231,16 @@ class EvalConfig:
         kind = AgentKind(self.agent)
         chosen = {AgentKind.OPENAI: self.openai.model, AgentKind.TRANSFORMERS: self.transformers.model_path}
         return chosen.get(kind) or None
+
+    @property
+    def answer_mode(self) -> str | None:
+        """How the agent answers (``mode``) when it is an LLM agent; ``None`` for the scripted agents.
+
+        Example:
+            >>> EvalConfig(env_id="progpo/WebShop-v0", agent="random", out_dir="runs/x").answer_mode is None
+            True
+        """
+        return self.mode if AgentKind(self.agent) in LLM_AGENTS else None
 
     def allowed_errors(self, episodes: int) -> int:
         """Episodes of ``episodes`` that may end with an agent error (more fail the run).
@@ -302,10 +323,10 @@ def build_agent(config: EvalConfig) -> Agent:
     if kind is AgentKind.OPENAI:
         from agents.openai_agent import OpenAIChatAgent
 
-        return OpenAIChatAgent(config.openai, config.prompt)
+        return OpenAIChatAgent(config.openai, config.prompt, config.mode)
     from agents.transformers_agent import TransformersAgent
 
-    return TransformersAgent(config.transformers, config.prompt)
+    return TransformersAgent(config.transformers, config.prompt, config.mode)
 
 
 def _hex(key: Any) -> str | None:
@@ -454,6 +475,7 @@ def _check_resume(out_dir: Path, config: EvalConfig, kind: str) -> None:
     run_file = out_dir / RUN_FILE
     if run_file.exists():
         previous = json.loads(run_file.read_text())
+        previous = RESUME_DEFAULTS | previous
         changed = {
             k: (previous.get(k), v) for k, v in _resume_settings(config, kind).items() if previous.get(k) != v
         }

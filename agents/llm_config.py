@@ -70,7 +70,14 @@ class TransformersConfig:
         None, "torch device: cpu, cuda, cuda:1, ... (unset: CUDA when available)"
     )
     dtype: str = documented_field("auto", "auto | float32 | bfloat16 | float16")
-    batch_size: int = documented_field(8, "rows generated together (one forward pass per step)")
+    batch_size: int = documented_field(
+        8, "rows generated together (one forward pass per step); guided: candidate answers scored together"
+    )
+    threads: int | None = documented_field(
+        None,
+        "torch CPU threads (unset: half the CPUs this process may use, at least 1; on a small or busy "
+        "machine 1 decodes fastest)",
+    )
     temperature: float = documented_field(0.0, "sampling temperature (0: greedy)")
     top_p: float = documented_field(1.0, "nucleus sampling mass")
     max_new_tokens: int = documented_field(512, "completion tokens per step")

@@ -15,6 +15,14 @@ In a batch (:meth:`OpenAIChatAgent.generate`) a request that fails for good is t
 :meth:`OpenAIChatAgent.close` cancels the requests in flight instead of waiting for them, so Ctrl-C stops an
 evaluation at once.
 
+Guided mode (:class:`~agents.base.AnswerMode`): each request carries its step's answers
+(:func:`agents.base.guided_answers`) as vLLM's structured-outputs choice constraint
+(``"structured_outputs": {"choice": [...]}`` in the request body, the spelling since vLLM 0.12 removed
+``guided_choice``), so the engine decodes only tokens that continue one of them and the completion is one of
+the answers. It is a vLLM extension: a server without it ignores the field or refuses the request (an error
+naming the endpoint).
+Free mode sends nothing beyond the OpenAI API, so it works against any OpenAI-compatible server.
+
 The API key is read from the environment variable ``api_key_env`` (``OPENAI_API_KEY`` by default); a local
 vLLM server accepts any key, so ``"EMPTY"`` is used when the variable is unset.
 
@@ -35,7 +43,7 @@ from typing import Any
 
 import openai
 
-from agents.base import Generation, PromptConfig, PromptedAgent
+from agents.base import AnswerMode, Chat, Generation, PromptConfig, PromptedAgent
 from agents.llm_config import OpenAIConfig
 
 
@@ -68,10 +76,13 @@ class OpenAIChatAgent(PromptedAgent):
     Args:
         config: Endpoint and sampling settings.
         prompt_config: Prompt template, history length, length bound.
+        mode: :class:`~agents.base.AnswerMode` value: free text, or guided by the engine's choice constraint.
     """
 
-    def __init__(self, config: OpenAIConfig, prompt_config: PromptConfig | None = None):
-        super().__init__(prompt_config)
+    def __init__(
+        self, config: OpenAIConfig, prompt_config: PromptConfig | None = None, mode: str = AnswerMode.FREE
+    ):
+        super().__init__(prompt_config, mode)
         if config.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {config.concurrency}")
         if not config.timeout_s > 0:
@@ -107,11 +118,16 @@ class OpenAIChatAgent(PromptedAgent):
         hinted = _retry_after(error)
         return min(max(wait, hinted), self.config.max_backoff_s) if hinted is not None else wait
 
-    def complete(self, messages: list[dict[str, str]], seed: int | None = None) -> Generation:
-        """One chat completion with the retry policy of the module docstring (:class:`AgentRequestError`)."""
-        return self._run(self._complete(messages, seed)).result()
+    def complete(
+        self, messages: Chat, seed: int | None = None, choices: Sequence[str] | None = None
+    ) -> Generation:
+        """One chat completion with the retry policy of the module docstring (:class:`AgentRequestError`);
+        with ``choices``, constrained to one of them (guided mode)."""
+        return self._run(self._complete(messages, seed, choices)).result()
 
-    async def _complete(self, messages: list[dict[str, str]], seed: int | None) -> Generation:
+    async def _complete(
+        self, messages: Chat, seed: int | None, choices: Sequence[str] | None = None
+    ) -> Generation:
         config = self.config
         kwargs: dict[str, Any] = {
             "model": config.model,
@@ -122,8 +138,11 @@ class OpenAIChatAgent(PromptedAgent):
         }
         if config.send_seed and seed is not None:
             kwargs["seed"] = int(seed)
-        if config.extra_body:
-            kwargs["extra_body"] = config.extra_body
+        extra_body = dict(config.extra_body)
+        if choices is not None:
+            extra_body["structured_outputs"] = {"choice": list(choices)}
+        if extra_body:
+            kwargs["extra_body"] = extra_body
         async with self._slots:
             for attempt in range(config.max_retries + 1):
                 try:
@@ -165,9 +184,13 @@ class OpenAIChatAgent(PromptedAgent):
             f"{type(last_error).__name__}: {last_error}"
         ) from last_error
 
-    def generate(self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int]) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[Chat], seeds: Sequence[int], choices: Sequence[Sequence[str]] | None = None
+    ) -> list[Generation]:
+        per_prompt = choices if choices is not None else [None] * len(prompts)
         futures = [
-            self._run(self._complete(prompt, seed)) for prompt, seed in zip(prompts, seeds, strict=True)
+            self._run(self._complete(prompt, seed, answers))
+            for prompt, seed, answers in zip(prompts, seeds, per_prompt, strict=True)
         ]
         generations = []
         for future in futures:

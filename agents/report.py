@@ -63,7 +63,8 @@ def summarize(
 
     Args:
         records: Episode records, errored ones included (they are counted, not scored).
-        config: The run's settings (env, agent, model, split, seed are copied in).
+        config: The run's settings (env, agent, model, split, seed are copied in, and the answer mode of an
+            LLM agent: ``free`` or ``guided``, ``None`` for the scripted agents).
         planned: Episodes the run was to play (``None``: as many as ``records``).
         allowed_errors: Errored episodes the run tolerates (``failed`` says whether there were more).
         servers: Each env server's state and share, when the run played on several (the summary's
@@ -80,6 +81,7 @@ def summarize(
     summary: dict[str, Any] = {
         "env_id": getattr(config, "env_id", None),
         "agent": getattr(config, "agent", None),
+        "mode": getattr(config, "answer_mode", None),
         "model": getattr(config, "model", None),
         "split": getattr(config, "split", None),
         "seed": getattr(config, "seed", None),
@@ -136,8 +138,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# Evaluation: {summary['env_id']} with the {summary['agent']} agent",
         "",
-        f"Model: `{summary['model'] or '-'}` · split: `{summary['split'] or 'default'}` · "
-        f"seed: {summary['seed']}",
+        f"Model: `{summary['model'] or '-'}` · mode: {summary.get('mode') or '-'} · "
+        f"split: `{summary['split'] or 'default'}` · seed: {summary['seed']}",
         "",
         "| metric | value |",
         "|---|---|",

@@ -27,10 +27,20 @@ It prints its progress and a result block, and writes ``<run-dir>/result.json``.
 model is the project's tiny random-initialised Qwen2 (``training.policy.build_tiny_policy``, Qwen2.5's
 tokenizer cut to its first ``--vocab-size`` ids). ``benchmarks/bench_training.py trl`` runs it over 3 seeds.
 
+**A pretrained model** (``--model``, a Hugging Face folder with a ChatML chat template, e.g. the SmolLM2-135M
+that ``scripts/convert_smollm2.py`` makes) is fine-tuned instead of the tiny model, with what fine-tuning
+wants: learning rates two to three orders of magnitude below the from-scratch ones (``--sft-lr`` 1e-5,
+``--grpo-lr`` 1e-6 by default: the quickstart's rates are for weights that start random), gradient
+checkpointing on, and SFT one conversation per forward pass (``--sft-micro-batch-size`` 1, the
+``--sft-batch-size`` conversations of a step accumulated): the default batch of four whole conversations kept
+every layer's activations and logits over SmolLM2's 49,152-token vocabulary and was killed at 17 GB (issue
+39).
+
 Run (from the repository root)::
 
     python examples/trl_alfworld.py --seed 0                     # starts the server itself
     python examples/trl_alfworld.py --seed 1 --warm-start runs/trl_alfworld/seed0/sft   # reuse a warm start
+    python examples/trl_alfworld.py --model models/SmolLM2-135M-Instruct --threads 1   # fine-tune SmolLM2
     # against a server you started (the expert must be on: it is the operator's setting)
     progpo serve --protocol openenv --env progpo/ALFWorld-v0 --port 8010 --workers 2 --env-kwargs \\
       'progpo/ALFWorld-v0={"task_types": ["pick_and_place_simple", "look_at_obj_in_light"],
@@ -76,6 +86,9 @@ ENV_KWARGS = {
 #: (``expert_action``; the tool's text never shows it), which the warm start imitates.
 OPERATOR_KWARGS = {"expert": True, "expert_mode": "searching"}
 TRAIN_SPLIT, HELD_OUT_SPLIT = "train", "valid_seen"
+#: Defaults that depend on where the weights start: random (the tiny model) or pretrained (``--model``).
+FROM_SCRATCH = {"sft_lr": 3e-3, "grpo_lr": 3e-4, "gradient_checkpointing": False}
+FINE_TUNING = {"sft_lr": 1e-5, "grpo_lr": 1e-6, "gradient_checkpointing": True}
 
 
 def log(message: str) -> None:
@@ -144,7 +157,9 @@ def expert_conversations(make_env, rows: list[dict]) -> tuple[list[dict], dict]:
 
 def warm_start(folder: Path, conversations: list[dict], args, out: Path) -> dict:
     """TRL's ``SFTTrainer`` on the expert's conversations, loss on every token (then, with
-    ``--sft-assistant-epochs``, on the assistant's calls alone); the model is saved to ``out``."""
+    ``--sft-assistant-epochs``, on the assistant's calls alone); the model is saved to ``out``. Each step
+    takes ``--sft-batch-size`` conversations, ``--sft-micro-batch-size`` per forward pass (the rest
+    accumulated)."""
     tokenizer = AutoTokenizer.from_pretrained(folder)
     tokenizer.chat_template = qwen2_5_chat_template  # TRL's Qwen2.5 template, with tool calls
     model = AutoModelForCausalLM.from_pretrained(folder)
@@ -160,7 +175,8 @@ def warm_start(folder: Path, conversations: list[dict], args, out: Path) -> dict
         config = SFTConfig(
             output_dir=str(out / "trainer"),
             num_train_epochs=epochs,
-            per_device_train_batch_size=args.sft_batch_size,
+            per_device_train_batch_size=args.sft_micro_batch_size,
+            gradient_accumulation_steps=args.sft_batch_size // args.sft_micro_batch_size,
             learning_rate=args.sft_lr,
             lr_scheduler_type="linear",
             warmup_steps=0.05,
@@ -173,7 +189,7 @@ def warm_start(folder: Path, conversations: list[dict], args, out: Path) -> dict
             report_to="none",
             use_cpu=True,
             bf16=False,  # TRL's default; a CPU without bf16 kernels emulates it several times slower
-            gradient_checkpointing=False,  # TRL's default: memory a tiny model does not need, for time
+            gradient_checkpointing=args.gradient_checkpointing,  # off for the tiny model: time for no need
             seed=args.seed,
             data_seed=args.seed,
             dataloader_num_workers=0,
@@ -372,7 +388,7 @@ def grpo(model, tokenizer, make_env, rows: list[dict], args, out: Path) -> tuple
         report_to="none",
         use_cpu=True,
         bf16=False,
-        gradient_checkpointing=False,
+        gradient_checkpointing=args.gradient_checkpointing,
         seed=args.seed,
         data_seed=args.seed,
         dataloader_num_workers=0,
@@ -408,6 +424,11 @@ def parse_args(argv=None):
     add("--server-workers", type=int, default=2, help="env worker processes of the server started here")
     add("--run-dir", default=None, help="where the run writes (default: runs/trl_alfworld/seed<seed>)")
     add("--warm-start", default=None, help="a folder saved by an earlier run's SFT (<run-dir>/sft): skip SFT")
+    add(
+        "--model",
+        default=None,
+        help="a pretrained causal LM folder to fine-tune (default: build the tiny model, train from scratch)",
+    )
     add("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     add("--vocab-size", type=int, default=4096, help="BPE ids the tiny model keeps from Qwen2.5's tokenizer")
     add("--layers", type=int, default=2, help="transformer layers of the tiny model")
@@ -417,8 +438,26 @@ def parse_args(argv=None):
     add(
         "--sft-assistant-epochs", type=float, default=0, help="then SFT epochs on the assistant's calls alone"
     )
-    add("--sft-lr", type=float, default=3e-3, help="SFT learning rate (linear decay)")
+    add(
+        "--sft-lr",
+        type=float,
+        default=None,
+        help="SFT learning rate, linear decay (default: 3e-3 from scratch, 1e-5 fine-tuning a --model)",
+    )
     add("--sft-batch-size", type=int, default=4, help="conversations per SFT step")
+    add(
+        "--sft-micro-batch-size",
+        type=int,
+        default=None,
+        help="conversations per SFT forward pass, the step's others accumulated (default: the whole "
+        "--sft-batch-size from scratch, 1 fine-tuning a --model)",
+    )
+    add(
+        "--gradient-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="recompute activations in the backward pass (default: on fine-tuning a --model, else off)",
+    )
     add("--eval-tasks", type=int, default=32, help="held-out (valid_seen) tasks, spread over the split")
     add("--eval-seeds", type=int, default=2, help="sampling seeds per evaluation")
     add("--grpo-steps", type=int, default=40, help="GRPO optimisation steps")
@@ -429,7 +468,12 @@ def parse_args(argv=None):
         help="tasks per GRPO step (each played --num-generations times)",
     )
     add("--num-generations", type=int, default=4, help="GRPO group size")
-    add("--grpo-lr", type=float, default=3e-4, help="GRPO learning rate (constant)")
+    add(
+        "--grpo-lr",
+        type=float,
+        default=None,
+        help="GRPO learning rate, constant (default: 3e-4 from scratch, 1e-6 fine-tuning a --model)",
+    )
     add("--beta", type=float, default=0.0, help="GRPO's KL coefficient")
     add("--temperature", type=float, default=1.0, help="sampling temperature of GRPO and the evaluation")
     add("--max-completion-length", type=int, default=2048, help="tokens of all turns of an episode")
@@ -440,7 +484,38 @@ def parse_args(argv=None):
         help="tool calls per episode (GRPO's max_tool_calling_iterations)",
     )
     add("--max-new-tokens", type=int, default=48, help="tokens per turn")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    pretrained = args.model is not None
+    if args.model is not None and args.warm_start is not None:
+        parser.error("--model and --warm-start both name the starting weights: give one")
+    if pretrained and not (Path(args.model) / "config.json").is_file():
+        parser.error(f"--model {args.model}: no config.json there (a folder written by save_pretrained)")
+    defaults = FINE_TUNING if pretrained else FROM_SCRATCH
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.sft_micro_batch_size is None:
+        args.sft_micro_batch_size = 1 if pretrained else args.sft_batch_size
+    if args.sft_micro_batch_size < 1 or args.sft_batch_size % args.sft_micro_batch_size:
+        parser.error(
+            f"--sft-micro-batch-size {args.sft_micro_batch_size} must divide "
+            f"--sft-batch-size {args.sft_batch_size}"
+        )
+    return args
+
+
+def tiny_shape(args) -> TinyModelConfig:
+    """The tiny model's shape, from ``--vocab-size``, ``--layers`` and ``--hidden-size``."""
+    return TinyModelConfig(
+        vocab_size=args.vocab_size,
+        hidden_size=args.hidden_size,
+        intermediate_size=3 * args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        seed=args.seed,
+    )
 
 
 def held_out_rows(make_env, count: int, seed: int = 0) -> list[dict]:
@@ -474,21 +549,16 @@ def main(argv=None) -> dict:
             result["warm_start_from"] = str(sft_folder)
             log(f"warm start: loading {sft_folder}")
         else:
-            shape = TinyModelConfig(
-                vocab_size=args.vocab_size,
-                hidden_size=args.hidden_size,
-                intermediate_size=3 * args.hidden_size,
-                num_hidden_layers=args.layers,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                max_position_embeddings=4096,
-                seed=args.seed,
+            folder = (
+                Path(args.model)
+                if args.model
+                else build_tiny_policy(run_dir / "tiny_policy", tiny_shape(args))
             )
-            folder = build_tiny_policy(run_dir / "tiny_policy", shape)
             log(f"the expert plays {args.sft_tasks} training tasks through the tool env")
             conversations, demo = expert_conversations(make_env, train[: args.sft_tasks])
             log(
-                f"{demo['demo_won']}/{demo['demo_episodes']} won, {demo['demo_steps']} tool calls; SFT starts"
+                f"{demo['demo_won']}/{demo['demo_episodes']} won, {demo['demo_steps']} tool calls; SFT of "
+                f"{folder} starts"
             )
             sft_folder = run_dir / "sft"
             result["sft"] = {**demo, **warm_start(folder, conversations, args, sft_folder)}

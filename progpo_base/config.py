@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import math
 import numbers
 import types
@@ -119,6 +120,11 @@ def documented_field(
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def enum_field(default: enum.Enum, doc: str) -> Any:
+    """A documented field taking one of the values of ``default``'s enum (its ``choices``)."""
+    return documented_field(default.value, doc, choices=[member.value for member in type(default)])
 
 
 def required_field(doc: str, choices: Sequence[str] | None = None) -> Any:

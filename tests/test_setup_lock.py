@@ -25,8 +25,8 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11; the lock is made wit
 
 LOCK = REPO / "requirements" / "lock.txt"
 SETUP = REPO / "scripts" / "setup.sh"
-#: The extras setup.sh installs (``--dev`` adds ``dev``).
-SETUP_EXTRAS = ("webshop", "serve", "agents", "train", "openenv", "trl", "dev")
+#: The extras setup.sh installs (``--dev`` adds ``dev`` and ``gguf``).
+SETUP_EXTRAS = ("webshop", "serve", "agents", "train", "openenv", "trl", "dev", "gguf")
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -70,3 +71,32 @@ def test_the_shortened_example_warm_starts_trains_and_measures(tmp_path):
         assert 0.0 <= evaluation["success"] <= 1.0 and evaluation["episodes"] == 2
         assert evaluation["completion_tokens"] > 0
     assert "held-out success" in done.stdout and "after 2 GRPO steps" in done.stdout
+
+
+def _example_module():
+    spec = importlib.util.spec_from_file_location("trl_alfworld_example", ROOT / EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_pretrained_model_gets_fine_tuning_settings_and_bounded_sft_memory(tmp_path, capsys):
+    """``--model``: fine-tuning rates (not the from-scratch 3e-3/3e-4), gradient checkpointing, one
+    conversation per SFT forward pass (the step's others accumulated); each can still be set."""
+    example = _example_module()
+    (tmp_path / "config.json").write_text("{}")
+    tuned = example.parse_args(["--model", str(tmp_path)])
+    scratch = example.parse_args([])
+    assert (tuned.sft_lr, tuned.grpo_lr, tuned.gradient_checkpointing) == (1e-5, 1e-6, True)
+    assert (scratch.sft_lr, scratch.grpo_lr, scratch.gradient_checkpointing) == (3e-3, 3e-4, False)
+    assert (tuned.sft_micro_batch_size, scratch.sft_micro_batch_size) == (1, scratch.sft_batch_size)
+    mine = example.parse_args(["--model", str(tmp_path), "--sft-lr", "2e-5", "--no-gradient-checkpointing"])
+    assert (mine.sft_lr, mine.gradient_checkpointing) == (2e-5, False)
+    for argv, message in [
+        (["--model", str(tmp_path / "missing")], "no config.json there"),
+        (["--model", str(tmp_path), "--warm-start", str(tmp_path)], "give one"),
+        (["--sft-batch-size", "4", "--sft-micro-batch-size", "3"], "must divide"),
+    ]:
+        with pytest.raises(SystemExit) as stopped:
+            example.parse_args(argv)
+        assert stopped.value.code == 2 and message in capsys.readouterr().err, argv

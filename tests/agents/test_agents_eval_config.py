@@ -132,9 +132,38 @@ def test_help_config_lists_every_key_with_default_and_doc(capsys):
     assert "required" in keys["env_id"] and "'OPENAI_API_KEY'" in keys["openai.api_key_env"]
     assert "retries after the first attempt" in keys["openai.max_retries"]
     assert {"prompt.template", "transformers.model_path", "transformers.max_prompt_tokens"} <= set(keys)
-    assert len(keys) == len(lines) == len(dataclasses.fields(EvalConfig)) - 3 + 4 + 13 + 8
+    assert len(keys) == len(lines) == len(dataclasses.fields(EvalConfig)) - 3 + 4 + 13 + 9
 
 
 def test_the_python_api_keeps_its_required_fields():
     with pytest.raises(TypeError):
         EvalConfig(env_id=TOY, agent="expert")  # out_dir is required, as before
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--agent", "random", "--mode", "guided"],
+            "--mode guided is for the LLM agents (openai, transformers)",
+        ),
+        (["--agent", "transformers", "--model", ".", "--threads", "0"], "--threads must be >= 1, got 0"),
+        (
+            ["--agent", "openai", "--model", "m", "mode=greedy"],
+            "mode 'greedy' is not one of free, guided",
+        ),
+    ],
+)
+def test_answer_mode_and_threads_mistakes_are_one_line(argv, message, tmp_path, capsys):
+    assert main(["--env", TOY, "--out", str(tmp_path / "o"), "--no-progress", *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("progpo eval: error: ") and message in lines[0], lines
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_mode_and_threads_flags_set_their_keys():
+    config = _config(
+        ["--env", TOY, "--agent", "transformers", "--out", "o", "--mode", "guided", "--threads", "1"]
+    )
+    assert (config.mode, config.transformers.threads) == ("guided", 1)
+    assert _config(["--env", TOY, "--agent", "openai", "--out", "o"]).mode == "free"  # the papers' default

@@ -8,6 +8,9 @@ import pytest
 from agents.base import Task
 from agents.cli import main
 from agents.openai_agent import AgentRequestError, OpenAIChatAgent, OpenAIConfig
+from agents.projection import project_action
+from tests.agents.agents_toy_envs import hint_policy, openai_eval_argv
+from tests.agents.eval_run_checks import check_run
 
 PROMPT = [
     {
@@ -112,8 +115,6 @@ def _malformed_every_fourth(endpoint):
 
 
 def test_eval_cli_with_the_openai_agent_is_reproducible(endpoint, tmp_path):
-    from tests.agents.agents_toy_envs import openai_eval_argv
-
     _malformed_every_fourth(endpoint)
     runs = []
     for name, num_envs in (("a", 4), ("b", 3)):
@@ -173,4 +174,34 @@ def test_an_answer_that_is_not_json_is_retried_and_names_the_endpoint(endpoint):
     with pytest.raises(AgentRequestError, match=f"request to {endpoint.base_url} failed after 2 attempts"):
         agent.complete(PROMPT)
     assert len(endpoint.requests) == 2
+    agent.close()
+
+
+def _engine_choice(messages: list[dict], body: dict) -> str:
+    """What a server with guided choice answers: one of the request's choices (the hint's action, as the
+    toy envs' expert would, else the first)."""
+    choices = body["structured_outputs"]["choice"]
+    hinted = hint_policy(messages, body)
+    return next((c for c in choices if c.endswith(hinted[hinted.index("<action>") :])), choices[0])
+
+
+def test_guided_mode_sends_the_admissible_answers_as_the_engines_choice(endpoint, tmp_path):
+    endpoint.policy = _engine_choice
+    assert main(openai_eval_argv(endpoint.base_url, tmp_path, "--mode", "guided", "--episodes", "3")) == 0
+    summary, records = check_run(tmp_path, episodes=3)
+    assert summary["mode"] == "guided" and summary["success_rate"] == 1.0
+    assert summary["invalid_action_rate"] == 0.0
+    steps = [s for r in records for s in r["trajectory"]]
+    asked = {json.dumps(b["messages"]): b["structured_outputs"]["choice"] for b in endpoint.requests}
+    assert len(endpoint.requests) == len(steps)
+    for step in steps:  # each step's request offered every admissible action in the answer format
+        choices = asked[json.dumps(step["prompt"])]
+        assert len(choices) > 1 and all(project_action(c, None)[1] for c in choices)
+        assert step["raw_output"] in choices and step["valid"] and step["admissible"]
+
+
+def test_free_mode_sends_only_the_openai_api(endpoint):
+    agent = _agent(endpoint)
+    agent.generate([PROMPT], [1])
+    assert "structured_outputs" not in endpoint.requests[0]
     agent.close()

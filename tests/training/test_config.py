@@ -60,7 +60,13 @@ def test_a_presets_env_kwargs_stay_with_its_env():
 
 
 @pytest.mark.parametrize(
-    "name", ["quickstart.yaml", "alfworld_progpo_qwen2.5-1.5b.yaml", "webshop_progpo_qwen2.5-1.5b.yaml"]
+    "name",
+    [
+        "quickstart.yaml",
+        "alfworld_progpo_qwen2.5-1.5b.yaml",
+        "webshop_progpo_qwen2.5-1.5b.yaml",
+        "finetune_smollm2.yaml",
+    ],
 )
 def test_presets_load(name):
     config = load_config(CONFIGS / name)
@@ -83,6 +89,20 @@ def test_paper_recipe_in_gpu_presets():
         assert cfg.model.path == "Qwen/Qwen2.5-1.5B-Instruct"
     assert (alf.env.max_steps, web.env.max_steps) == (50, 15)
     assert (alf.optim.mini_batch_rows, web.optim.mini_batch_rows) == (256, 64)
+
+
+def test_the_fine_tuning_preset_is_the_quickstarts_env_with_a_pretrained_models_settings():
+    """configs/finetune_smollm2.yaml: a pretrained model, a fine-tuning rate (1e-6..1e-5, not the quickstart's
+    3e-4 for random weights), a KL term to the starting model, no warm start, on the quickstart's ALFWorld."""
+    tune, quickstart = load_config(CONFIGS / "finetune_smollm2.yaml"), load_config(None)
+    assert tune.model.path and tune.model.gradient_checkpointing and not tune.warm_start.enabled
+    assert 1e-6 <= tune.optim.lr <= 1e-5 < quickstart.optim.lr and tune.loss.kl_coef > 0
+    assert (tune.env.id, tune.env.kwargs, tune.env.max_steps) == (
+        quickstart.env.id,
+        quickstart.env.kwargs,
+        quickstart.env.max_steps,
+    )
+    assert tune.rollout.constrained_actions and tune.rollout.template == "default"
 
 
 def test_overrides_are_typed():
