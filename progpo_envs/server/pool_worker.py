@@ -293,9 +293,15 @@ def worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dict
         signal.signal(sig, signal.SIG_IGN)
     try:
         creators = {env_id: load_env_creator(ep) for env_id, ep in entry_points.items()}
-        # warm-up: the first construction loads the shared data (catalog, index)
+        # warm-up: the first construction loads the shared data (catalog, index), and an env that can load
+        # more of what its instances share (ALFWorld: every game of a small split) does it now, so the
+        # worker's memory reaches its plateau before it serves (not over the first half of a run)
         for env_id, creator in creators.items():
-            creator(**fixed_kwargs[env_id]).close()
+            env = creator(**fixed_kwargs[env_id])
+            warm_up = getattr(env, "warm_up", None)
+            if callable(warm_up):
+                warm_up()
+            env.close()
         conn.send(Reply.success(os.getpid()))
     except Exception as exc:  # noqa: BLE001 - report start-up failures to the parent instead of dying silently
         conn.send(Reply.failure(failure_line(exc), status=500))
