@@ -54,6 +54,7 @@ from progpo_base.usage import failure_line
 from progpo_envs.core.errors import EnvDataError
 from progpo_envs.core.worker_protocol import Reply, Reset, Step, apply_command, serve_requests
 from progpo_envs.server.codec import dumps, encode
+from webshop_server.serving import HeapTrimmer
 
 _UNKNOWN_INSTANCE = "unknown instance (closed, expired or never created)"
 #: The info key of the expert's next command, which no answer but :attr:`Op.EXPERT`'s carries.
@@ -307,5 +308,12 @@ def worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dict
         conn.send(Reply.failure(failure_line(exc), status=500))
         return
     worker = EnvWorker(creators)
-    serve_requests(conn, worker.handle)
+    trimmer = HeapTrimmer()  # the heap's free pages back to the system every 10 s (not its high-water mark)
+
+    def handle(message: Any) -> Reply:
+        reply = worker.handle(message)
+        trimmer.tick()
+        return reply
+
+    serve_requests(conn, handle)
     worker.close()
