@@ -44,8 +44,15 @@ PRESETS = {
 #: The servers' env kwargs besides the preset's split and step limit (WebShop: the generated catalog).
 SERVER_KWARGS = {"progpo/WebShop-v0": {"num_products": 1000}, "progpo/ALFWorld-v0": {}}
 FAULTS = ("kill", "stop", "restart", "drain")
-#: Where in the planned vector steps each fault starts.
+#: Where in the planned vector steps each fault starts (or later: see ``FAULT_WINDOW_S``).
 FAULT_AT = (0.2, 0.4, 0.6, 0.8)
+#: A fault's window: from the fault until this long after its server is back, the span its ``max_stall_s``
+#: covers. The next fault waits for the window to close, so that each fault meets a whole fleet and each
+#: stall is one fault's (a fast env's planned steps take about a minute: the faults would overlap).
+FAULT_WINDOW_S = 30.0
+#: The most iterations a run goes on to, as a multiple of its planned ones, should its bytes or faults never
+#: come (a fast env's quick run needs ~10x for its 100 MiB and ~20x for its faults' windows).
+EXTRA_ITERATIONS_CAP = 40
 MAX_STALL_S, MAX_STALL_S_QUICK, MAX_RSS_GROWTH = 15.0, 30.0, 0.10
 MIB = 1 << 20
 
@@ -185,13 +192,21 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
         fault_threads.append(threading.Thread(target=run, name=f"fault-{kind}", daemon=True))
         fault_threads[-1].start()
 
+    def fault_due() -> bool:
+        if len(faults) == len(FAULTS) or vector_steps < FAULT_AT[len(faults)] * planned_steps:
+            return False
+        return not faults or clock() >= faults[-1].get("back_s", float("inf")) + FAULT_WINDOW_S
+
     carried = lambda: max(largest_stream_connections().values(), default=0)  # noqa: E731
     vector_steps = iteration = 0
     columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
     with Progress(TextColumn("{task.description}"), *columns, console=console) as progress:
         task = progress.add_task(f"soak {env_id}", total=planned_steps, status="")
         min_bytes = settings.min_connection_mib * MIB
-        while iteration < iterations or (carried() < min_bytes and iteration < 10 * iterations):
+        while iteration < iterations or (
+            (carried() < min_bytes or len(faults) < len(FAULTS) or "back_s" not in faults[-1])
+            and iteration < EXTRA_ITERATIONS_CAP * iterations
+        ):
             iteration += 1
             episodes["planned"] += copies
             options = {"task_indices": [rng.randrange(num_tasks) for _ in range(groups)]}
@@ -205,7 +220,7 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
                     time.sleep(2.0)
             live = list(range(copies))
             for _ in range(max_steps):
-                if len(faults) < len(FAULTS) and vector_steps >= FAULT_AT[len(faults)] * planned_steps:
+                if fault_due():
                     start_fault(len(faults))
                 actions = [choose(list(infos[i]["admissible_actions"]), rng) for i in live]
                 stepped = timed(len(live), envs.unwrapped.step_some, live, actions)
@@ -239,7 +254,7 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
     for member in fleet:
         member.stop()
     for index, record in enumerate(faults):
-        until = record["back_s"] + 30.0
+        until = record["back_s"] + FAULT_WINDOW_S
         overlapping = [s for begun, s, _ in calls if begun <= until and begun + s >= record["at_s"]]
         record["max_stall_s"] = round(max(overlapping, default=0.0), 2)
         next_at = faults[index + 1]["at_s"] if index + 1 < len(faults) else wall_s

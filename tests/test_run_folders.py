@@ -106,8 +106,10 @@ def test_a_train_on_a_folder_an_eval_is_writing_is_refused(tmp_path):
     """F8. Before (main at 0fde1db): the two took differently named locks, the training ran and the
     evaluation then overwrote its ``summary.json``."""
     out = tmp_path / "run"
-    # 8 episodes of 2 steps of 30 s: minutes, time enough for the training to start and be refused
-    evaluation = _start(_eval(out, "--episodes", "8", "--env-arg", "step_delay=30"))
+    # Steps of 10 min: the evaluation holds the folder until the test stops it. (Its episodes run side by
+    # side: with 30 s steps it ended after ~1 min, before a training started on a busy machine reached the
+    # lock, which then read "holds the files of a progpo eval run".)
+    evaluation = _start(_eval(out, "--episodes", "8", "--env-arg", "step_delay=600"))
     try:
         _wait_for(out / "run.json", evaluation, "progpo eval")  # written once it holds the folder
         train = _run(_train(out, "iterations=0", "warm_start.enabled=false", "eval.num_tasks=0"))
