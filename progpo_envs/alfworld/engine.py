@@ -185,7 +185,8 @@ _PDDL2SAS_RESULTS = _LRU(_PDDL2SAS_CACHE_SIZE)
 #: Loaded games shared by every engine of the process (the copies of a task group load a game once).
 #: Sharing is safe: a loaded game's grammar, actions and entity names are only read while playing, and each
 #: engine plays on its own ``PddlState`` and ``libdownward`` copy.
-_SHARED_GAMES = _LRU(64)
+SHARED_GAMES_CAPACITY = 64
+_SHARED_GAMES = _LRU(SHARED_GAMES_CAPACITY)
 #: Game logics parsed once per (domain, grammar without its task text) (``shared_logic``).
 _SHARED_LOGICS = _LRU(16)
 

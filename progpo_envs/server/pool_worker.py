@@ -54,6 +54,7 @@ from progpo_base.usage import failure_line
 from progpo_envs.core.errors import EnvDataError
 from progpo_envs.core.worker_protocol import Reply, Reset, Step, apply_command, serve_requests
 from progpo_envs.server.codec import dumps, encode
+from webshop_server.serving import HeapTrimmer
 
 _UNKNOWN_INSTANCE = "unknown instance (closed, expired or never created)"
 #: The info key of the expert's next command, which no answer but :attr:`Op.EXPERT`'s carries.
@@ -293,13 +294,26 @@ def worker_main(conn, entry_points: dict[str, str], fixed_kwargs: dict[str, dict
         signal.signal(sig, signal.SIG_IGN)
     try:
         creators = {env_id: load_env_creator(ep) for env_id, ep in entry_points.items()}
-        # warm-up: the first construction loads the shared data (catalog, index)
+        # warm-up: the first construction loads the shared data (catalog, index), and an env that can load
+        # more of what its instances share (ALFWorld: every game of a small split) does it now, so the
+        # worker's memory reaches its plateau before it serves (not over the first half of a run)
         for env_id, creator in creators.items():
-            creator(**fixed_kwargs[env_id]).close()
+            env = creator(**fixed_kwargs[env_id])
+            warm_up = getattr(env, "warm_up", None)
+            if callable(warm_up):
+                warm_up()
+            env.close()
         conn.send(Reply.success(os.getpid()))
     except Exception as exc:  # noqa: BLE001 - report start-up failures to the parent instead of dying silently
         conn.send(Reply.failure(failure_line(exc), status=500))
         return
     worker = EnvWorker(creators)
-    serve_requests(conn, worker.handle)
+    trimmer = HeapTrimmer()  # the heap's free pages back to the system every 10 s (not its high-water mark)
+
+    def handle(message: Any) -> Reply:
+        reply = worker.handle(message)
+        trimmer.tick()
+        return reply
+
+    serve_requests(conn, handle)
     worker.close()

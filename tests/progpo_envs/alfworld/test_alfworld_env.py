@@ -234,3 +234,41 @@ def test_same_seed_same_transcript_infos_and_hashes_across_processes(shared_alfw
     assert first == second
     keys = [record[-1]["history_key"] for episode in first for record in episode]
     assert all(len(k) == 16 for k in keys) and len(set(keys)) > len(keys) // 2
+
+
+def test_warm_up_loads_every_game_of_a_small_split_once(generated_root, monkeypatch):
+    """A server worker warms up before it serves, so its memory does not grow with each game its instances
+    meet for the first time (the soak's ALFWorld workers grew for half the run): after ``warm_up`` no reset
+    of the split loads a game, and each plays what a cold env plays."""
+    from progpo_envs.alfworld import engine as engine_module
+
+    engine_module.clear_caches()
+    warm = ALFWorldEnv(split="train", data_dir=generated_root)
+    assert warm.warm_up() == warm.num_tasks
+    warm.close()
+    loads = Counter()
+    original_load = engine_module.AlfredEngine._load
+    monkeypatch.setattr(
+        engine_module.AlfredEngine,
+        "_load",
+        lambda self, game: loads.update([str(game)]) or original_load(self, game),
+    )
+    env = ALFWorldEnv(split="train", data_dir=generated_root)
+    observations = [env.reset(options={"task_index": i})[0] for i in range(env.num_tasks)]
+    env.close()
+    assert not loads
+    engine_module.clear_caches()
+    cold = ALFWorldEnv(split="train", data_dir=generated_root)
+    assert [cold.reset(options={"task_index": i})[0] for i in range(cold.num_tasks)] == observations
+    cold.close()
+    assert len(loads) == cold.num_tasks
+
+
+def test_warm_up_leaves_a_split_larger_than_the_game_cache_to_load_as_met(generated_root, monkeypatch):
+    import progpo_envs.alfworld.env as env_module
+
+    env = ALFWorldEnv(split="train", data_dir=generated_root)
+    monkeypatch.setattr(env_module, "SHARED_GAMES_CAPACITY", env.num_tasks - 1)
+    assert env.warm_up() == 0
+    assert env.task is None and not env.engine._games
+    env.close()

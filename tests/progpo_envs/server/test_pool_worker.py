@@ -4,13 +4,17 @@ clear error."""
 
 from __future__ import annotations
 
+import multiprocessing
+import signal
+from pathlib import Path
+
 import gymnasium as gym
 import pytest
 
 from progpo_envs.core.errors import EnvDataError
-from progpo_envs.core.worker_protocol import Reply
+from progpo_envs.core.worker_protocol import Reply, Shutdown
 from progpo_envs.server.codec import decode
-from progpo_envs.server.pool_worker import Batch, EnvWorker, InstanceCall, Op
+from progpo_envs.server.pool_worker import Batch, EnvWorker, InstanceCall, Op, worker_main
 from progpo_envs.testing import CounterEnv
 
 
@@ -99,3 +103,32 @@ def test_a_batch_runs_a_prefix_within_its_budget():
 def test_a_message_the_worker_does_not_know_is_a_clear_error(message):
     reply = _worker().handle(message)
     assert reply == Reply.failure(f"unknown worker message {message!r}", status=500)
+
+
+class WarmedCounter(CounterEnv):
+    """A counter whose ``warm_up`` (what a worker calls once before it serves) writes ``marker``."""
+
+    def __init__(self, marker: str, **kwargs):
+        super().__init__(**kwargs)
+        self.marker = Path(marker)
+
+    def warm_up(self) -> None:
+        self.marker.write_text("warmed")
+
+
+def test_a_worker_warms_up_each_env_that_can_before_it_serves(tmp_path):
+    marker = tmp_path / "warmed"
+    parent, child = multiprocessing.Pipe()
+    parent.send(Shutdown())  # the worker answers its start, then finds the shutdown waiting
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        worker_main(
+            child,
+            {"warm": f"{__name__}:WarmedCounter", "toy": "progpo_envs.testing:CounterEnv"},
+            {"warm": {"marker": str(marker)}, "toy": {}},
+        )
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert parent.recv().ok
+    assert marker.read_text() == "warmed"
