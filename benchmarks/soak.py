@@ -1,10 +1,7 @@
 """A soak as long as a training run: a GPU preset's env traffic against a fleet of env servers, faults on a
-schedule (the hosting suite's long run). What it plays, the faults, what it samples and what must hold (exit
-status 1 otherwise): docs/hosting.md, "A training run's traffic under faults: the soak".
-
-Run: ``.venv/bin/python benchmarks/soak.py`` (about an hour on 2 cores) writes
-``benchmarks/results/soak.json`` and ``soak.png``; ``--quick`` is ``.ci/run``'s shortened soak (each fault
-once, at least 100 MiB through one connection, a few minutes per env; it writes under ``runs/bench_quick/``).
+schedule (what it plays, samples and must hold: docs/hosting.md, "the soak"). ``python benchmarks/soak.py``
+(about an hour on 2 cores) writes ``benchmarks/results/soak.json`` and ``soak.png``; ``--quick`` is
+``.ci/run``'s shortened soak (each fault once, ≥ 100 MiB through one connection; under ``runs/bench_quick/``).
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import benchmarks.one_thread  # noqa: F401  (before numpy and torch load)
 
@@ -44,14 +42,10 @@ PRESETS = {
 #: The servers' env kwargs besides the preset's split and step limit (WebShop: the generated catalog).
 SERVER_KWARGS = {"progpo/WebShop-v0": {"num_products": 1000}, "progpo/ALFWorld-v0": {}}
 FAULTS = ("kill", "stop", "restart", "drain")
-#: Where in the planned vector steps each fault starts (or later: see ``FAULT_WINDOW_S``).
-FAULT_AT = (0.2, 0.4, 0.6, 0.8)
-#: A fault's window: from the fault until this long after its server is back, the span its ``max_stall_s``
-#: covers. The next fault waits for the window to close, so that each fault meets a whole fleet and each
-#: stall is one fault's (a fast env's planned steps take about a minute: the faults would overlap).
-FAULT_WINDOW_S = 30.0
-#: The most iterations a run goes on to, as a multiple of its planned ones, should its bytes or faults never
-#: come (a fast env's quick run needs ~10x for its 100 MiB and ~20x for its faults' windows).
+#: Where in the planned vector steps each fault starts, once the window (fault to its server back + 30 s:
+#: what its ``max_stall_s`` covers) of the one before closed: one fault at a time, on a whole fleet.
+FAULT_AT, FAULT_WINDOW_S = (0.2, 0.4, 0.6, 0.8), 30.0
+#: How far past its iterations a run may go for its bytes and faults (a quick WebShop run: ~20x).
 EXTRA_ITERATIONS_CAP = 40
 MAX_STALL_S, MAX_STALL_S_QUICK, MAX_RSS_GROWTH = 15.0, 30.0, 0.10
 MIB = 1 << 20
@@ -83,8 +77,12 @@ class Settings:
 class Member:
     """One ``progpo serve`` of the fleet, on a port it keeps across restarts."""
 
+    #: Ports taken in this process: each env's fleet its own (the client counts bytes per server URL).
+    ports_taken: set[int] = set()
+
     def __init__(self, env_id: str, workers: int, env_kwargs: dict):
-        self.port = free_port()
+        self.port = next(port for port in iter(free_port, None) if port not in Member.ports_taken)
+        Member.ports_taken.add(self.port)
         self.url = f"http://127.0.0.1:{self.port}"
         self.command = serve_command(env_id, workers, self.port, kwargs=env_kwargs)
         self.server: ServerProcess | None = None
@@ -148,6 +146,7 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
     env_kwargs = {**SERVER_KWARGS[env_id], "split": config.env.train_split, "max_steps": max_steps}
     console.print(f"[bold]{env_id}[/]: {copies} copies, {iterations} iterations of {max_steps} steps")
     fleet = [Member(env_id, settings.workers, env_kwargs) for _ in range(settings.servers)]
+    ports = {member.port for member in fleet}
     started = time.monotonic()
     clock = lambda: time.monotonic() - started  # noqa: E731
     samples: dict = {}
@@ -197,7 +196,10 @@ def soak_env(env_id: str, settings: Settings, console: Console) -> dict:
             return False
         return not faults or clock() >= faults[-1].get("back_s", float("inf")) + FAULT_WINDOW_S
 
-    carried = lambda: max(largest_stream_connections().values(), default=0)  # noqa: E731
+    def carried() -> int:  # the most one connection to this env's fleet carried
+        counts = largest_stream_connections().items()
+        return max((n for url, n in counts if urlsplit(url).port in ports), default=0)
+
     vector_steps = iteration = 0
     columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[status]}"))
     with Progress(TextColumn("{task.description}"), *columns, console=console) as progress:
