@@ -41,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import os
 import select
@@ -585,7 +586,9 @@ class ClientPool:
     as many as the calls in flight, never more than the bound, not as many as the callers (a vector env of
     1,024 remote envs stepped by one thread holds one; 400 envs stepped from 400 threads hold the bound). A
     connection that failed is closed, never given back; one that went stale while idle (the server's idle
-    timeout closed it, or this process is a fork of its opener) is dropped when taken.
+    timeout closed it, or this process is a fork of its opener) is dropped when taken. A call takes the
+    idle connection opened first: calls one at a time keep to one connection, and those a burst of calls
+    opened (a group's copies made together) sit idle until the server's idle timeout closes them.
 
     The bound keeps a process within the share of connections a server gives one client host (a quarter of
     its connection limit: 256 of 1,024): past the share a server closes the host's oldest idle connection
@@ -621,7 +624,9 @@ class ClientPool:
         #: The most bytes (both ways) one WebSocket connection carried, as of its last finished call.
         self.largest_connection_bytes = 0
         self._opener = opener or self._open_websocket
-        self._idle: list[Any] = []
+        self._idle: list[Any] = []  # in the order they were opened
+        self._opened: dict[int, int] = {}  # id(connection) -> when it was opened (a count)
+        self._opens = 0
         self._open = 0  # idle, in use, or being opened
         self._changed = threading.Condition()
 
@@ -647,15 +652,19 @@ class ClientPool:
                             "busy until the deadline"
                         )
                     self._changed.wait(left)
-                connection = self._idle.pop() if self._idle else None
+                connection = self._idle.pop(0) if self._idle else None
                 if connection is None:
                     self._open += 1
             if connection is None:
                 try:
-                    return self._opener(deadline)
+                    connection = self._opener(deadline)
                 except BaseException:
                     self._closed()
                     raise
+                with self._changed:
+                    self._opens += 1
+                    self._opened[id(connection)] = self._opens
+                return connection
             if not connection.stale():
                 return connection
             self.discard(connection)
@@ -667,7 +676,7 @@ class ClientPool:
                 carried = connection.bytes_sent + connection.bytes_received
                 self.largest_connection_bytes = max(self.largest_connection_bytes, carried)
             if connection.pid == os.getpid():
-                self._idle.append(connection)
+                bisect.insort(self._idle, connection, key=lambda c: self._opened.get(id(c), 0))
                 self._changed.notify()
                 return
         self.discard(connection)
@@ -675,6 +684,8 @@ class ClientPool:
     def discard(self, connection: Any) -> None:
         """Close ``connection`` (after a call that failed on it): its place goes to the next caller."""
         connection.close()
+        with self._changed:
+            self._opened.pop(id(connection), None)
         self._closed()
 
     def _closed(self) -> None:

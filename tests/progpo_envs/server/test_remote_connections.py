@@ -85,6 +85,22 @@ def test_a_client_pool_waits_for_a_connection_at_its_bound(toy_url):
     assert pool.open_connections == 0
 
 
+def test_a_client_pool_lends_the_connection_it_opened_first(toy_url):
+    """A burst of calls opens several connections; the calls after it keep to the first one, whichever was
+    given back last (before: the last given back, so calls rotated over the burst's connections and none
+    of them carried a long run's traffic or went idle long enough to be closed)."""
+    pool = ClientPool(toy_url.replace("http", "ws") + "/stream", max_connections=3)
+    burst = [pool.connect(time.monotonic() + 10) for _ in range(3)]
+    for connection in burst:
+        pool.give_back(connection)
+    for _ in range(3):
+        taken = pool.connect(time.monotonic() + 10)
+        assert taken is burst[0]
+        pool.give_back(taken)
+    pool.discard(pool.connect(time.monotonic() + 10))  # the first one fails: the second opened is next
+    assert pool.connect(time.monotonic() + 10) is burst[1]
+
+
 class _AnswerDroppingProxy:
     """A TCP proxy to ``port`` whose first connection passes everything on but closes the client's side
     instead of passing on the server's answer after the first ``passed`` ones (the stream door's 101 is
