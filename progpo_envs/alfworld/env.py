@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from progpo_envs.alfworld.data import ALFWorldTask, load_tasks
 from progpo_envs.alfworld.engine import NOTHING_HAPPENS, SHARED_GAMES_CAPACITY, AlfredEngine, EnginePatches
 from progpo_envs.alfworld.expert import ALFWorldExpert, ExpertMode, SearchingExpert
 from progpo_envs.alfworld.task_types import TASK_TYPES
+from progpo_envs.core.errors import EnvDataError
 from progpo_envs.core.text_env import EngineStep, TaskStart, TextEnv
 
 #: Admissible command the engine always offers and prompts leave out.
@@ -182,14 +184,18 @@ class ALFWorldEnv(TextEnv):
         the first time: ~1.6 MiB a game (the loaded game, its translation, TextWorld's interned propositions),
         and, under the soak's ALFWorld traffic (36 generated games, ~3 groups a worker an iteration), over
         half the run before every game has been met. Loading the 36 games takes about a second, and the
-        first reset of each is then as cheap as any other.
+        first reset of each is then as cheap as any other. A game that cannot be loaded is left to the reset
+        that meets it, which reports it (a damaged file is that task's fault, not the worker's).
         """
         if self.num_tasks > SHARED_GAMES_CAPACITY:
             return 0
+        loaded = 0
         for index in range(self.num_tasks):
-            self._start_task(index)
+            with contextlib.suppress(EnvDataError):
+                self._start_task(index)
+                loaded += 1
         self._task = None
-        return self.num_tasks
+        return loaded
 
     def close(self) -> None:
         """Release the engine's loaded games."""
