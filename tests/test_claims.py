@@ -35,8 +35,9 @@ numbers of one JSON object (e.g. ``success`` and ``success_std``) or an ``a ± b
 which makes a stale "mean ± spread" much harder to pass by coincidence than a lone figure. The values are
 every number in the result files: numeric leaves and numbers written inside strings (the display strings
 such as ``"0.086 ± 0.019 (n=3)"``), plus the two derivations the results page and the README state: each
-estimator's difference from GRPO paired by seed in a comparison's runs, and OpenEnv's throughput as a share of
-the native protocol's (the reciprocal of ``hosting.json``'s ``native_vs_openenv_N``).
+estimator's difference from GRPO paired by seed in a comparison's runs, OpenEnv's throughput as a share of
+the native protocol's (the reciprocal of ``hosting.json``'s ``native_vs_openenv_N``), and a count of bytes
+(a key ending in ``_bytes``) stated in MiB.
 
 A lone figure with three decimals is a weak check: the result files hold thousands of values, so about half
 of all three-decimal fractions coincide with one of them; such a figure passing says only that nothing
@@ -186,8 +187,8 @@ class MeasuredValues:
         """Every number in ``folder/*.json``, ``benchmarks/data/*.json`` and the ``extra`` results (retired
         ones), plus the results' documented derivations: each estimator's difference from GRPO paired by seed
         (:func:`benchmarks.common.paired_differences`: mean and sample std, as the results page and the README
-        state it) of every comparison's runs, and ``1 / native_vs_openenv_N`` (OpenEnv's share of the native
-        throughput)."""
+        state it) of every comparison's runs, ``1 / native_vs_openenv_N`` (OpenEnv's share of the native
+        throughput) and ``X_bytes / 2**20`` (bytes stated in MiB)."""
         from benchmarks.common import paired_differences
 
         values: list[float] = []
@@ -207,6 +208,8 @@ class MeasuredValues:
                     walk(value)
                     if str(key).startswith("native_vs_openenv_") and _is_number(value) and value:
                         values.append(1 / abs(value))
+                    if str(key).endswith("_bytes") and _is_number(value):
+                        values.append(abs(value) / 2**20)
             elif isinstance(obj, list):
                 for value in obj:
                     walk(value)
@@ -375,6 +378,13 @@ def test_openenv_share_is_read_as_the_reciprocal_of_native_vs_openenv(tmp_path):
     measured = MeasuredValues.read(tmp_path)
     holds = {f.text: measured.holds(f) for f in figures_in("0.80× and 0.79×", "t")}
     assert holds == {"0.80×": True, "0.79×": False}
+
+
+def test_bytes_are_read_in_mib_too(tmp_path):
+    (tmp_path / "soak.json").write_text(json.dumps({"max_connection_bytes": 567_000_000}))
+    measured = MeasuredValues.read(tmp_path)
+    holds = {f.text: measured.holds(f) for f in figures_in("541 MiB and 540 MiB", "t")}
+    assert holds == {"541 MiB": True, "540 MiB": False}
 
 
 def _page_text_nodes(path: Path, functions: set[str] | None = None) -> list[ast.Constant]:
