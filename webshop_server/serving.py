@@ -39,7 +39,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import os
@@ -105,6 +104,19 @@ def connection_to_close(newcomer: Any, connections: Iterable[Any], share: int, i
     return min(candidates, key=lambda c: c.opened)
 
 
+def _glibc_function(name: str, argtypes: list) -> Any:
+    """glibc's function ``name`` with its argument types set (returning an int), or ``None`` on another
+    platform or C library."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
+    function.argtypes, function.restype = argtypes, ctypes.c_int
+    return function
+
+
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     """Cap this process's glibc malloc arenas at ``arenas`` (``mallopt(M_ARENA_MAX)``); whether the cap was
     set (not on another C library, nor where ``MALLOC_ARENA_MAX`` is in the environment: the operator's
@@ -113,14 +125,10 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     servers crept up by ~1 MiB a minute under WebShop traffic, with no Python object left behind
     (``tracemalloc`` flat). With 2 arenas the same traffic leaves the RSS flat; the GIL serialises those
     threads anyway."""
-    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+    if "MALLOC_ARENA_MAX" in os.environ:
         return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt(_M_ARENA_MAX, arenas) == 1
+    mallopt = _glibc_function("mallopt", [ctypes.c_int, ctypes.c_int])
+    return mallopt is not None and mallopt(_M_ARENA_MAX, arenas) == 1
 
 
 class HeapTrimmer:
@@ -136,11 +144,7 @@ class HeapTrimmer:
     def __init__(self, interval_s: float = 10.0):
         self.interval_s = interval_s
         self._last = time.monotonic()
-        self._malloc_trim = None
-        if sys.platform.startswith("linux"):
-            with contextlib.suppress(OSError, AttributeError):
-                self._malloc_trim = ctypes.CDLL(None).malloc_trim
-                self._malloc_trim.argtypes, self._malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+        self._malloc_trim = _glibc_function("malloc_trim", [ctypes.c_size_t])
 
     def tick(self) -> bool:
         """Trim when ``interval_s`` has passed since the last trim (or since the trimmer was made); whether
