@@ -55,6 +55,7 @@ from waitress.buffers import OverflowableBuffer
 from waitress.channel import HTTPChannel
 from waitress.server import create_server
 
+from progpo_base.glibc import glibc_function
 from webshop_server.clients import client_host
 
 #: Open connections at most (keep-alive ones included); past it the server stops accepting.
@@ -104,19 +105,6 @@ def connection_to_close(newcomer: Any, connections: Iterable[Any], share: int, i
     return min(candidates, key=lambda c: c.opened)
 
 
-def _glibc_function(name: str, argtypes: list) -> Any:
-    """glibc's function ``name`` with its argument types set (returning an int), or ``None`` on another
-    platform or C library."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        function = getattr(ctypes.CDLL(None), name)
-    except (OSError, AttributeError):
-        return None
-    function.argtypes, function.restype = argtypes, ctypes.c_int
-    return function
-
-
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     """Cap this process's glibc malloc arenas at ``arenas`` (``mallopt(M_ARENA_MAX)``); whether the cap was
     set (not on another C library, nor where ``MALLOC_ARENA_MAX`` is in the environment: the operator's
@@ -127,7 +115,7 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     threads anyway."""
     if "MALLOC_ARENA_MAX" in os.environ:
         return False
-    mallopt = _glibc_function("mallopt", [ctypes.c_int, ctypes.c_int])
+    mallopt = glibc_function("mallopt", [ctypes.c_int, ctypes.c_int])
     return mallopt is not None and mallopt(_M_ARENA_MAX, arenas) == 1
 
 
@@ -144,7 +132,7 @@ class HeapTrimmer:
     def __init__(self, interval_s: float = 10.0):
         self.interval_s = interval_s
         self._last = time.monotonic()
-        self._malloc_trim = _glibc_function("malloc_trim", [ctypes.c_size_t])
+        self._malloc_trim = glibc_function("malloc_trim", [ctypes.c_size_t])
 
     def tick(self) -> bool:
         """Trim when ``interval_s`` has passed since the last trim (or since the trimmer was made); whether

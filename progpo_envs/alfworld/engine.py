@@ -55,7 +55,11 @@ Each ``PddlEnv`` loads a copy of ``libdownward`` of its own (``fast_downward.loa
 global to the library) that TextWorld never unloads, some 2 MiB a copy: a closed engine hands its ``PddlEnv``
 to the next engine of the process (:data:`_IDLE_PDDL_ENVS`), so a process holds as many copies as it ever had
 engines open at once, not one per engine it ever made (an env server whose sessions come and go: an ALFWorld
-OpenEnv worker grew from 81 to 544 MiB over 200 sessions of one env each; ``scripts/serving_probe.py``).
+OpenEnv worker grew from 81 to 544 MiB over 200 sessions of one env each; ``scripts/serving_probe.py``). An
+idle copy frees its planner task and keeps its code out of the resident set until it is reused
+(:func:`_give_back_pddl_env`). It cannot be unloaded: the copies share one registry of the planner's plugins
+(a C++ function-local static, which the dynamic loader binds once for all the copies), and unloading a copy
+leaves entries in it whose code is gone, so the next copy's load crashes as it copies them.
 
 The patches are installed once per process as thin wrappers that consult the patch set of the engine currently
 calling into TextWorld (a context variable), so patched and stock engines can live in one process (the
@@ -74,6 +78,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import ctypes
 import dataclasses
 import functools
 import importlib.metadata
@@ -97,6 +102,8 @@ import xxhash
 from textworld.envs.pddl import PddlEnv
 from textworld.logic import Proposition, Rule, TypeHierarchy, Variable
 from textworld.utils import check_flag
+
+from progpo_base.glibc import release_library_pages
 
 #: What the stock engine says to a command that is not admissible.
 NOTHING_HAPPENS = "Nothing happens."
@@ -207,10 +214,18 @@ def _take_pddl_env() -> PddlEnv:
 
 
 def _give_back_pddl_env(env: PddlEnv) -> None:
-    """``env`` idle, without its last game (the loaded games live on in the caches), for the next engine."""
+    """``env`` idle, without its last game (the loaded games live on in the caches), for the next engine.
+
+    Its ``libdownward`` copy keeps only what no one can free: the planner's task and search state are freed
+    (``cleanup``: every use starts with ``load_sas``, which makes them again) and the copy's code and
+    constants leave the resident set until the next engine runs them (:func:`release_library_pages`). An
+    idle copy then holds ~0.1 MiB instead of ~1.8: a worker that hosted a failed server's instances for a
+    while keeps little of them once they move back."""
     for name in ("_pddl_state", "state", "prev_state", "_game_data", "_game_file", "_logic", "_entity_infos"):
         setattr(env, name, None)
     env.walkthrough = None
+    env.downward_lib.cleanup()
+    release_library_pages(ctypes.cast(env.downward_lib.load_sas, ctypes.c_void_p).value)
     with _IDLE_LOCK:
         _IDLE_PDDL_ENVS.append(env)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ctypes
 import dataclasses
 import functools
 import hashlib
@@ -313,6 +314,46 @@ def test_a_closed_engine_hands_its_libdownward_copy_to_the_next_engine(generated
         engine.reset(path)
         engine.close()
     assert _libdownward_copies() <= before + 1
+
+
+def _resident_code_bytes(pddl_env) -> int:
+    """The resident bytes of the code of ``pddl_env``'s ``libdownward`` copy."""
+    address = ctypes.cast(pddl_env.downward_lib.load_sas, ctypes.c_void_p).value
+    in_code = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if not fields[0].endswith(":"):  # a mapping's header
+                start, end = (int(bound, 16) for bound in fields[0].split("-"))
+                in_code = start <= address < end
+            elif in_code and fields[0] == "Rss:":
+                return int(fields[1]) * 1024
+    raise LookupError(hex(address))
+
+
+def test_an_idle_libdownward_copy_keeps_its_code_out_of_memory_until_reused(generated_root):
+    """Issue 38: a worker that hosted a failed server's instances kept ~1.8 MiB for each copy they left idle
+    (the soak's ALFWorld workers grew 26.9%). An idle copy's planner task is freed and its code leaves the
+    resident set; the next engine runs it again and plays as a fresh one."""
+    path = load_tasks("train", generated_root)[0].game_file()
+    engines = [AlfredEngine() for _ in range(3)]
+    for engine in engines:
+        engine.reset(path)
+        engine.step(sorted(c for c in engine.admissible_commands if c != "help")[0])
+    pddl_envs = [engine._env for engine in engines]
+    assert all(_resident_code_bytes(env) > 256 * 1024 for env in pddl_envs)
+    transcript = [engines[0].feedback, engines[0].admissible_commands]
+    for engine in engines:
+        engine.close()
+    assert all(_resident_code_bytes(env) < 64 * 1024 for env in pddl_envs)
+
+    again = AlfredEngine()
+    assert again._env in pddl_envs  # an idle copy, reused
+    again.reset(path)
+    again.step(sorted(c for c in again.admissible_commands if c != "help")[0])
+    assert [again.feedback, again.admissible_commands] == transcript
+    assert _resident_code_bytes(again._env) > 256 * 1024
+    again.close()
 
 
 def test_lazy_replan_plans_as_the_stock_engine_when_asked(games):
