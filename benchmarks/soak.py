@@ -1,6 +1,6 @@
 """A soak as long as a training run: a GPU preset's env traffic against a fleet of env servers, faults on a
 schedule (what it plays, samples and must hold: docs/hosting.md, "the soak"). ``python benchmarks/soak.py``
-(about an hour on 2 cores) writes ``benchmarks/results/soak.json`` and ``soak.png``; ``--quick`` is
+(about 25 minutes on 2 cores) writes ``benchmarks/results/soak.json`` and ``soak.png``; ``--quick`` is
 ``.ci/run``'s shortened soak (each fault once, ≥ 100 MiB through one connection; under ``runs/bench_quick/``).
 """
 
