@@ -11,6 +11,7 @@ import random
 import sys
 from pathlib import Path
 
+import mementos.core
 import pytest
 import textworld
 import textworld.envs.pddl.textgen as textgen
@@ -20,11 +21,13 @@ from textworld.logic import Rule
 from progpo_envs.alfworld import wheel
 from progpo_envs.alfworld.data import load_tasks
 from progpo_envs.alfworld.engine import (
+    INTERN_TABLE_CAPACITY,
     NOTHING_HAPPENS,
     AlfredEngine,
     EnginePatches,
     clear_caches,
     demangled_names,
+    install_patches,
 )
 from progpo_envs.alfworld.task_types import TASK_TYPES
 
@@ -150,6 +153,27 @@ def test_each_patch_keeps_the_transcript_byte_identical(name, games, reference):
 
 def test_all_patches_keep_a_real_game_byte_identical(games, reference):
     assert digest(engine_transcript(games["real"], EnginePatches())) == digest(reference("real"))
+
+
+def test_interned_propositions_are_bounded_and_play_the_same(games, reference, monkeypatch):
+    """TextWorld interns every proposition of every game a process meets, forever. The table is bounded;
+    emptied many times over an episode, the stock engine and the patched one still play ALFWorld's
+    transcript."""
+    install_patches()
+    table = mementos.core._memento_cache
+    assert table.capacity == INTERN_TABLE_CAPACITY
+    monkeypatch.setattr(table, "capacity", 40)  # a game makes a few hundred
+    emptied = []  # the table's size at each emptying
+
+    def clear() -> None:
+        emptied.append(len(table))
+        dict.clear(table)
+
+    monkeypatch.setattr(table, "clear", clear, raising=False)
+    for patches in (EnginePatches.stock(), EnginePatches()):
+        emptied.clear()
+        assert engine_transcript(games["generated"], patches) == reference("generated")
+        assert len(emptied) >= 5 and max(emptied) == 40
 
 
 @pytest.mark.slow
