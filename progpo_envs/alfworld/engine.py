@@ -220,7 +220,7 @@ def _give_back_pddl_env(env: PddlEnv) -> None:
     Its ``libdownward`` copy keeps only what no one can free: the planner's task and search state are freed
     (``cleanup``: every use starts with ``load_sas``, which makes them again) and the copy's code and
     constants leave the resident set until the next engine runs them (:func:`release_library_pages`). An
-    idle copy then holds ~0.1 MiB instead of ~1.8: a worker that hosted a failed server's instances for a
+    idle copy then holds ~0.3 MiB instead of ~1.8: a worker that hosted a failed server's instances for a
     while keeps little of them once they move back."""
     for name in ("_pddl_state", "state", "prev_state", "_game_data", "_game_file", "_logic", "_entity_infos"):
         setattr(env, name, None)
