@@ -221,7 +221,8 @@ def _give_back_pddl_env(env: PddlEnv) -> None:
     (``cleanup``: every use starts with ``load_sas``, which makes them again) and the copy's code and
     constants leave the resident set until the next engine runs them (:func:`release_library_pages`). An
     idle copy then holds ~0.3 MiB instead of ~1.8: a worker that hosted a failed server's instances for a
-    while keeps little of them once they move back."""
+    while keeps little of them once they move back. It costs a close ~20 ms (reading ``/proc/self/smaps`` of a
+    process with 30 copies), once per session, never per step."""
     for name in ("_pddl_state", "state", "prev_state", "_game_data", "_game_file", "_logic", "_entity_infos"):
         setattr(env, name, None)
     env.walkthrough = None
