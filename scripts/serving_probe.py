@@ -1,4 +1,5 @@
-"""Three measurements of the servers under load that a reliability attack left unconfirmed (issue 35).
+"""Measurements of the servers under load that a reliability attack left unconfirmed (issue 35), and of what
+an ALFWorld worker keeps over a long run (issue 38).
 
 * ``memory``: the resident memory of an ALFWorld OpenEnv server's env worker over ``--sessions`` sessions
   played one after the other, each a WebSocket session that resets a task of its own, steps twice and closes
@@ -9,13 +10,20 @@
 * ``loopback``: whether a health check from this machine (127.0.0.1) answers while another local address
   (127.0.0.2: the same client, loopback) holds a full share of half-sent connections, on the native env
   server, the OpenEnv door and the site (waitress): every loopback address is one client host, so the health
-  check counts in the share the half-sent connections hold.
+  check counts in the share the half-sent connections hold;
+* ``copies``: what ``--extra`` ALFWorld engines opened beside ``--engines`` (for ``--steps`` random steps)
+  leave in the process once closed (every game loaded before, as a worker's ``warm_up`` does): the planner
+  copies a worker keeps after a failed server's groups move back;
+* ``games``: an ALFWorld process meeting ``--games`` generated games one after another (as a worker meets a
+  real split's 3,553): its RSS and the entries of TextWorld's table of interned propositions.
 
 Usage::
 
     .venv/bin/python scripts/serving_probe.py memory --sessions 200
     .venv/bin/python scripts/serving_probe.py gunicorn
     .venv/bin/python scripts/serving_probe.py loopback
+    .venv/bin/python scripts/serving_probe.py copies
+    .venv/bin/python scripts/serving_probe.py games --games 480 --every 80
 
 Each prints one JSON line per measurement. In another checkout (``PYTHONPATH=<checkout>``) it measures that
 checkout's servers.
@@ -35,13 +43,24 @@ and after:
 * ``loopback``: the health check from 127.0.0.1 was refused (a connection error) by the env server and the
   site, whose share the 300 connections from 127.0.0.2 held (the OpenEnv door had no share at all). After:
   200 in 0.01 s on all three (past its share a host's oldest idle connection makes room).
+
+Measured 2026-12-06 (issue 38), before (4b00563) and after, on the same machine, quiet:
+
+* ``copies``: 20 engines at 147.3 MiB, 172.1 with 12 more; once the 12 were closed, 171.7 MiB before (2.03 MiB
+  kept per idle planner copy, +16.6%) and 153.1 after (0.5 MiB, +4.0%: an idle copy frees its planner task
+  and its code leaves the resident set);
+* ``games --games 480 --every 80``: the table of interned propositions held 11,501, 29,754, 44,524,
+  53,887, 60,298 and 69,052 entries (RSS 121.8 -> 142.7 -> 169.1 -> 190.3 -> 195.6 -> 181.9 MiB); after, the
+  same up to 240 games, then 14,917, 27,891 and 45,413 (RSS 182.3 -> 181.9 -> 168.2 MiB): bounded at 50,000.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -223,6 +242,73 @@ def memory(args: argparse.Namespace) -> None:
         server.stop()
 
 
+def _rss_mib() -> float:
+    """This process's RSS once its heap's free pages are handed back (as an env worker's trimmer does)."""
+    import psutil
+
+    ctypes.CDLL(None).malloc_trim(0)
+    return round(psutil.Process().memory_info().rss / 2**20, 1)
+
+
+def _play(engines: list, rng: random.Random, steps: int) -> None:
+    for _ in range(steps):
+        for engine in engines:
+            engine.step(rng.choice(engine.admissible_commands))
+
+
+def copies(args: argparse.Namespace) -> None:
+    """What ``--extra`` ALFWorld engines opened beside ``--engines`` leave behind in the process once closed
+    (the planner copies a worker keeps after a failed server's groups move back)."""
+    from progpo_envs.alfworld.data import generated_data_dir, load_tasks
+    from progpo_envs.alfworld.engine import AlfredEngine
+
+    games = [task.game_file() for task in load_tasks("train", generated_data_dir("train"))]
+    rng = random.Random(0)
+    warm = AlfredEngine(max_cached_games=len(games))  # every game loaded before, as a worker's warm_up does
+    for game in games:
+        warm.reset(game)
+    warm.close()
+
+    def opened(count: int) -> list:
+        engines = [AlfredEngine() for _ in range(count)]
+        for engine in engines:
+            engine.reset(rng.choice(games))
+        return engines
+
+    engines = opened(args.engines)
+    _play(engines, rng, args.steps)
+    before = _rss_mib()
+    extra = opened(args.extra)
+    _play(engines + extra, rng, args.steps)
+    with_extra = _rss_mib()
+    for engine in extra:
+        engine.close()
+    _play(engines, rng, args.steps)
+    after = _rss_mib()
+    print(json.dumps({
+        "measure": "alfworld_idle_planner_copies", "engines": args.engines, "extra": args.extra,
+        "rss_mib": {"before": before, "with_extra": with_extra, "after_closing_extra": after},
+        "kept_per_idle_copy_mib": round((after - before) / args.extra, 2),
+        "growth": round(after / before - 1, 4),
+    }))  # fmt: skip
+
+
+def games(args: argparse.Namespace) -> None:
+    """An ALFWorld engine's process meeting ``--games`` generated games one after another: its RSS and the
+    entries of TextWorld's table of interned propositions every ``--every`` games."""
+    from progpo_envs.alfworld.data import generated_data_dir, load_tasks
+    from progpo_envs.alfworld.engine import AlfredEngine, interned_propositions
+
+    tasks = load_tasks("train", generated_data_dir("train", num_games=args.games))
+    engine, rng = AlfredEngine(), random.Random(0)
+    for index, task in enumerate(tasks, 1):
+        engine.reset(task.game_file())
+        _play([engine], rng, 5)
+        if index % args.every == 0:
+            entries = interned_propositions()
+            print(json.dumps({"games": index, "interned": entries, "rss_mib": _rss_mib()}), flush=True)
+
+
 def gunicorn(args: argparse.Namespace) -> None:
     """Seconds until the gunicorn site drops a half-sent request and a silent connection."""
     command = [
@@ -324,8 +410,22 @@ def main(argv: list[str] | None = None) -> int:
     three = commands.add_parser("loopback", help="a local health check behind a full loopback share")
     three.add_argument("--held", type=int, default=300, help="half-sent connections (a share is 256)")
     three.add_argument("--limit", type=float, default=10.0)
+    four = commands.add_parser("copies", help="what ALFWorld engines opened a while and closed leave behind")
+    four.add_argument("--engines", type=int, default=20)
+    four.add_argument("--extra", type=int, default=12)
+    four.add_argument("--steps", type=int, default=200, help="random steps of every open engine, each phase")
+    five = commands.add_parser("games", help="an ALFWorld process meeting new games one after another")
+    five.add_argument("--games", type=int, default=240)
+    five.add_argument("--every", type=int, default=40)
     args = parser.parse_args(argv)
-    {"memory": memory, "gunicorn": gunicorn, "loopback": loopback}[args.measure](args)
+    measures = {
+        "memory": memory,
+        "gunicorn": gunicorn,
+        "loopback": loopback,
+        "copies": copies,
+        "games": games,
+    }
+    measures[args.measure](args)
     return 0
 
 

@@ -220,7 +220,7 @@ def _give_back_pddl_env(env: PddlEnv) -> None:
     Its ``libdownward`` copy keeps only what no one can free: the planner's task and search state are freed
     (``cleanup``: every use starts with ``load_sas``, which makes them again) and the copy's code and
     constants leave the resident set until the next engine runs them (:func:`release_library_pages`). An
-    idle copy then holds ~0.3 MiB instead of ~1.8: a worker that hosted a failed server's instances for a
+    idle copy then holds ~0.5 MiB instead of ~2: a worker that hosted a failed server's instances for a
     while keeps little of them once they move back. It costs a close ~20 ms (reading ``/proc/self/smaps`` of a
     process with 30 copies), once per session, never per step."""
     for name in ("_pddl_state", "state", "prev_state", "_game_data", "_game_file", "_logic", "_entity_infos"):
@@ -845,8 +845,8 @@ def game_logic(domain: str, grammar: str) -> Any:
 
 
 #: Entries of TextWorld's table of interned propositions past which the table starts again empty: a game
-#: brings some 200-400 of its own (~0.7 KiB each), so the table holds the last hundred games' or more (the
-#: 64 of the shared game cache among them) in ~35 MiB at most.
+#: brings ~150 of its own on average (480 generated games: 69,052), so the table holds the last few hundred
+#: games' (the 64 of the shared game cache among them).
 INTERN_TABLE_CAPACITY = 50_000
 
 
@@ -854,11 +854,12 @@ class _InternTable(dict):
     """``mementos``' table of the instances TextWorld interns (every ``Proposition`` and ``Signature`` made,
     keyed by its value: equal calls return one instance), emptied when it reaches :attr:`capacity` entries.
 
-    Stock, the table keeps every proposition of every game a process ever met: a worker that meets new games
-    one after another never stops growing (240 generated games: 49,877 entries; a real split's 3,553 games
-    would hold ~0.5 GiB of them). Interning only spares memory and time for equal values; propositions and
-    signatures compare and hash by value, so one made after the table emptied is equal to one made before,
-    and the engine plays the same transcript
+    Stock, the table keeps every proposition of every game a process ever met, so a worker that meets new
+    games one after another never stops growing: 480 generated games met one after another left 69,052
+    entries and the process at 181.9 MiB; bounded, 45,413 entries and 168.2 MiB (``scripts/serving_probe.py
+    games``), and a real split has 3,553 games. Interning only spares memory and time for equal values;
+    propositions and signatures compare and hash by value, so one made after the table emptied is equal to
+    one made before, and the engine plays the same transcript
     (``tests/progpo_envs/alfworld/test_alfworld_engine.py``)."""
 
     def __init__(self, entries: Mapping, capacity: int):
@@ -869,6 +870,11 @@ class _InternTable(dict):
         if len(self) >= self.capacity:
             self.clear()
         super().__setitem__(key, value)
+
+
+def interned_propositions() -> int:
+    """The entries of TextWorld's table of interned propositions and signatures (:class:`_InternTable`)."""
+    return len(mementos.core._memento_cache)
 
 
 @functools.cache

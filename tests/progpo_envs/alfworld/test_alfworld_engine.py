@@ -357,7 +357,7 @@ def _resident_code_bytes(pddl_env) -> int:
 
 
 def test_an_idle_libdownward_copy_keeps_its_code_out_of_memory_until_reused(generated_root):
-    """Issue 38: a worker that hosted a failed server's instances kept ~1.8 MiB for each copy they left idle
+    """Issue 38: a worker that hosted a failed server's instances kept ~2 MiB for each copy they left idle
     (the soak's ALFWorld workers grew 26.9%). An idle copy's planner task is freed and its code leaves the
     resident set; the next engine runs it again and plays as a fresh one."""
     path = load_tasks("train", generated_root)[0].game_file()
