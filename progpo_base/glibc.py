@@ -43,12 +43,16 @@ def release_library_pages(address: int) -> int:
     their next use reads the same bytes back from the file (or the page cache), also when the file was deleted
     after loading, because the mapping keeps it open. The caller must not run code of the library meanwhile
     (an idle copy). The mappings of the library are found by the device and inode of the one holding
-    ``address``, not by path: a deleted file's path may name another file by now.
+    ``address``, not by path: a deleted file's path may name another file by now. Where the process cannot
+    read its ``/proc/self/smaps``, nothing is released.
     """
     madvise = glibc_function("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])
     if madvise is None:
         return 0
-    mappings = _smaps()
+    try:
+        mappings = _smaps()
+    except OSError:  # a sandbox without /proc/self/smaps: the pages stay, as they would elsewhere
+        return 0
     owner = next((m for m in mappings if m["start"] <= address < m["end"]), None)
     if owner is None or owner["inode"] == "0":
         return 0

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from progpo_base import glibc
 from progpo_base.glibc import release_library_pages
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps and madvise")
@@ -82,3 +83,15 @@ def test_memory_of_no_file_is_left_alone():
     assert release_library_pages(ctypes.addressof(buffer)) == 0
     assert buffer.raw[:4] == b"xxxx"
     assert release_library_pages(0) == 0  # no mapping holds it
+
+
+def test_without_smaps_nothing_is_released(zlib_copy, monkeypatch):
+    path, library = zlib_copy
+
+    def unreadable():
+        raise PermissionError("/proc/self/smaps")
+
+    monkeypatch.setattr(glibc, "_smaps", unreadable)
+    before = _resident_bytes(path)["r-xp"]
+    assert release_library_pages(ctypes.cast(library.crc32, ctypes.c_void_p).value) == 0
+    assert _resident_bytes(path)["r-xp"] == before
