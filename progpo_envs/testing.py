@@ -419,6 +419,7 @@ class DrawerEnv(ToyTextEnv):
         expert: Put the expert's next command in ``info["expert_action"]``.
         history_depths: Window depths for ``info["history_keys"]``.
         noisy_expert: The expert's ``move`` names a random drawer.
+        step_delay: Seconds each engine step sleeps (a slow env: a run that lasts while a test acts on it).
         **_: Other env arguments (``data_dir``, ...) the training loop passes to every env; ignored.
     """
 
@@ -434,6 +435,7 @@ class DrawerEnv(ToyTextEnv):
         expert: bool = False,
         history_depths=(),
         noisy_expert: bool = False,
+        step_delay: float = 0.0,
         **_: object,
     ):
         targets = [1 + (k % self.NUM_DRAWERS) for k in range(8)]
@@ -441,6 +443,7 @@ class DrawerEnv(ToyTextEnv):
         self.split = split
         self.expert = expert
         self.noisy_expert = noisy_expert
+        self.step_delay = step_delay
         self._targets = targets if split == "train" else targets[::-1]
         self._target = 1
         self._holding = False
@@ -471,6 +474,8 @@ class DrawerEnv(ToyTextEnv):
         return TaskStart(obs, f"{self.split}-{task_index}", self._info())
 
     def _engine_step(self, action: str) -> EngineStep:
+        if self.step_delay:
+            time.sleep(self.step_delay)
         action = action.strip().lower()
         if action == "take key 1" and not self._holding:
             self._holding = True

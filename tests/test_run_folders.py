@@ -106,9 +106,9 @@ def test_a_train_on_a_folder_an_eval_is_writing_is_refused(tmp_path):
     """F8. Before (main at 0fde1db): the two took differently named locks, the training ran and the
     evaluation then overwrote its ``summary.json``."""
     out = tmp_path / "run"
-    # Steps of 10 min: the evaluation holds the folder until the test stops it. (Its episodes run side by
-    # side: with 30 s steps it ended after ~1 min, before a training started on a busy machine reached the
-    # lock, which then read "holds the files of a progpo eval run".)
+    # Steps of 10 min: the evaluation holds the folder until the test stops it. (The toy env used to ignore
+    # step_delay: the evaluation ended within a second or two, and a training that reached the lock after it
+    # read "holds the files of a progpo eval run": .ci/run, twice.)
     evaluation = _start(_eval(out, "--episodes", "8", "--env-arg", "step_delay=600"))
     try:
         _wait_for(out / "run.json", evaluation, "progpo eval")  # written once it holds the folder

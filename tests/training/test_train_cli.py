@@ -133,8 +133,9 @@ def test_a_second_train_on_a_live_run_dir_exits_2_in_one_line_and_the_first_is_u
     run_dir = tmp_path / "run"
     slow = ("iterations=6", "checkpoint_every=1", "warm_start.enabled=false", "eval.num_tasks=0")
     # a run still going while three more start and are refused (each a fresh interpreter importing torch: on a
-    # loaded 2-core machine 0.5 s a step and 3 iterations let the first finish before the second was refused)
-    slow += ("env.kwargs={step_delay: 3.0}",)
+    # loaded 2-core machine 0.5 s a step and 3 iterations let the first finish before the second was refused);
+    # 0.75 s a step makes the 6 iterations last about a minute
+    slow += ("env.kwargs={step_delay: 0.75}",)
     first = _start_train(run_dir, *slow, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
