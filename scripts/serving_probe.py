@@ -246,6 +246,7 @@ def _rss_mib() -> float:
     """This process's RSS once its heap's free pages are handed back (as an env worker's trimmer does)."""
     import psutil
 
+    # ctypes here, not progpo_base.glibc: the script also measures older checkouts (PYTHONPATH), which lack it
     ctypes.CDLL(None).malloc_trim(0)
     return round(psutil.Process().memory_info().rss / 2**20, 1)
 
